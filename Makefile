@@ -1,0 +1,39 @@
+# One-command setup and checks. `make test` and `make demo` work from a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/pip --disable-pip-version-check -q
+CONSTRAINTS := requirements/constraints.txt
+
+.PHONY: setup test lint pytest filecheck demo clean
+
+setup: $(STAMP)
+
+# torch first and pinned: the CPU wheel (an unpinned torch pulls a multi-GB CUDA build);
+# torchrec with --no-deps (its metadata asks for the CUDA fbgemm-gpu, which would replace the CPU one).
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -c $(CONSTRAINTS) torch==2.13.0
+	$(PIP) install -c $(CONSTRAINTS) -e '.[dev,bench]'
+	$(PIP) install -c $(CONSTRAINTS) --no-deps torchrec==1.8.0
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+filecheck: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -q tests/filecheck
+
+test: lint pytest filecheck
+
+demo: $(STAMP)
+	@echo "make demo: the DLRM comparison (compile, train, compare on 2 ranks) is not there yet;"
+	@echo "it lands with the benchmark issue. See README.md."
+	@exit 1
+
+clean:
+	rm -rf $(VENV) .pytest_cache tests/filecheck/.lit_test_times.txt

@@ -1,0 +1,314 @@
+"""The `sched` dialect: the structure of one training step, its parallel lanes and its costs.
+
+`sched.step` holds a whole step in the global SPMD view: a forward region (the model inputs as
+block arguments, yielding the outputs and then the values saved for backward) and a backward
+region (block arguments: one gradient per forward output, then the saved values). Dense work is
+opaque (`sched.dense` names a torch submodule); generated fused kernels are `sched.kernel`;
+`sched.parallel` runs its lanes concurrently. `#sched.cost` annotates any op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import auto
+
+from xdsl.dialects.builtin import FlatSymbolRefAttr, FloatData, IntAttr, NoneAttr, StringAttr, SymbolNameConstraint
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    lazy_traits_def,
+    prop_def,
+    region_def,
+    traits_def,
+    var_operand_def,
+    var_region_def,
+    var_result_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, SymbolOpInterface
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+from sparselift.ir._syntax import check_finite, format_float, parse_float_or_int
+
+
+class Phase(StrEnum):
+    FORWARD = auto()
+    BACKWARD = auto()
+
+
+class KernelKind(StrEnum):
+    LOOKUP = auto()
+    LOOKUP_UPDATE = auto()
+    PACK = auto()
+    UNPACK = auto()
+
+
+@irdl_attr_definition
+class CostAttr(ParametrizedAttribute):
+    """Cost of an op: `#sched.cost<bytes = 4096, lookups = 256, est_us = 12.5, measured_us = 11.0>`.
+
+    `bytes` is the data the op moves (gathered rows, or bytes sent over the network), `lookups`
+    the rows it touches, `est_us` the analytic estimate and `measured_us` an optional measurement.
+    """
+
+    name = "sched.cost"
+
+    bytes: IntAttr
+    lookups: IntAttr
+    est_us: FloatData
+    measured_us: FloatData | NoneAttr
+
+    def __init__(self, bytes: int, lookups: int, est_us: float, measured_us: float | None = None):
+        super().__init__(
+            IntAttr(int(bytes)),
+            IntAttr(int(lookups)),
+            FloatData(float(est_us)),
+            NoneAttr() if measured_us is None else FloatData(float(measured_us)),
+        )
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            parser.parse_keyword("bytes")
+            parser.parse_punctuation("=")
+            nbytes = parser.parse_integer(allow_boolean=False)
+            parser.parse_punctuation(",")
+            parser.parse_keyword("lookups")
+            parser.parse_punctuation("=")
+            lookups = parser.parse_integer(allow_boolean=False)
+            parser.parse_punctuation(",")
+            parser.parse_keyword("est_us")
+            parser.parse_punctuation("=")
+            est = parse_float_or_int(parser)
+            measured: Attribute = NoneAttr()
+            if parser.parse_optional_punctuation(",") is not None:
+                parser.parse_keyword("measured_us")
+                parser.parse_punctuation("=")
+                measured = FloatData(parse_float_or_int(parser))
+        return (IntAttr(nbytes), IntAttr(lookups), FloatData(est), measured)
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(
+                f"bytes = {self.bytes.data}, lookups = {self.lookups.data}, est_us = {format_float(self.est_us.data)}"
+            )
+            if isinstance(self.measured_us, FloatData):
+                printer.print_string(f", measured_us = {format_float(self.measured_us.data)}")
+
+    @property
+    def measured(self) -> float | None:
+        return self.measured_us.data if isinstance(self.measured_us, FloatData) else None
+
+    def verify(self) -> None:
+        if self.bytes.data < 0 or self.lookups.data < 0:
+            raise VerifyException("cost bytes and lookups must be non-negative")
+        check_finite(self.est_us.data, "cost est_us")
+        if self.est_us.data < 0:
+            raise VerifyException("cost est_us must be non-negative")
+        if self.measured is not None:
+            check_finite(self.measured, "cost measured_us")
+            if self.measured < 0:
+                raise VerifyException("cost measured_us must be non-negative")
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Terminator of a step's regions and of parallel lanes."""
+
+    name = "sched.yield"
+
+    values = var_operand_def()
+
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(StepOp, ParallelOp)))
+
+    assembly_format = "($values^ `:` type($values))? attr-dict"
+
+    def __init__(self, *values):
+        super().__init__(operands=[list(values)])
+
+
+def _yield_of(region: Region, what: str) -> YieldOp:
+    block = region.block
+    term = block.last_op
+    if not isinstance(term, YieldOp):
+        raise VerifyException(f"{what} must end with sched.yield")
+    return term
+
+
+@irdl_op_definition
+class StepOp(IRDLOperation):
+    """One training step for all ranks (global SPMD view)."""
+
+    name = "sched.step"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    world_size = prop_def(IntAttr)
+    num_outputs = prop_def(IntAttr)
+
+    forward = region_def("single_block")
+    backward = region_def("single_block")
+
+    traits = traits_def(SymbolOpInterface(), IsolatedFromAbove())
+
+    def __init__(self, sym_name: str, world_size: int, num_outputs: int, forward: Region, backward: Region):
+        super().__init__(
+            properties={
+                "sym_name": StringAttr(sym_name),
+                "world_size": IntAttr(world_size),
+                "num_outputs": IntAttr(num_outputs),
+            },
+            regions=[forward, backward],
+        )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> StepOp:
+        sym = parser.parse_symbol_name()
+        parser.parse_keyword("world_size")
+        parser.parse_punctuation("=")
+        world = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        parser.parse_keyword("outputs")
+        parser.parse_punctuation("=")
+        outputs = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        forward = parser.parse_region()
+        parser.parse_keyword("backward")
+        backward = parser.parse_region()
+        op = cls(sym.data, world, outputs, forward, backward)
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        printer.print_string(f" world_size = {self.world_size.data} outputs = {self.num_outputs.data}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.forward)
+        printer.print_string(" backward ")
+        printer.print_region(self.backward)
+
+    def verify_(self) -> None:
+        if self.world_size.data < 1:
+            raise VerifyException(f"sched.step @{self.sym_name.data}: world_size must be at least 1")
+        fwd_yield = _yield_of(self.forward, "the forward region")
+        _yield_of(self.backward, "the backward region")
+        n_out = self.num_outputs.data
+        if n_out > len(fwd_yield.values):
+            raise VerifyException(
+                f"sched.step @{self.sym_name.data}: {n_out} outputs declared but forward yields {len(fwd_yield.values)} values"
+            )
+        expected = [v.type for v in fwd_yield.values]
+        got = [a.type for a in self.backward.block.args]
+        if got != expected:
+            raise VerifyException(
+                f"sched.step @{self.sym_name.data}: backward arguments must be one gradient per output and then "
+                f"the saved values, with types {[str(t) for t in expected]}; got {[str(t) for t in got]}"
+            )
+
+    @property
+    def saved(self):
+        return _yield_of(self.forward, "forward").values[self.num_outputs.data :]
+
+
+@irdl_op_definition
+class DenseOp(IRDLOperation):
+    """An opaque dense region: the torch submodule `@callee` run on its operands."""
+
+    name = "sched.dense"
+
+    args = var_operand_def()
+    res = var_result_def()
+    callee = prop_def(FlatSymbolRefAttr)
+    phase = prop_def(StringAttr)
+
+    assembly_format = "$callee `(` $args `)` `phase` $phase attr-dict `:` functional-type($args, $res)"
+
+    def verify_(self) -> None:
+        if self.phase.data not in set(Phase):
+            raise VerifyException(f"sched.dense @{self.callee.root_reference.data}: phase must be forward or backward")
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """A call of the generated fused kernel `@callee` (one launch for several tables)."""
+
+    name = "sched.kernel"
+
+    args = var_operand_def()
+    res = var_result_def()
+    callee = prop_def(FlatSymbolRefAttr)
+    kind = prop_def(StringAttr)
+
+    assembly_format = "$callee `(` $args `)` `kind` $kind attr-dict `:` functional-type($args, $res)"
+
+    def verify_(self) -> None:
+        if self.kind.data not in set(KernelKind):
+            raise VerifyException(
+                f"sched.kernel @{self.callee.root_reference.data}: unknown kind '{self.kind.data}'; "
+                f"expected one of {', '.join(KernelKind)}"
+            )
+
+
+@irdl_op_definition
+class ParallelOp(IRDLOperation):
+    """Run `G` lanes concurrently; results are the lanes' yielded values, lane by lane."""
+
+    name = "sched.parallel"
+
+    lanes = var_region_def("single_block")
+    res = var_result_def()
+
+    def __init__(self, lanes: Sequence[Region], result_types: Sequence[Attribute]):
+        super().__init__(regions=[list(lanes)], result_types=[list(result_types)])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ParallelOp:
+        parser.parse_keyword("lanes")
+        count = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        types: list[Attribute] = []
+        if parser.parse_optional_punctuation("->") is not None:
+            types = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_type)
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        lanes = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_region)
+        if len(lanes) != count:
+            parser.raise_error(f"sched.parallel declares {count} lanes but has {len(lanes)} regions")
+        op = cls(lanes, types)
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" lanes {len(self.lanes)}")
+        if self.res:
+            printer.print_string(" -> (")
+            printer.print_list([r.type for r in self.res], printer.print_attribute)
+            printer.print_string(")")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_list(self.lanes, printer.print_region)
+
+    def verify_(self) -> None:
+        if not self.lanes:
+            raise VerifyException("sched.parallel needs at least one lane")
+        yielded = []
+        for i, lane in enumerate(self.lanes):
+            yielded += [v.type for v in _yield_of(lane, f"sched.parallel lane {i}").values]
+        if yielded != [r.type for r in self.res]:
+            raise VerifyException(
+                "sched.parallel: results must be the lanes' yielded values in lane order, expected "
+                f"{[str(t) for t in yielded]}"
+            )
+
+
+Sched = Dialect(
+    "sched",
+    [StepOp, DenseOp, KernelOp, ParallelOp, YieldOp],
+    [CostAttr],
+)
+
+__all__ = ["Sched", "CostAttr", "StepOp", "DenseOp", "KernelOp", "ParallelOp", "YieldOp", "Phase", "KernelKind"]

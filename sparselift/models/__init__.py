@@ -1,0 +1,15 @@
+"""Built-in example models for ``sparselift export --model NAME`` and the benchmarks.
+
+- ``dlrm-kaggle``, ``dlrm-terabyte``, ``dlrm-bench``: the DLRM reference architecture
+  (:mod:`sparselift.models.dlrm`);
+- ``two-tower``: a retrieval model with two embedding owners (:mod:`sparselift.models.two_tower`);
+- ``torchrec-ebc``: an unsharded TorchRec ``EmbeddingBagCollection`` + ``KeyedJaggedTensor``
+  (:mod:`sparselift.models.torchrec_ebc`; imports torchrec only when built).
+
+Each factory returns ``(model, example_inputs)``; see :func:`build` and ``docs/export-notes.md``
+for how they export.
+"""
+
+from sparselift.models.registry import DEFAULT_BATCH_SIZE, MODELS, build, dynamic_shapes, load_user_factory
+
+__all__ = ["DEFAULT_BATCH_SIZE", "MODELS", "build", "dynamic_shapes", "load_user_factory"]

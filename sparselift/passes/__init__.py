@@ -1,0 +1,32 @@
+"""SparseLift's passes, registered lazily by name so `sparselift-opt` imports only what it runs.
+
+Every pass is a frozen dataclass with a kebab-case `name` and its options as fields; nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Factories for SparseLift's passes plus the generic xDSL clean-ups they rely on."""
+
+    def canonicalize() -> type[ModulePass]:
+        from xdsl.transforms.canonicalize import CanonicalizePass
+
+        return CanonicalizePass
+
+    def cse() -> type[ModulePass]:
+        from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+
+        return CommonSubexpressionElimination
+
+    def dce() -> type[ModulePass]:
+        from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+        return DeadCodeElimination
+
+    return {"canonicalize": canonicalize, "cse": cse, "dce": dce}
