@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import auto
 
-from xdsl.dialects.builtin import FlatSymbolRefAttr, FloatData, IntAttr, NoneAttr, StringAttr, SymbolNameConstraint
+from xdsl.dialects.builtin import (
+    FlatSymbolRefAttr,
+    FloatData,
+    IntAttr,
+    NoneAttr,
+    StringAttr,
+    SymbolNameConstraint,
+)
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region
 from xdsl.irdl import (
     IRDLOperation,

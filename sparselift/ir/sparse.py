@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from enum import auto
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    I64,
     AnyFloat,
     ArrayAttr,
     DenseArrayBase,
     FloatData,
     IntAttr,
-    I64,
     IntegerAttr,
     IntegerType,
     StringAttr,
@@ -622,7 +623,7 @@ class EmbeddingBagCollectionOp(IRDLOperation):
     ):
         by_name = {t.name_str: t for t in tables}
         result_types = [
-            TensorType(by_name[f.table.data].dtype, [DYNAMIC, by_name[f.table.data].dim.data]) for f in features
+            TensorType(by_name[f.table.data].dtype, [DYNAMIC_INDEX, by_name[f.table.data].dim.data]) for f in features
         ]
         super().__init__(
             operands=[ids, offsets, weights],

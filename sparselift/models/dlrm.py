@@ -102,7 +102,9 @@ class DLRMConfig:
         if self.weighted and self.mode != "sum":
             raise ValueError(f"{self.name}: per_sample_weights need mode='sum' (nn.EmbeddingBag restriction)")
         if self.id_dtype not in _ID_DTYPES:
-            raise ValueError(f"{self.name}: id_dtype must be one of {sorted(_ID_DTYPES)}, got {self.id_dtype!r}")
+            raise ValueError(
+                f"{self.name}: id_dtype must be one of {sorted(_ID_DTYPES)}, got {self.id_dtype!r}"
+            )
         if self.rows_cap is not None and self.rows_cap < 1:
             raise ValueError(f"{self.name}: rows_cap must be >= 1 or None")
 
@@ -222,7 +224,10 @@ class DLRM(nn.Module):
         self.register_buffer("lj", lj, persistent=False)
 
     def apply_emb(
-        self, indices: Sequence[Tensor], offsets: Sequence[Tensor], per_sample_weights: Sequence[Tensor] | None
+        self,
+        indices: Sequence[Tensor],
+        offsets: Sequence[Tensor],
+        per_sample_weights: Sequence[Tensor] | None,
     ) -> list[Tensor]:
         if len(indices) != len(self.emb_l) or len(offsets) != len(self.emb_l):
             raise ValueError(
@@ -287,9 +292,7 @@ def example_inputs(
     return dense, indices, offsets
 
 
-def build_dlrm(
-    config: DLRMConfig, batch_size: int = 128, seed: int | None = None
-) -> tuple[DLRM, tuple]:
+def build_dlrm(config: DLRMConfig, batch_size: int = 128, seed: int | None = None) -> tuple[DLRM, tuple]:
     """Build a seeded :class:`DLRM` and example inputs for it (``seed`` defaults to config.seed)."""
     if seed is not None:
         config = attrs.evolve(config, seed=seed)

@@ -96,7 +96,9 @@ def load_user_factory(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
     factory = getattr(module, attr, None)
     if factory is None:
         public = sorted(n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n]))
-        raise AttributeError(f"{path} has no attribute {attr!r}; callables there: {', '.join(public) or '(none)'}")
+        raise AttributeError(
+            f"{path} has no attribute {attr!r}; callables there: {', '.join(public) or '(none)'}"
+        )
     if not callable(factory):
         raise TypeError(f"{path}:{attr} is not callable (it is a {type(factory).__name__})")
     result = factory(**kwargs)

@@ -74,7 +74,9 @@ class TorchRecEBCModel(nn.Module):
         g = torch.Generator().manual_seed(seed)
         cpu = torch.device("cpu")
         self.ebc = EmbeddingBagCollection(tables=_configs(TABLES), device=cpu)
-        self.weighted_ebc = EmbeddingBagCollection(tables=_configs(WEIGHTED_TABLES), is_weighted=True, device=cpu)
+        self.weighted_ebc = EmbeddingBagCollection(
+            tables=_configs(WEIGHTED_TABLES), is_weighted=True, device=cpu
+        )
         self.dense_arch = nn.Sequential(nn.Linear(DENSE_IN, 32), nn.ReLU(), nn.Linear(32, 16))
         # One pooled vector per feature (f_a and f_b each get one from t_shared).
         sparse_out = sum(dim * len(features) for _, _, dim, _, features, _ in TABLES + WEIGHTED_TABLES)

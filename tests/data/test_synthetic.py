@@ -256,7 +256,7 @@ def test_planted_signal_is_learnable():
         pooled = emb(values + shift, offsets).view(nf, b.batch_size).sum(0)
         return pooled + lin(b.dense).squeeze(1)
 
-    for b in g.batches(1024, 200):
+    for b in g.batches(1024, 150):
         loss = torch.nn.functional.binary_cross_entropy_with_logits(forward(b), b.labels)
         opt.zero_grad()
         loss.backward()
