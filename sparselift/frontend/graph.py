@@ -1,0 +1,184 @@
+"""Find the embedding-bag lookups in an exported graph and cut the graph around them.
+
+The sparse path is every `aten.embedding_bag` call plus the nodes that compute its ids, offsets
+and per-sample weights from the model inputs. Everything else is dense and is cut into two
+torch regions: `dense_pre` (what does not depend on any pooled embedding, e.g. the bottom MLP)
+and `dense_post` (the rest, ending in the model outputs). Regions are standalone
+`torch.fx.GraphModule`s whose placeholders are exactly their IR operands, in order.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+
+import attrs
+import torch
+from torch import fx
+from torch.fx.operator_schemas import normalize_function
+
+from sparselift.frontend.errors import ExportError
+
+EMBEDDING_BAG_OPS = (
+    torch.ops.aten.embedding_bag.padding_idx,
+    torch.ops.aten.embedding_bag.default,
+    torch.ops.aten._embedding_bag.default,
+    torch.ops.aten._embedding_bag_forward_only.default,
+)
+PLAIN_EMBEDDING_OPS = (torch.ops.aten.embedding.default,)
+MODES = ("sum", "mean", "max")
+
+
+@attrs.define
+class LookupCall:
+    """One `embedding_bag` call in the exported graph: one feature reading one table."""
+
+    node: fx.Node
+    pooled: fx.Node  # getitem(node, 0)
+    weight: fx.Node
+    indices: fx.Node
+    offsets: fx.Node | None
+    per_sample_weights: fx.Node | None
+    mode: str
+    include_last_offset: bool
+    table_fqn: str  # parameter FQN, e.g. "emb_l.3.weight"
+    caller: str  # module whose forward performs the lookup ("" for the root)
+
+
+def _module_path_of(node: fx.Node) -> list[tuple[str, str]]:
+    stack = node.meta.get("nn_module_stack") or {}
+    return [(fqn, cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))) for fqn, cls in stack.values()]
+
+
+def _is_embedding_module(cls_name: str) -> bool:
+    return cls_name.rsplit(".", 1)[-1] in {"EmbeddingBag", "Embedding"}
+
+
+def find_lookups(gm: fx.GraphModule) -> list[LookupCall]:
+    """Every embedding-bag call of `gm` (the unlifted `ep.module()` graph), in graph order."""
+    calls: list[LookupCall] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in PLAIN_EMBEDDING_OPS:
+            owner = _module_path_of(node)
+            where = owner[-1][0] if owner else "the model"
+            raise ExportError(
+                f"module '{where}': nn.Embedding (a lookup without pooling) is not supported; "
+                "use nn.EmbeddingBag or F.embedding_bag"
+            )
+        if node.target not in EMBEDDING_BAG_OPS:
+            continue
+        _, a = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+        weight = a["weight"]
+        if weight.op != "get_attr":
+            raise ExportError(f"embedding bag '{node.name}': its table is computed, not a parameter of the model")
+        table_fqn = weight.target
+        stack = _module_path_of(node)
+        owner = stack[-1][0] if stack else ""
+        mode = MODES[int(a.get("mode", 0))]
+        if mode == "max":
+            raise ExportError(
+                f"module '{owner or 'the model'}', table '{table_fqn}': max pooling is not supported "
+                "(supported: sum, mean)"
+            )
+        if a.get("scale_grad_by_freq"):
+            raise ExportError(f"table '{table_fqn}': scale_grad_by_freq is not supported")
+        padding_idx = a.get("padding_idx")
+        if padding_idx is not None and padding_idx >= 0:
+            raise ExportError(f"table '{table_fqn}': padding_idx is not supported")
+        pooled = None
+        for user in node.users:
+            if user.target is not operator.getitem:
+                raise ExportError(f"table '{table_fqn}': the embedding bag's result is used as a tuple")
+            if user.args[1] == 0:
+                pooled = user
+            elif user.users:
+                raise ExportError(
+                    f"table '{table_fqn}': the model uses the embedding bag's auxiliary outputs "
+                    "(offset2bag / bag_size / max_indices), which cannot be separated from the lookup"
+                )
+        if pooled is None:
+            continue  # result unused: nothing to compute
+        caller = owner
+        if stack and _is_embedding_module(stack[-1][1]):
+            caller = stack[-2][0] if len(stack) > 1 else ""
+        calls.append(
+            LookupCall(
+                node=node,
+                pooled=pooled,
+                weight=weight,
+                indices=a["indices"],
+                offsets=a.get("offsets"),
+                per_sample_weights=a.get("per_sample_weights"),
+                mode=mode,
+                include_last_offset=bool(a.get("include_last_offset", False)),
+                table_fqn=table_fqn,
+                caller=caller,
+            )
+        )
+    return calls
+
+
+def ancestors(nodes: Iterable[fx.Node], stop: set[fx.Node] = frozenset()) -> set[fx.Node]:
+    """`nodes` and everything they are computed from, not looking past `stop`."""
+    seen: set[fx.Node] = set()
+    todo = [n for n in nodes if n is not None]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            todo.extend(n.all_input_nodes)
+    return seen
+
+
+def descendants(nodes: Iterable[fx.Node]) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    todo = list(nodes)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(n.users)
+    return seen
+
+
+def extract(gm: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[fx.Node], what: str) -> fx.GraphModule:
+    """A GraphModule computing `outputs` from `inputs` by copying the nodes in between.
+
+    Side-effect-only nodes (guards, shape asserts) are left out: the runtime validates inputs
+    itself before any kernel runs.
+    """
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, n in enumerate(inputs):
+        p = graph.placeholder(f"{n.name}_{i}" if n.name in {x.name for x in inputs[:i]} else n.name)
+        p.meta = dict(n.meta)
+        env[n] = p
+    needed = ancestors(outputs, stop=set(inputs))
+    for n in gm.graph.nodes:
+        if n not in needed or n in env:
+            continue
+        if n.op == "placeholder":
+            raise ExportError(f"{what}: needs model input '{n.name}' that is not among its operands")
+        env[n] = graph.node_copy(n, lambda x: env[x])
+    graph.output(tuple(env[o] for o in outputs))
+    graph.eliminate_dead_code()
+    module = fx.GraphModule(gm, graph)
+    module.recompile()
+    return module
+
+
+def user_inputs(gm: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def output_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    flat = out.args[0]
+    if isinstance(flat, fx.Node):
+        return [flat]
+    return list(flat)
