@@ -314,6 +314,7 @@ def export(
         TableStats(
             t.name, t.rows, t.dim, t.dtype.itemsize,
             sum(feature_stats[f.name]["pooling_factor"] for f in features if f.table == t.name),
+            t.pooling,
         )
         for t in tables.values()
     ]
@@ -380,13 +381,18 @@ def export(
         fwd.add_op(pre_op)
         value_of.update(zip(pre_outputs, pre_op.res))
 
-    # One opaque EBC per (module, placement kind), features in model order.
-    groups: dict[tuple[str, str], list[FeatureInfo]] = {}
+    # One opaque EBC per sharding group: (module, placement kind, dtype, and the ranks of a
+    # row-wise table), features in model order.
+    groups: dict[tuple, list[FeatureInfo]] = {}
     for f in features:
-        groups.setdefault((f.module, str(plan[f.table].kind)), []).append(f)
+        p = plan[f.table]
+        key = (f.module, str(p.kind), str(tables[f.table].dtype).removeprefix("torch."),
+               p.ranks if p.kind == PlacementKind.ROW_WISE else ())
+        groups.setdefault(key, []).append(f)
     pooled_of: dict[str, SSAValue] = {}
     group_names = []
-    for (module, kind), gfeatures in groups.items():
+    names_taken: set[str] = set()
+    for (module, kind, dtype, ranks), gfeatures in groups.items():
         gtables = list(dict.fromkeys(f.table for f in gfeatures))
         ebc = EmbeddingBagCollectionOp(
             module,
@@ -397,8 +403,13 @@ def export(
             [FeatureAttr(f.name, f.table, round(feature_stats[f.name]["pooling_factor"], 4), f.weighted) for f in gfeatures],
             [_placement_attr(t, plan[t]) for t in gtables],
         )
-        ebc.attributes["group"] = StringAttr(f"{module}/{kind}")
-        group_names.append(f"{module}/{kind}")
+        name = f"{module}/{kind}"
+        for suffix in (dtype, "ranks" + "_".join(map(str, ranks))):
+            if name in names_taken:
+                name = f"{name}/{suffix}"
+        names_taken.add(name)
+        ebc.attributes["group"] = StringAttr(name)
+        group_names.append(name)
         fwd.add_op(ebc)
         pooled_of.update({f.name: r for f, r in zip(gfeatures, ebc.pooled)})
     value_of.update({c.pooled: pooled_of[f.name] for c, f in zip(calls, features)})

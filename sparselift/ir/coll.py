@@ -113,7 +113,7 @@ class RoleAttr(ParametrizedAttribute):
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
             roles = parser.parse_comma_separated_list(
-                parser.Delimiter.NONE, lambda: parser.parse_identifier("collective role")
+                parser.Delimiter.NONE, lambda: parser.parse_identifier(" for the collective role")
             )
         return (ArrayAttr([StringAttr(r) for r in roles]),)
 
@@ -250,6 +250,12 @@ class _AllToAllBase(IRDLOperation):
                 f"{self.name}: expected one input or one per group rank ({g}), got {len(self.inputs)}"
             )
         out_types = self.output_types()
+        want_results = 2 if self.send_splits is not None else 1
+        if len(out_types) != want_results:
+            raise VerifyException(
+                f"{self.name}: expected {want_results} results (the data"
+                + (" and the received splits)" if want_results == 2 else ")")
+            )
         out = tensor_type(out_types[0], f"{self.name} result")
         for v in self.inputs:
             t = tensor_type(v, f"{self.name} input")
@@ -277,12 +283,6 @@ class _AllToAllBase(IRDLOperation):
                 raise VerifyException(f"{self.name}: {name} must be a 1-D integer tensor, got {t}")
             if dim(t, 0) not in (DYNAMIC, g):
                 raise VerifyException(f"{self.name}: {name} needs one entry per group rank ({g}), got {t}")
-        want_results = 2 if self.send_splits is not None else 1
-        if len(out_types) != want_results:
-            raise VerifyException(
-                f"{self.name}: expected {want_results} results (the data"
-                + (" and the received splits)" if want_results == 2 else ")")
-            )
 
 
 class FoldSingleRankCollective(RewritePattern):
@@ -371,7 +371,7 @@ class WaitOp(IRDLOperation):
         assert isinstance(self.handle.type, HandleType)
         expected = list(self.handle.type.types.data)
         if [r.type for r in self.outputs] != expected:
-            raise VerifyException(f"coll.wait: results {[str(r.type) for r in self.outputs]} do not match handle {expected}")
+            raise VerifyException(f"coll.wait: results {[str(r.type) for r in self.outputs]} do not match handle {[str(t) for t in expected]}")
         if not isinstance(self.handle.owner, AllToAllStartOp):
             raise VerifyException("coll.wait: the handle must come from a collective start op")
 
@@ -425,6 +425,8 @@ class ReduceScatterOp(_ReduceBase):
             raise VerifyException("coll.reduce_scatter: input and result ranks differ")
         if t_in.get_shape()[1:] != t_out.get_shape()[1:]:
             raise VerifyException("coll.reduce_scatter: only dim 0 may change")
+        if not t_in.get_shape():
+            raise VerifyException("coll.reduce_scatter: input and result must have a dim 0 to scatter")
         din, dout = dim(t_in, 0), dim(t_out, 0)
         if DYNAMIC not in (din, dout) and din != dout * self.group.size:
             raise VerifyException(

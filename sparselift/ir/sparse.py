@@ -108,7 +108,7 @@ class TableAttr(ParametrizedAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
-            name = parser.parse_str_literal("table name")
+            name = parser.parse_str_literal(" for the table name")
             parser.parse_punctuation(",")
             parser.parse_keyword("rows")
             parser.parse_punctuation("=")
@@ -120,7 +120,7 @@ class TableAttr(ParametrizedAttribute):
             parser.parse_punctuation(",")
             dtype = parser.parse_type()
             parser.parse_punctuation(",")
-            pooling = parser.parse_identifier("pooling mode")
+            pooling = parser.parse_identifier(" for the pooling mode")
         return (StringAttr(name), IntAttr(rows), IntAttr(dim_), dtype, StringAttr(pooling))
 
     def print_parameters(self, printer: Printer) -> None:
@@ -173,9 +173,9 @@ class FeatureAttr(ParametrizedAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
-            name = parser.parse_str_literal("feature name")
+            name = parser.parse_str_literal(" for the feature name")
             parser.parse_punctuation("->")
-            table = parser.parse_str_literal("table name")
+            table = parser.parse_str_literal(" for the table name")
             parser.parse_punctuation(",")
             parser.parse_keyword("pooling_factor")
             parser.parse_punctuation("=")
@@ -246,9 +246,9 @@ class PlacementAttr(ParametrizedAttribute):
         ranks: list[int] = []
         bounds: list[int] = []
         with parser.in_angle_brackets():
-            table = parser.parse_str_literal("table name")
+            table = parser.parse_str_literal(" for the table name")
             parser.parse_punctuation(",")
-            kind = parser.parse_identifier("placement kind")
+            kind = parser.parse_identifier(" for the placement kind")
             if kind == PlacementKind.TABLE_WISE:
                 parser.parse_punctuation(",")
                 parser.parse_keyword("rank")
@@ -352,7 +352,7 @@ class OptimizerAttr(ParametrizedAttribute):
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         eps = 0.0
         with parser.in_angle_brackets():
-            kind = parser.parse_identifier("optimizer kind")
+            kind = parser.parse_identifier(" for the optimizer kind")
             parser.parse_punctuation(",")
             parser.parse_keyword("lr")
             parser.parse_punctuation("=")
@@ -392,7 +392,8 @@ class LayoutAttr(ParametrizedAttribute):
     `offset : size` entry per member, in elements per sample. A static member of segment `s`
     occupies columns `[offset, offset + size)` of that segment viewed as `[batch, width_s]`;
     a jagged member (`? : ?`) follows the static part of its segment, in member order, with the
-    length it has at run time. A member absent from a segment has size 0 there.
+    length it has at run time. A member absent from a segment has size 0 there. A layout with
+    no members (`[[], []]`) describes an empty buffer, e.g. what a rank without tables sends.
     """
 
     name = "sparse.layout"
@@ -400,25 +401,25 @@ class LayoutAttr(ParametrizedAttribute):
     # Flattened [segments x members x (offset, size)].
     entries: ArrayAttr[IntAttr]
     num_members: IntAttr
+    segment_count: IntAttr
 
     def __init__(self, segments: Sequence[Sequence[tuple[int, int]]]):
         members = len(segments[0]) if segments else 0
         flat = [v for seg in segments for entry in seg for v in entry]
-        super().__init__(int_array(flat), IntAttr(members))
+        super().__init__(int_array(flat), IntAttr(members), IntAttr(len(segments)))
 
     @property
     def segments(self) -> list[list[tuple[int, int]]]:
         flat = ints(self.entries)
         m = self.num_members.data
         if m == 0:
-            return []
+            return [[] for _ in range(self.segment_count.data)]
         pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         return [pairs[i : i + m] for i in range(0, len(pairs), m)]
 
     @property
     def num_segments(self) -> int:
-        m = self.num_members.data
-        return len(self.entries.data) // (2 * m) if m else 0
+        return self.segment_count.data
 
     def static_width(self, segment: int) -> int:
         return sum(size for off, size in self.segments[segment] if off != DYNAMIC)
@@ -442,7 +443,7 @@ class LayoutAttr(ParametrizedAttribute):
         if len(lengths) > 1:
             parser.raise_error("every segment of a layout must list the same members")
         layout = LayoutAttr(segments)
-        return (layout.entries, layout.num_members)
+        return (layout.entries, layout.num_members, layout.segment_count)
 
     def print_parameters(self, printer: Printer) -> None:
         def entry(e: tuple[int, int]) -> None:
@@ -461,10 +462,10 @@ class LayoutAttr(ParametrizedAttribute):
             printer.print_string("]")
 
     def verify(self) -> None:
-        m = self.num_members.data
-        if m <= 0:
-            raise VerifyException("a layout needs at least one member")
-        if len(self.entries.data) % (2 * m):
+        m, n = self.num_members.data, self.segment_count.data
+        if n <= 0:
+            raise VerifyException("a layout needs at least one segment")
+        if len(self.entries.data) != 2 * m * n:
             raise VerifyException("layout entries do not form whole segments")
         for s, seg in enumerate(self.segments):
             static: list[tuple[int, int, int]] = []
@@ -734,7 +735,7 @@ class RouteOp(IRDLOperation):
             _check_float_1d(w, "routed weights")
 
 
-def _verify_lookup_common(op: LookupOp | LookupUpdateOp) -> TableAttr:
+def _verify_lookup_common(op: LookupOp | LookupUpdateOp | LookupGradOp) -> TableAttr:
     table = op.table
     if op.placement.table.data != table.name_str:
         raise VerifyException(
@@ -834,6 +835,70 @@ class LookupUpdateOp(IRDLOperation):
             )
 
 
+def _check_table_grad(type_: Attribute, table: TableAttr, what: str) -> None:
+    t = tensor_type(type_, what)
+    want = [table.rows.data, table.dim.data]
+    if t.get_shape() != tuple(want) and list(t.get_shape()) != want:
+        raise VerifyException(f"{what} must have the table's shape {want}, got {t}")
+    if t.element_type != table.dtype:
+        raise VerifyException(f"{what} has dtype {t.element_type} but table '{table.name_str}' has dtype {table.dtype}")
+
+
+@irdl_op_definition
+class LookupGradOp(IRDLOperation):
+    """The dense gradient of a small replicated (data-parallel) table, to be all-reduced."""
+
+    name = "sparse.lookup_grad"
+
+    lengths = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    weights = opt_operand_def(TensorType)
+    grad = operand_def(TensorType)
+    table_grad = result_def(TensorType)
+
+    table = prop_def(TableAttr)
+    placement = prop_def(PlacementAttr)
+    slots = prop_def(DenseArrayBase[I64])
+
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    assembly_format = (
+        "$lengths `,` $indices (`weights` $weights^ `:` type($weights))? `grad` $grad "
+        "`table` `=` qualified($table) `placement` `=` qualified($placement) `slots` `=` $slots "
+        "attr-dict `:` type($lengths) `,` type($indices) `,` type($grad) `->` type($table_grad)"
+    )
+
+    def verify_(self) -> None:
+        table = _verify_lookup_common(self)
+        _check_pooled(self.grad.type, table, f"gradient of table '{table.name_str}'")
+        _check_table_grad(self.table_grad.type, table, f"table gradient of '{table.name_str}'")
+
+
+@irdl_op_definition
+class ApplyUpdateOp(IRDLOperation):
+    """Apply the optimizer to a table from its (all-reduced) dense gradient."""
+
+    name = "sparse.apply_update"
+
+    table_grad = operand_def(TensorType)
+    table = prop_def(TableAttr)
+    placement = prop_def(PlacementAttr)
+    optimizer = prop_def(OptimizerAttr)
+
+    assembly_format = (
+        "$table_grad `table` `=` qualified($table) `placement` `=` qualified($placement) "
+        "`optimizer` `=` qualified($optimizer) attr-dict `:` type($table_grad)"
+    )
+
+    def verify_(self) -> None:
+        if self.placement.table.data != self.table.name_str:
+            raise VerifyException(
+                f"sparse.apply_update: placement is for table '{self.placement.table.data}' but the op updates "
+                f"table '{self.table.name_str}'"
+            )
+        _check_table_grad(self.table_grad.type, self.table, f"table gradient of '{self.table.name_str}'")
+
+
 def _member_width(type_: TensorType) -> int:
     """Elements per sample of a member: columns of a 2-D member, 1 for a static 1-D one."""
     shape = type_.get_shape()
@@ -872,7 +937,7 @@ def _verify_layout_members(op_name: str, layout: LayoutAttr, members: Sequence[S
         if not dynamic and len(mt.get_shape()) == 2 and width != DYNAMIC:
             sizes = {seg[i][1] for seg in layout.segments if seg[i][1]}
             for size in sizes:
-                if size % width:
+                if width == 0 or size % width:
                     raise VerifyException(
                         f"{op_name}: member {i} has {width} columns but the layout gives it {size} per sample"
                     )
@@ -905,12 +970,12 @@ class PackOp(IRDLOperation):
 
 @irdl_op_definition
 class UnpackOp(IRDLOperation):
-    """Split a segmented buffer back into its members; the inverse of `sparse.pack`."""
+    """Split a segmented buffer into members. Its layout may slice the buffer differently from the
+    `sparse.pack` that made it (e.g. pack per table, unpack per feature), but it must read the
+    same segments with the same widths."""
 
     name = "sparse.unpack"
 
-    buffer = operand_def_ = None
-    del buffer, operand_def_
     buffer = operand_def(TensorType)
     members = var_result_def(TensorType)
     layout = prop_def(LayoutAttr)
@@ -931,7 +996,18 @@ class UnpackOp(IRDLOperation):
                         f"but is unpacked as {b.type}"
                     )
         elif isinstance(src, PackOp):
-            raise VerifyException("sparse.unpack does not match its sparse.pack: the layouts differ")
+            packed, unpacked = src.layout, self.layout
+            if packed.num_segments != unpacked.num_segments:
+                raise VerifyException(
+                    f"sparse.unpack does not match its sparse.pack: {unpacked.num_segments} segments are read "
+                    f"but {packed.num_segments} were packed"
+                )
+            for seg in range(packed.num_segments):
+                if packed.static_width(seg) != unpacked.static_width(seg):
+                    raise VerifyException(
+                        f"sparse.unpack does not match its sparse.pack: segment {seg} holds "
+                        f"{packed.static_width(seg)} elements per sample but {unpacked.static_width(seg)} are read"
+                    )
 
 
 @irdl_op_definition
@@ -1007,7 +1083,17 @@ class FoldSingleMemberUnpack(RewritePattern):
 
 Sparse = Dialect(
     "sparse",
-    [EmbeddingBagCollectionOp, RouteOp, LookupOp, LookupUpdateOp, PackOp, UnpackOp, PermuteOp],
+    [
+        EmbeddingBagCollectionOp,
+        RouteOp,
+        LookupOp,
+        LookupUpdateOp,
+        LookupGradOp,
+        ApplyUpdateOp,
+        PackOp,
+        UnpackOp,
+        PermuteOp,
+    ],
     [TableAttr, FeatureAttr, PlacementAttr, OptimizerAttr, LayoutAttr],
 )
 
@@ -1022,6 +1108,8 @@ __all__ = [
     "RouteOp",
     "LookupOp",
     "LookupUpdateOp",
+    "LookupGradOp",
+    "ApplyUpdateOp",
     "PackOp",
     "UnpackOp",
     "PermuteOp",

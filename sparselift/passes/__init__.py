@@ -29,4 +29,9 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeadCodeElimination
 
-    return {"canonicalize": canonicalize, "cse": cse, "dce": dce}
+    def lift_sparse() -> type[ModulePass]:
+        from sparselift.passes.lift_sparse import LiftSparse
+
+        return LiftSparse
+
+    return {"lift-sparse": lift_sparse, "canonicalize": canonicalize, "cse": cse, "dce": dce}

@@ -8,7 +8,8 @@ balanced policy used by `sharding="auto"`:
 2. Tiny tables (at most `dp_max_bytes`, default 64 KiB): data-parallel. Replicating them costs
    nothing and removes them from every exchange.
 3. Tables larger than one rank's share of all table bytes (total / world size): row-wise over
-   every rank, in equal row ranges.
+   every rank, in equal row ranges (sum-pooled tables only: partial pools of a mean are not
+   exact, so mean-pooled tables stay table-wise).
 4. The rest: table-wise, greedily (largest first) onto the rank with the least load, where a
    table's load is the bytes it gathers per sample, `pooling_factor x dim x dtype bytes`.
 
@@ -39,6 +40,7 @@ class TableStats:
     dim: int
     dtype_bytes: int = 4
     pooling_factor: float = 1.0  # ids per sample, summed over the features that read the table
+    pooling: str = "sum"  # row-wise partial pools are sums: mean-pooled tables stay whole
 
     @property
     def bytes(self) -> int:
@@ -150,13 +152,24 @@ class ShardingPlan:
 
 
 def uniform_plan(kind: str, tables: Sequence[TableStats], world_size: int) -> ShardingPlan:
-    """Every table with the same kind: table_wise round-robin by load, row_wise even, or data_parallel."""
+    """Every table with the same kind: table_wise balanced by load, row_wise even, or data_parallel.
+
+    With row_wise, mean-pooled tables (and tables with fewer rows than ranks) stay table-wise:
+    row-wise partial pools of a mean are not exact.
+    """
     kind = PlacementKind(kind)
     if kind == PlacementKind.DATA_PARALLEL:
         return ShardingPlan(world_size, {t.name: TablePlacement.data_parallel() for t in tables})
     if kind == PlacementKind.ROW_WISE:
         ranks = list(range(world_size))
-        return ShardingPlan(world_size, {t.name: TablePlacement.row_wise_even(t.rows, ranks) for t in tables})
+        fixed = {
+            t.name: TablePlacement.row_wise_even(t.rows, ranks)
+            for t in tables
+            if t.pooling == "sum" and t.rows >= world_size
+        }
+        rest = [t for t in tables if t.name not in fixed]
+        plan = _balance_table_wise(rest, world_size, fixed)
+        return ShardingPlan(world_size, {t.name: plan.tables[t.name] for t in tables})
     return _balance_table_wise(tables, world_size, {})
 
 
@@ -191,7 +204,7 @@ def auto_shard(
     for t in tables:
         if t.bytes <= dp_max_bytes:
             fixed[t.name] = TablePlacement.data_parallel()
-        elif t.bytes > share and t.rows >= world_size:
+        elif t.bytes > share and t.rows >= world_size and t.pooling == "sum":
             fixed[t.name] = TablePlacement.row_wise_even(t.rows, list(range(world_size)))
             for r in range(world_size):
                 base_load[r] += t.load / world_size

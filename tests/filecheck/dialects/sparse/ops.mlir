@@ -117,6 +117,22 @@ func.func @lookup_update_adagrad(%l: tensor<?xi32>, %ix: tensor<?xi32>, %w: tens
   func.return
 }
 
+// The dense gradient of a replicated table (with and without weights) and its optimizer update.
+// CHECK-LABEL: func.func @lookup_grad_apply_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
+// CHECK-NEXT:    %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
+// CHECK-NEXT:    %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
+// CHECK-NEXT:    sparse.apply_update %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
+// CHECK-NEXT:    sparse.apply_update %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  }
+func.func @lookup_grad_apply_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
+  %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
+  %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
+  sparse.apply_update %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
+  sparse.apply_update %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+  func.return
+}
+
 // Two segments, a 2-D member, a 1-D static member, a jagged member, and a member absent
 // (size 0) from segment 1; an i32 member widened into the i64 buffer.
 // CHECK-LABEL: func.func @pack_unpack_layout(%a: tensor<?x4xi64>, %b: tensor<?xi32>, %c: tensor<?xi64>) -> (tensor<?x4xi64>, tensor<?xi32>, tensor<?xi64>) {
@@ -140,6 +156,31 @@ func.func @pack_unpack_on_rank(%x: tensor<?x16xf32>, %y: tensor<?x8xf32>) -> (te
   %buf = sparse.pack %x, %y layout = #sparse.layout<[[0 : 16, 16 : 8], [8 : 16, 0 : 8], [0 : 16, 16 : 0]]> on_rank 2 : tensor<?x16xf32>, tensor<?x8xf32> -> tensor<?xf32>
   %u:2 = sparse.unpack %buf layout = #sparse.layout<[[0 : 16, 16 : 8], [8 : 16, 0 : 8], [0 : 16, 16 : 0]]> on_rank 2 : tensor<?xf32> -> tensor<?x16xf32>, tensor<?x8xf32>
   func.return %u#0, %u#1 : tensor<?x16xf32>, tensor<?x8xf32>
+}
+
+// unpack may slice the buffer differently from its pack (pack per table, unpack per feature),
+// reading the same segments with the same widths.
+// CHECK-LABEL: func.func @pack_unpack_regroup(%x: tensor<?x32xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>) {
+// CHECK-NEXT:    %buf = sparse.pack %x layout = #sparse.layout<{{\[\[}}0 : 32], [0 : 0]]> : tensor<?x32xf32> -> tensor<?xf32>
+// CHECK-NEXT:    %u, %u_1 = sparse.unpack %buf layout = #sparse.layout<{{\[\[}}0 : 16, 16 : 16], [0 : 0, 0 : 0]]> : tensor<?xf32> -> tensor<?x16xf32>, tensor<?x16xf32>
+// CHECK-NEXT:    func.return %u, %u_1 : tensor<?x16xf32>, tensor<?x16xf32>
+// CHECK-NEXT:  }
+func.func @pack_unpack_regroup(%x: tensor<?x32xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>) {
+  %buf = sparse.pack %x layout = #sparse.layout<[[0 : 32], [0 : 0]]> : tensor<?x32xf32> -> tensor<?xf32>
+  %u:2 = sparse.unpack %buf layout = #sparse.layout<[[0 : 16, 16 : 16], [0 : 0, 0 : 0]]> : tensor<?xf32> -> tensor<?x16xf32>, tensor<?x16xf32>
+  func.return %u#0, %u#1 : tensor<?x16xf32>, tensor<?x16xf32>
+}
+
+// A layout without members: the empty buffer of a rank that serves no table.
+// CHECK-LABEL: func.func @pack_unpack_empty() -> tensor<?xi64> {
+// CHECK-NEXT:    %buf = sparse.pack layout = #sparse.layout<{{\[\[}}], []]> : -> tensor<?xi64>
+// CHECK-NEXT:    sparse.unpack %buf layout = #sparse.layout<{{\[\[}}], []]> : tensor<?xi64> ->
+// CHECK-NEXT:    func.return %buf : tensor<?xi64>
+// CHECK-NEXT:  }
+func.func @pack_unpack_empty() -> tensor<?xi64> {
+  %buf = sparse.pack layout = #sparse.layout<[[], []]> : -> tensor<?xi64>
+  sparse.unpack %buf layout = #sparse.layout<[[], []]> : tensor<?xi64> ->
+  func.return %buf : tensor<?xi64>
 }
 
 // A single-member, single-segment layout (the shape that canonicalize folds).
