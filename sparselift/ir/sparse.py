@@ -26,6 +26,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TensorType,
+    i32,
+    i64,
 )
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
@@ -42,7 +44,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.parser import AttrParser
+from xdsl.parser import AttrParser, Parser
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.printer import Printer
 from xdsl.traits import HasCanonicalizationPatternsTrait, Pure
@@ -801,12 +803,17 @@ class LookupOp(IRDLOperation):
 
 @irdl_op_definition
 class LookupUpdateOp(IRDLOperation):
-    """Table-local backward fused with the optimizer update (no gradient tensor is materialized)."""
+    """Table-local backward fused with the optimizer update.
+
+    Two forms: from pooled gradients (`lengths, indices [weights] grad %g : [bags, dim * slots]`),
+    which never materializes a table-sized gradient; or from a dense table gradient
+    (`grad %g : [rows, dim]`), used for replicated tables after their gradient is all-reduced.
+    """
 
     name = "sparse.lookup_update"
 
-    lengths = operand_def(TensorType)
-    indices = operand_def(TensorType)
+    lengths = opt_operand_def(TensorType)
+    indices = opt_operand_def(TensorType)
     weights = opt_operand_def(TensorType)
     grad = operand_def(TensorType)
 
@@ -817,14 +824,90 @@ class LookupUpdateOp(IRDLOperation):
 
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
-    assembly_format = (
-        "$lengths `,` $indices (`weights` $weights^ `:` type($weights))? `grad` $grad "
-        "`table` `=` qualified($table) `placement` `=` qualified($placement) `slots` `=` $slots `optimizer` `=` qualified($optimizer) "
-        "attr-dict `:` type($lengths) `,` type($indices) `,` type($grad)"
-    )
+    @classmethod
+    def parse(cls, parser: Parser) -> LookupUpdateOp:
+        lengths = parser.parse_optional_unresolved_operand()
+        indices = weights = None
+        if lengths is not None:
+            parser.parse_punctuation(",")
+            indices = parser.parse_unresolved_operand()
+        if parser.parse_optional_keyword("weights") is not None:
+            w = parser.parse_unresolved_operand()
+            parser.parse_punctuation(":")
+            weights = parser.resolve_operand(w, parser.parse_type())
+        parser.parse_keyword("grad")
+        grad = parser.parse_unresolved_operand()
+        props: dict[str, Attribute] = {}
+        for key in ("table", "placement", "slots", "optimizer"):
+            parser.parse_keyword(key)
+            parser.parse_punctuation("=")
+            if key == "slots":
+                values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+                props[key] = DenseArrayBase.from_list(i64, values)
+            else:
+                props[key] = parser.parse_attribute()
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        unresolved = [u for u in (lengths, indices) if u is not None] + [grad]
+        if len(types) != len(unresolved):
+            parser.raise_error(f"expected {len(unresolved)} operand types, got {len(types)}")
+        resolved = [parser.resolve_operand(u, t) for u, t in zip(unresolved, types)]
+        grad_value = resolved.pop()
+        segments = [len(resolved) // 2, len(resolved) // 2, int(weights is not None), 1]
+        op = cls.create(
+            operands=[*resolved[:1], *resolved[1:2], *([weights] if weights is not None else []), grad_value],
+            properties=props | {"operandSegmentSizes": DenseArrayBase.from_list(i32, segments)},
+            attributes=attrs,
+        )
+        return op
+
+    def print(self, printer: Printer) -> None:
+        if self.lengths is not None:
+            printer.print_string(" ")
+            printer.print_operand(self.lengths)
+            printer.print_string(", ")
+            printer.print_operand(self.indices)
+        if self.weights is not None:
+            printer.print_string(" weights ")
+            printer.print_operand(self.weights)
+            printer.print_string(" : ")
+            printer.print_attribute(self.weights.type)
+        printer.print_string(" grad ")
+        printer.print_operand(self.grad)
+        for key in ("table", "placement"):
+            printer.print_string(f" {key} = ")
+            printer.print_attribute(self.properties[key])
+        printer.print_string(" slots = ")
+        print_int_list(printer, list(self.slots.get_values()))
+        printer.print_string(" optimizer = ")
+        printer.print_attribute(self.optimizer)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_list([v.type for v in (self.lengths, self.indices) if v is not None] + [self.grad.type], printer.print_attribute)
+
+    @property
+    def dense(self) -> bool:
+        """True for the dense-gradient form."""
+        return self.lengths is None
 
     def verify_(self) -> None:
-        table = _verify_lookup_common(self)
+        table = self.table
+        if self.dense:
+            if self.indices is not None or self.weights is not None:
+                raise VerifyException(
+                    f"sparse.lookup_update of table '{table.name_str}': indices and weights need lengths"
+                )
+            if self.placement.table.data != table.name_str:
+                raise VerifyException(
+                    f"sparse.lookup_update: placement is for table '{self.placement.table.data}' but the op "
+                    f"updates table '{table.name_str}'"
+                )
+            _check_table_grad(self.grad.type, table, f"dense gradient of table '{table.name_str}'")
+            return
+        if self.indices is None:
+            raise VerifyException(f"sparse.lookup_update of table '{table.name_str}': lengths need indices")
+        _verify_lookup_common(self)
         _check_pooled(self.grad.type, table, f"gradient of table '{table.name_str}'")
         width = dim(tensor_type(self.grad, ""), 1)
         want = table.dim.data * len(self.slots)
@@ -872,31 +955,6 @@ class LookupGradOp(IRDLOperation):
         table = _verify_lookup_common(self)
         _check_pooled(self.grad.type, table, f"gradient of table '{table.name_str}'")
         _check_table_grad(self.table_grad.type, table, f"table gradient of '{table.name_str}'")
-
-
-@irdl_op_definition
-class ApplyUpdateOp(IRDLOperation):
-    """Apply the optimizer to a table from its (all-reduced) dense gradient."""
-
-    name = "sparse.apply_update"
-
-    table_grad = operand_def(TensorType)
-    table = prop_def(TableAttr)
-    placement = prop_def(PlacementAttr)
-    optimizer = prop_def(OptimizerAttr)
-
-    assembly_format = (
-        "$table_grad `table` `=` qualified($table) `placement` `=` qualified($placement) "
-        "`optimizer` `=` qualified($optimizer) attr-dict `:` type($table_grad)"
-    )
-
-    def verify_(self) -> None:
-        if self.placement.table.data != self.table.name_str:
-            raise VerifyException(
-                f"sparse.apply_update: placement is for table '{self.placement.table.data}' but the op updates "
-                f"table '{self.table.name_str}'"
-            )
-        _check_table_grad(self.table_grad.type, self.table, f"table gradient of '{self.table.name_str}'")
 
 
 def _member_width(type_: TensorType) -> int:
@@ -1089,7 +1147,6 @@ Sparse = Dialect(
         LookupOp,
         LookupUpdateOp,
         LookupGradOp,
-        ApplyUpdateOp,
         PackOp,
         UnpackOp,
         PermuteOp,
@@ -1109,7 +1166,6 @@ __all__ = [
     "LookupOp",
     "LookupUpdateOp",
     "LookupGradOp",
-    "ApplyUpdateOp",
     "PackOp",
     "UnpackOp",
     "PermuteOp",

@@ -11,7 +11,8 @@ Per sharding group (world size W > 1):
   shard and `coll.reduce_scatter` sums the partial pools onto the sample's rank. Backward: every
   shard owner receives all pooled gradients of every rank.
 - data_parallel: local lookups; backward computes each table's dense gradient
-  (`sparse.lookup_grad`), `coll.all_reduce`s it and applies it (`sparse.apply_update`).
+  (`sparse.lookup_grad`), `coll.all_reduce`s it and applies it (`sparse.lookup_update` in its
+  dense-gradient form).
 
 World size 1 emits no collective at all. Afterwards no opaque op is left and every table is
 looked up once and updated once per step; the pass checks both.
@@ -42,7 +43,6 @@ from xdsl.utils.exceptions import PassFailedException
 from sparselift.ir.coll import AllReduceOp, AllToAllOp, GroupAttr, ReduceScatterOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
-    ApplyUpdateOp,
     EmbeddingBagCollectionOp,
     FeatureAttr,
     LayoutAttr,
@@ -375,9 +375,10 @@ class _GroupLifter:
                     operands=[tg.table_grad], result_types=[dense_type],
                     properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
                 ), self._next())
-                self._insert(ApplyUpdateOp.create(
+                self._insert(LookupUpdateOp.create(
                     operands=[reduced.result],
-                    properties={"table": lookup.table, "placement": lookup.placement, "optimizer": self.optimizer},
+                    properties=common | {"optimizer": self.optimizer,
+                                         "operandSegmentSizes": _segments(0, 0, 0, 1)},
                 ), self._next())
             else:
                 self._insert(LookupUpdateOp.create(
@@ -417,7 +418,7 @@ def verify_lifted(module: ModuleOp) -> None:
                 )
             if isinstance(op, LookupOp):
                 looked[op.table.name_str] = looked.get(op.table.name_str, 0) + 1
-            if isinstance(op, LookupUpdateOp | ApplyUpdateOp):
+            if isinstance(op, LookupUpdateOp):
                 updated[op.table.name_str] = updated.get(op.table.name_str, 0) + 1
         for table in sorted(set(looked) | set(updated)):
             if looked.get(table, 0) != 1 or updated.get(table, 0) != 1:

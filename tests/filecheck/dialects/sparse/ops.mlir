@@ -118,18 +118,18 @@ func.func @lookup_update_adagrad(%l: tensor<?xi32>, %ix: tensor<?xi32>, %w: tens
 }
 
 // The dense gradient of a replicated table (with and without weights) and its optimizer update.
-// CHECK-LABEL: func.func @lookup_grad_apply_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
+// CHECK-LABEL: func.func @lookup_grad_dense_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
 // CHECK-NEXT:    %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
 // CHECK-NEXT:    %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
-// CHECK-NEXT:    sparse.apply_update %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
-// CHECK-NEXT:    sparse.apply_update %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+// CHECK-NEXT:    sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
+// CHECK-NEXT:    sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
-func.func @lookup_grad_apply_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
+func.func @lookup_grad_dense_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
   %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
   %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
-  sparse.apply_update %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
-  sparse.apply_update %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+  sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
+  sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
   func.return
 }
 

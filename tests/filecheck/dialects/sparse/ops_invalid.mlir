@@ -697,7 +697,7 @@ func.func @lookup_update_grad_width_slots(%l: tensor<?xi32>, %i: tensor<?xi64>, 
 // -----
 
 //===----------------------------------------------------------------------===//
-// sparse.lookup_grad / sparse.apply_update
+// sparse.lookup_grad / sparse.lookup_update (dense-gradient form)
 //===----------------------------------------------------------------------===//
 
 // The placement is for the table whose gradient is computed.
@@ -737,18 +737,18 @@ func.func @lookup_grad_table_grad_dtype(%l: tensor<?xi32>, %i: tensor<?xi64>, %g
 // -----
 
 // The placement is for the table that is updated.
-// CHECK: sparse.apply_update: placement is for table 't1' but the op updates table 't0'
-func.func @apply_update_placement_other_table(%tg: tensor<10x8xf32>) {
-  sparse.apply_update %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+// CHECK: sparse.lookup_update: placement is for table 't1' but the op updates table 't0'
+func.func @dense_update_placement_other_table(%tg: tensor<10x8xf32>) {
+  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
   func.return
 }
 
 // -----
 
 // The applied gradient has the table's [rows, dim] shape.
-// CHECK: table gradient of 't0' must have the table's shape [10, 8], got tensor<8x10xf32>
-func.func @apply_update_shape(%tg: tensor<8x10xf32>) {
-  sparse.apply_update %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<8x10xf32>
+// CHECK: dense gradient of table 't0' must have the table's shape [10, 8], got tensor<8x10xf32>
+func.func @dense_update_shape(%tg: tensor<8x10xf32>) {
+  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<8x10xf32>
   func.return
 }
 
@@ -897,4 +897,13 @@ func.func @permute_result_count(%a: tensor<?x16xf32>, %b: tensor<?x16xf32>) -> t
 func.func @permute_types(%a: tensor<?x16xf32>, %b: tensor<?x8xf32>) -> (tensor<?x16xf32>, tensor<?x8xf32>) {
   %r:2 = sparse.permute %a, %b order = [1, 0] : tensor<?x16xf32>, tensor<?x8xf32> -> tensor<?x16xf32>, tensor<?x8xf32>
   func.return %r#0, %r#1 : tensor<?x16xf32>, tensor<?x8xf32>
+}
+
+// -----
+
+// The dense-gradient form of lookup_update takes no weights (they need lengths and indices).
+// CHECK: sparse.lookup_update of table 't0': indices and weights need lengths
+func.func @dense_update_with_weights(%tg: tensor<10x8xf32>, %w: tensor<?xf32>) {
+  sparse.lookup_update weights %w : tensor<?xf32> grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+  func.return
 }
