@@ -9,4 +9,10 @@ from xdsl.utils.target import Target
 
 def get_all_targets() -> dict[str, Callable[[], type[Target]]]:
     """Factories for SparseLift's output targets (`sparselift-opt -t NAME`)."""
-    return {}
+
+    def plan_module() -> type[Target]:
+        from sparselift.codegen.plan_module import PlanModuleTarget
+
+        return PlanModuleTarget
+
+    return {"plan-module": plan_module}

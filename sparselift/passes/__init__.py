@@ -34,4 +34,21 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LiftSparse
 
-    return {"lift-sparse": lift_sparse, "canonicalize": canonicalize, "cse": cse, "dce": dce}
+    def print_srsv() -> type[ModulePass]:
+        from sparselift.passes.srsv import PrintSRSV
+
+        return PrintSRSV
+
+    def annotate_cost() -> type[ModulePass]:
+        from sparselift.passes.annotate_cost import AnnotateCost
+
+        return AnnotateCost
+
+    return {
+        "lift-sparse": lift_sparse,
+        "print-srsv": print_srsv,
+        "annotate-cost": annotate_cost,
+        "canonicalize": canonicalize,
+        "cse": cse,
+        "dce": dce,
+    }

@@ -1,0 +1,162 @@
+"""`annotate-cost{profile=cpu-gloo}`: put an analytic `#sched.cost` on every op of every step.
+
+Every op of a `sched.step` (nested ops and terminators included) gets the discardable attribute
+`cost = #sched.cost<bytes = .., lookups = .., est_us = ..>`, with sizes from the step's SRSV
+(`sparselift.passes.srsv`) and times from a hardware profile (`sparselift.passes.profiles`; the
+option is a built-in profile name or a path to a JSON profile). Per op, on its busiest rank:
+
+- `sparse.lookup`: the rows gathered (`lookups x dim x dtype bytes`) over the random-gather
+  bandwidth, plus `lookup_overhead_us` and `kernel_launch_us`.
+- `sparse.lookup_update` (pooled form): the same rows, `update_factor` times (read the row and
+  the gradient, write the row back), plus the overheads; in its dense form (a whole-table
+  gradient) it streams the table, the gradient and the updated table (3 x table bytes).
+- `sparse.lookup_grad`: zero-fills the table-sized gradient and scatters the rows into it.
+- `coll.*`: `coll_alpha_us` + max over the group's ranks of (`coll_peer_alpha_us` per peer
+  message + the bytes sent to each peer x that link's per-byte time). An all-to-all or a
+  reduce-scatter talks to `G-1` peers, a ring all-reduce takes `2 (G-1)` steps; `bytes` is the
+  largest number of bytes one rank sends. `coll.wait` costs nothing (its start carries the time).
+- `sparse.pack` / `sparse.unpack`: the buffer's bytes over the copy bandwidth plus a launch;
+  `sparse.route`: the ids/offsets it reads and the buckets it writes over the copy bandwidth plus
+  a launch; `sparse.permute` only renames values (no bytes, no time).
+- `sched.dense`: FLOPs over `flops_per_s`. The IR does not say how many FLOPs a dense region
+  has; the pass reads an optional `flops` attribute on the op (an integer, `IntAttr` or an
+  integer `StringAttr`, which the frontend is to write) and treats a missing one as 0 FLOPs.
+- `sched.kernel` (a generated fused kernel the IR cannot size): one launch.
+- everything else (`sched.yield`, `sched.parallel`, ...): zero.
+
+The step itself gets `cost` with the summed `bytes` and `lookups` of its ops and, as `est_us`,
+the critical-path length of its SRSV graph under these costs (independent ops overlap; see
+`SRSV.critical_path`). The pass only sets attributes: it never creates, moves or deletes an op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from sparselift.ir.coll import AllReduceOp
+from sparselift.ir.sched import CostAttr, DenseOp, KernelOp, StepOp
+from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, RouteOp, UnpackOp
+from sparselift.passes.profiles import HardwareProfile, load_profile
+from sparselift.passes.srsv import (
+    COLLECTIVE_OPS,
+    SRSV,
+    CollectiveEntry,
+    Sizer,
+    attr_int,
+    build_srsv,
+    step_ops,
+    steps_of,
+)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    bytes: float = 0.0
+    lookups: float = 0.0
+    est_us: float = 0.0
+
+    def attr(self) -> CostAttr:
+        return CostAttr(round(self.bytes), round(self.lookups), round(self.est_us, 3))
+
+
+def collective_cost(entry: CollectiveEntry, profile: HardwareProfile) -> OpCost:
+    """alpha + max over ranks of (per-peer alpha x messages + bytes to each peer x beta)."""
+    g = entry.size
+    ranks = entry.group_ranks
+    if isinstance(entry.op, AllReduceOp):
+        messages = 2 * (g - 1)
+    else:
+        messages = g - 1
+    worst = 0.0
+    for s in range(g):
+        t = profile.coll_peer_alpha_us * messages
+        for p, nbytes in enumerate(entry.bytes_matrix[s]):
+            if p != s:
+                t += nbytes * profile.beta_us_per_byte(ranks[s], ranks[p])
+        worst = max(worst, t)
+    return OpCost(bytes=entry.max_sent_bytes, est_us=profile.coll_alpha_us + worst)
+
+
+def dense_flops(op: DenseOp) -> int:
+    """The FLOPs the frontend wrote on a `sched.dense` (`flops` attribute), 0 when absent."""
+    value = attr_int(op.attributes.get("flops"))
+    return max(0, value or 0)
+
+
+def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -> OpCost:
+    """The analytic cost of one op of the step `view` describes."""
+    p = profile
+    fixed = p.kernel_launch_us + p.lookup_overhead_us
+    if isinstance(op, LookupOp):
+        t = view.table(op.table.name_str)
+        return OpCost(t.bytes_gathered, t.lookups_per_rank, fixed + p.gather_us(t.bytes_gathered))
+    if isinstance(op, LookupUpdateOp):
+        t = view.table(op.table.name_str)
+        if op.dense:
+            nbytes = 3 * t.max_table_bytes
+            return OpCost(nbytes, t.rows, fixed + 1.5 * p.copy_us(t.max_table_bytes))
+        return OpCost(
+            2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.update_factor * p.gather_us(t.bytes_gathered)
+        )
+    if isinstance(op, LookupGradOp):
+        t = view.table(op.table.name_str)
+        est = fixed + 0.5 * p.copy_us(t.max_table_bytes) + p.update_factor * p.gather_us(t.bytes_gathered)
+        return OpCost(t.max_table_bytes + 2 * t.bytes_gathered, t.lookups_per_rank, est)
+    if isinstance(op, COLLECTIVE_OPS):
+        return collective_cost(view.collective(op), p)
+    if isinstance(op, PackOp | UnpackOp):
+        nbytes = sizer.buffer_bytes(op)
+        return OpCost(nbytes, 0, p.kernel_launch_us + p.copy_us(nbytes))
+    if isinstance(op, RouteOp):
+        nbytes = sizer.route_bytes(op)
+        # `nbytes` counts reads and writes, as the copy bandwidth does.
+        return OpCost(nbytes, 0, p.kernel_launch_us + p.copy_us(nbytes / 2))
+    if isinstance(op, DenseOp):
+        return OpCost(0, 0, p.flops_us(dense_flops(op)))
+    if isinstance(op, KernelOp):
+        return OpCost(0, 0, p.kernel_launch_us)
+    return OpCost()
+
+
+def annotate_step(step: StepOp, profile: HardwareProfile, batch: int | None = None) -> float:
+    """Set `cost` on every op of `step` and on the step; return the predicted step time (us)."""
+    view = build_srsv(step, batch)
+    sizer = Sizer(view.world_size, view.batch)
+    total_bytes = total_lookups = 0.0
+    for op, _ in list(step_ops(step)):
+        cost = op_cost(op, view, profile, sizer)
+        op.attributes["cost"] = cost.attr()
+        total_bytes += cost.bytes
+        total_lookups += cost.lookups
+    length, _ = view.critical_path()
+    step.attributes["cost"] = CostAttr(round(total_bytes), round(total_lookups), round(length, 3))
+    return length
+
+
+@dataclass(frozen=True)
+class AnnotateCost(ModulePass):
+    """Attach an analytic `#sched.cost` to every op and a predicted total to every step."""
+
+    name = "annotate-cost"
+
+    profile: str = "cpu-gloo"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        try:
+            profile = load_profile(self.profile)
+        except ValueError as e:
+            raise PassFailedException(f"annotate-cost: {e}") from None
+        for step in steps_of(op):
+            try:
+                annotate_step(step, profile)
+            except ValueError as e:
+                raise PassFailedException(f"annotate-cost: {e}") from None
+
+
+__all__ = ["AnnotateCost", "OpCost", "annotate_step", "op_cost", "collective_cost", "dense_flops"]

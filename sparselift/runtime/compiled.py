@@ -1,0 +1,272 @@
+"""`sparselift.compile`: export, lift and emit a plan, then run it as an `nn.Module` on this rank.
+
+The compiled module takes the same inputs as the model (one local batch per rank) and returns
+the same outputs. Dense regions keep their parameters and train with ordinary autograd; dense
+gradients are averaged across ranks at the end of backward (unless `dense_sync=False`).
+Embedding tables live in the plan, sharded as planned, and are updated in backward by the fused
+optimizer. `grad_reduction="mean"` gives exactly single-process training on the global batch;
+`"sum"` is TorchRec's semantics (embedding gradients summed over ranks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+import torch.distributed as dist
+import torch.utils._pytree as pytree
+from torch import nn
+
+from sparselift.codegen.plan_module import emit_plan_module
+from sparselift.frontend.export import export
+from sparselift.frontend.program import SparseProgram
+from sparselift.optim import SGD, RowWiseAdagrad
+from sparselift.passes.sharding import PlacementKind, ShardingPlan
+
+log = logging.getLogger("sparselift")
+
+
+@attrs.frozen
+class CompileOptions:
+    grad_reduction: str = attrs.field(default="mean", validator=attrs.validators.in_(("mean", "sum")))
+    dense_sync: bool = True
+    kernels: str = attrs.field(default="reference", validator=attrs.validators.in_(("reference", "generated")))
+    cache_dir: str | None = None  # default: $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift
+
+
+def cache_dir(options: CompileOptions) -> Path:
+    path = Path(options.cache_dir or os.environ.get("SPARSELIFT_CACHE_DIR") or Path.home() / ".cache" / "sparselift")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@attrs.define
+class Plan:
+    """What `compiled.plan` shows: the IR, the generated module and where it lives."""
+
+    ir_text: str
+    source: str
+    path: Path
+    hash: str
+    program: SparseProgram
+
+    def explain(self) -> str:
+        lines = [f"plan {self.hash} ({self.path})", self.program.sharding.describe()]
+        lines += [f"groups: {', '.join(self.program.groups)}"]
+        return "\n".join(lines)
+
+
+def _load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shared_stats_and_plan(model, example_inputs, world, sharding, pg):
+    """Decide on rank 0 (stats and placement) and broadcast, so every rank builds the same plan."""
+    payload = [None]
+    if world == 1 or dist.get_rank(pg) == 0:
+        program = export(model, example_inputs, world_size=world, sharding=sharding)
+        payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
+    plan_json, stats = payload[0]
+    return ShardingPlan.from_json(plan_json), stats
+
+
+class CompiledModel(nn.Module):
+    """One rank's view of a compiled model."""
+
+    def __init__(self, program: SparseProgram, plan: Plan, plan_cls, rank: int, world: int, pg, optimizer,
+                 options: CompileOptions, model_tables: Mapping[str, torch.Tensor]):
+        super().__init__()
+        self.program = program
+        self.plan = plan
+        self.rank, self.world, self.pg = rank, world, pg
+        self.options = options
+        self.regions = nn.ModuleDict(program.regions)
+        self.optimizer = optimizer
+        tables, states = {}, {}
+        for info in program.tables:
+            placement = program.sharding[info.name]
+            owners = placement.owners(world)
+            if rank not in owners:
+                continue
+            full = model_tables[info.param].detach()
+            if placement.kind == PlacementKind.ROW_WISE:
+                i = placement.ranks.index(rank)
+                shard = full[placement.row_bounds[i] : placement.row_bounds[i + 1]]
+            else:
+                shard = full
+            tables[info.name] = shard.clone().contiguous()
+            if optimizer.kind == "rowwise_adagrad":
+                states[info.name] = torch.zeros(shard.shape[0], dtype=torch.float32)
+        self.tables, self.states = tables, states
+        self.runner = plan_cls(
+            rank=rank, world_size=world, regions=dict(self.regions), tables=tables, states=states,
+            process_group=pg, grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
+        )
+        self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
+        self._sync_queued = False
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, *inputs):
+        flat = pytree.tree_leaves((inputs, {}))
+        tensors = [flat[i] for i in self.program.tensor_inputs]
+        outputs = self.runner.forward(*tensors)
+        if self.world > 1 and self.options.dense_sync and torch.is_grad_enabled():
+            for out in outputs:
+                if isinstance(out, torch.Tensor) and out.requires_grad:
+                    out.register_hook(self._queue_dense_sync)
+        if self.program.out_spec is not None:
+            return pytree.tree_unflatten(list(outputs), self.program.out_spec)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _queue_dense_sync(self, grad):
+        if not self._sync_queued:
+            self._sync_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._sync_dense_grads)
+        return grad
+
+    def _sync_dense_grads(self) -> None:
+        """Average dense gradients over ranks in one flat all-reduce (same order on every rank)."""
+        self._sync_queued = False
+        grads = []
+        for p in self._dense_params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.pg)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def dense_named_parameters(self):
+        """Dense parameters under the original model's names."""
+        seen = set()
+        for region in self.regions.values():
+            for name, p in region.named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield name, p
+
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401 - original keys
+        """The original model's keys: dense parameters and whole tables (shards gathered; collective)."""
+        out = {name: p.detach().clone() for name, p in self.dense_named_parameters()}
+        for info in self.program.tables:
+            out[info.param] = self._gather_table(info)
+        return out
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True):
+        missing = []
+        with torch.no_grad():
+            for name, p in self.dense_named_parameters():
+                if name in state_dict:
+                    p.copy_(state_dict[name])
+                else:
+                    missing.append(name)
+            for info in self.program.tables:
+                if info.param not in state_dict:
+                    missing.append(info.param)
+                    continue
+                if info.name in self.tables:
+                    self.tables[info.name].copy_(self._local_slice(info, state_dict[info.param]))
+        if strict and missing:
+            raise KeyError(f"load_state_dict: missing keys {missing}")
+        return missing
+
+    def _local_slice(self, info, full: torch.Tensor) -> torch.Tensor:
+        placement = self.program.sharding[info.name]
+        if placement.kind == PlacementKind.ROW_WISE:
+            i = placement.ranks.index(self.rank)
+            return full[placement.row_bounds[i] : placement.row_bounds[i + 1]]
+        return full
+
+    def _gather_table(self, info) -> torch.Tensor:
+        placement = self.program.sharding[info.name]
+        if self.world == 1 or placement.kind == PlacementKind.DATA_PARALLEL:
+            return self.tables[info.name].detach().clone()
+        full = torch.zeros(info.rows, info.dim, dtype=info.dtype)
+        if placement.kind == PlacementKind.TABLE_WISE:
+            if self.rank == placement.ranks[0]:
+                full.copy_(self.tables[info.name])
+        else:
+            i = placement.ranks.index(self.rank) if self.rank in placement.ranks else None
+            if i is not None:
+                full[placement.row_bounds[i] : placement.row_bounds[i + 1]] = self.tables[info.name]
+        dist.all_reduce(full, group=self.pg)  # exactly one rank holds each row; the others add zeros
+        return full
+
+    def table(self, name: str) -> torch.Tensor:
+        """The whole table `name` (IR name or parameter FQN), gathered from its shards (collective)."""
+        for info in self.program.tables:
+            if name in (info.name, info.param):
+                return self._gather_table(info)
+        raise KeyError(f"no table '{name}'")
+
+
+def compile(  # noqa: A001 - the public API mirrors torch.compile
+    model: nn.Module,
+    example_inputs: tuple,
+    *,
+    sharding: str | ShardingPlan = "auto",
+    sparse_optimizer: SGD | RowWiseAdagrad | None = None,
+    process_group=None,
+    options: CompileOptions | None = None,
+) -> CompiledModel:
+    """Compile `model`'s sparse path for the current process group (world size 1 without one)."""
+    options = options or CompileOptions()
+    optimizer = sparse_optimizer or SGD()
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    distributed = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(process_group) if distributed else 1
+    rank = dist.get_rank(process_group) if distributed else 0
+    plan_choice, stats = _shared_stats_and_plan(model, example_inputs, world, sharding, process_group)
+    program = export(model, example_inputs, world_size=world, sharding=plan_choice, stats=stats)
+
+    from xdsl.passes import PassPipeline
+
+    from sparselift.passes import get_all_passes
+
+    from sparselift.ir._syntax import format_float
+
+    spec = (
+        f"lift-sparse{{optimizer={optimizer.kind} lr={format_float(optimizer.lr)} eps={format_float(optimizer.eps)}}}"
+    )
+    PassPipeline.parse_spec(get_all_passes(), spec).apply(_ctx(), program.module)
+    ir_text = program.text
+    source = emit_plan_module(program.module)
+    digest = hashlib.sha256((ir_text + source + torch.__version__).encode()).hexdigest()[:16]
+    path = cache_dir(options) / f"plan_{digest}.py"
+    if path.exists() and path.read_text() == source:
+        log.info("sparselift: plan %s found in the cache (%s); nothing rebuilt", digest, path)
+    else:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+        log.info("sparselift: plan %s written to %s", digest, path)
+    module = _load_module(path, f"sparselift_plan_{digest}")
+    plan = Plan(ir_text, source, path, digest, program)
+    tables = {name: p for name, p in model.named_parameters()}
+    return CompiledModel(program, plan, module.Plan, rank, world, process_group, optimizer, options, tables)
+
+
+def _ctx():
+    from sparselift.ir import make_context
+
+    return make_context()

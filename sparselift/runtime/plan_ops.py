@@ -1,0 +1,249 @@
+"""What generated plan modules call: collectives over torch.distributed and the sparse ops.
+
+`PlanBase` holds one rank's state (its table shards, optimizer state, process group, dense
+regions). Each sparse segment runs as the custom op `sparselift::segment`, registered with
+`register_fake` and `register_autograd`, so the dense regions around it train with ordinary
+autograd (and trace under torch.compile); the segment's backward applies the fused optimizer
+update to the tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sparselift.runtime import reference as ref
+from sparselift.runtime.reference import RouteFeature
+
+__all__ = [
+    "PlanBase",
+    "RouteFeature",
+    "route",
+    "all_to_all",
+    "all_to_all_dynamic",
+    "wait",
+    "lookup",
+    "lookup_update",
+    "lookup_grad",
+    "dense_update",
+    "pack",
+    "unpack",
+    "reduce_scatter",
+    "all_reduce",
+]
+
+_PLANS: dict[int, PlanBase] = {}
+_HANDLES = itertools.count(1)
+
+
+class PlanBase:
+    """One rank's executor for a generated plan (subclassed by the plan module's `Plan`)."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        regions: dict[str, torch.nn.Module],
+        tables: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor],
+        process_group: Any = None,
+        grad_scale: float = 1.0,
+        kernels: Any = None,
+    ):
+        self.rank = rank
+        self.world = world_size
+        self.regions = regions
+        self.tables = tables
+        self.states = states
+        self.pg = process_group
+        self.grad_scale = grad_scale
+        self.kernels = kernels  # generated kernels; None selects the reference lowering
+        self.batch = 0
+        self.timer = None  # a StageTimer in benchmark mode
+        self.grad_anchor = torch.zeros((), requires_grad=True)
+        self.handle = next(_HANDLES)
+        _PLANS[self.handle] = self
+
+    def close(self) -> None:
+        _PLANS.pop(self.handle, None)
+
+    def dense(self, name: str, *args):
+        out = self.regions[name](*args)
+        if name == "sparse_inputs":  # per-feature (ids, offsets, weights) -> flat, weights only if present
+            return tuple(x for triple in out for x in triple if x is not None)
+        return tuple(out) if isinstance(out, list | tuple) else (out,)
+
+    def segment(self, index: int, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        n_out = self.SEGMENTS[index][0]  # type: ignore[attr-defined]
+        # The anchor is the segment's one differentiable input: without it autograd would never
+        # call the segment's backward (ids and offsets carry no gradient).
+        anchor = self.grad_anchor if torch.is_grad_enabled() else self.grad_anchor.detach()
+        return list(torch.ops.sparselift.segment(self.handle, index, [anchor, *inputs])[:n_out])
+
+    def fake_segment(self, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        batch_input, outputs, saved = self.SEGMENT_SHAPES[index]  # type: ignore[attr-defined]
+        batch = inputs[1 + batch_input].shape[0] - 1
+        ctx = torch.library.get_ctx()
+        result = [inputs[0].new_empty(batch, width, dtype=getattr(torch, dt)) for width, dt in outputs]
+        result += [inputs[0].new_empty(ctx.new_dynamic_size(), dtype=getattr(torch, dt)) for dt in saved]
+        return result
+
+    # Called by the custom op.
+    def run_segment_forward(self, index: int, inputs: list[torch.Tensor]):
+        return getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
+
+    def run_segment_backward(self, index: int, grads: list[torch.Tensor | None], saved: list[torch.Tensor]):
+        return getattr(self, f"_segment_{index}_backward")(grads, saved)
+
+
+# ---- the custom op --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("sparselift::segment", mutates_args=())
+def _segment(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    plan = _PLANS[handle]
+    outputs, saved = plan.run_segment_forward(index, inputs)
+    # Custom ops may not return their inputs or one tensor twice: copy any alias.
+    seen: set[int] = {id(t) for t in inputs}
+    result = []
+    for t in [*outputs, *saved]:
+        if id(t) in seen:
+            t = t.clone()
+        seen.add(id(t))
+        result.append(t)
+    return result
+
+
+@_segment.register_fake
+def _segment_fake(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    plan = _PLANS[handle]
+    return plan.fake_segment(index, inputs)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    handle, index, tensors = inputs
+    plan = _PLANS[handle]
+    n_out = plan.SEGMENTS[index][0]
+    ctx.handle, ctx.index, ctx.n_inputs, ctx.n_out = handle, index, len(tensors), n_out
+    ctx.save_for_backward(*output[n_out:])
+
+
+def _backward(ctx, grads):
+    plan = _PLANS[ctx.handle]
+    plan.run_segment_backward(ctx.index, list(grads[: ctx.n_out]), list(ctx.saved_tensors))
+    return None, None, [None] * ctx.n_inputs
+
+
+_segment.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- ops ------------------------------------------------------------------------------------
+
+
+def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights):
+    plan.batch = offsets[0].numel() - 1
+    for f, i, o in zip(spec, ids, offsets):
+        ref.validate_feature(f.name, f.table, f.rows, i, o, plan.batch)
+    weighted = [f for f in spec if f.weighted]
+    wmap = {f.name: w for f, w in zip(weighted, weights)}
+    for f in weighted:
+        if wmap[f.name].numel() != ids[spec.index(f)].numel():
+            raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
+    return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted))
+
+
+class _Pending:
+    """An in-flight collective and what its wait returns."""
+
+    def __init__(self, works, finish):
+        self.works = works
+        self.finish = finish
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return self.finish()
+
+
+def all_to_all(plan: PlanBase, inputs, *, splits, role: str, async_op: bool = False):
+    x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
+    b = plan.batch
+    send = [splits[plan.rank][p] * b for p in range(plan.world)]
+    recv = [splits[s][plan.rank] * b for s in range(plan.world)]
+    out = torch.empty(sum(recv), dtype=x.dtype)
+    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (out,))
+    return pending if async_op else pending.wait()
+
+
+def all_to_all_dynamic(plan: PlanBase, inputs, send_splits, recv_splits=None, *, role: str, async_op: bool = False):
+    x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
+    if recv_splits is None:  # exchange the sizes first (one small all-to-all)
+        recv_splits = torch.empty_like(send_splits)
+        dist.all_to_all_single(recv_splits, send_splits, group=plan.pg)
+    send, recv = send_splits.tolist(), recv_splits.tolist()
+    out = torch.empty(sum(recv), dtype=x.dtype)
+    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (out, recv_splits))
+    return pending if async_op else pending.wait()
+
+
+def wait(pending: _Pending):
+    return pending.wait()
+
+
+def _kernel_or_ref(plan: PlanBase, name: str):
+    if plan.kernels is not None and hasattr(plan.kernels, name):
+        return getattr(plan.kernels, name)
+    return getattr(ref, name)
+
+
+def lookup(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling):
+    return _kernel_or_ref(plan, "lookup")(
+        plan.tables[table], lengths, indices, weights, slots, features_per_segment, plan.batch, pooling
+    )
+
+
+def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
+                  grad, optimizer, lr, eps):
+    _kernel_or_ref(plan, "lookup_update")(
+        plan.tables[table], plan.states.get(table), lengths, indices, weights, grad, slots, features_per_segment,
+        plan.batch, pooling, optimizer, lr, eps, plan.grad_scale,
+    )
+
+
+def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, grad):
+    return ref.lookup_grad(plan.tables[table], lengths, indices, weights, grad, slots, features_per_segment,
+                           plan.batch, pooling)
+
+
+def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
+    ref.dense_update(plan.tables[table], plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
+
+
+def pack(plan: PlanBase, members, layout, dtype):
+    return _kernel_or_ref(plan, "pack")(members, layout, plan.batch, dtype)
+
+
+def unpack(plan: PlanBase, buffer, layout, widths):
+    return _kernel_or_ref(plan, "unpack")(buffer, layout, plan.batch, widths)
+
+
+def reduce_scatter(plan: PlanBase, x, *, reduction: str):
+    """Sum over ranks, rank r keeps segment r (an all-to-all plus a local sum: gloo has no reduce-scatter)."""
+    chunks = x.numel() // plan.world
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x.contiguous(), group=plan.pg)
+    summed = out.reshape(plan.world, chunks).sum(dim=0)
+    return summed / plan.world if reduction == "mean" else summed
+
+
+def all_reduce(plan: PlanBase, x, *, reduction: str):
+    x = x.clone()
+    dist.all_reduce(x, group=plan.pg)
+    return x / plan.world if reduction == "mean" else x

@@ -1,0 +1,237 @@
+"""Reference (torch) lowering of the lifted sparse ops: the correctness oracle.
+
+Each function implements one op exactly as `docs/ir-semantics.md` defines it, for the rank it
+runs on. Generated kernels must match these bit for bit up to fp32 summation order; the planner
+compares them, and they are the "without code generation" ablation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+
+@attrs.frozen
+class RouteFeature:
+    """What `route` needs to know about one feature of its group."""
+
+    name: str
+    table: str
+    rows: int
+    kind: str  # table_wise | row_wise | data_parallel
+    ranks: tuple[int, ...]  # owner ranks (table_wise: one; row_wise: in row-range order)
+    row_bounds: tuple[int, ...]
+    weighted: bool
+
+
+def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offsets: torch.Tensor, batch: int) -> None:
+    """Raise ValueError naming the feature and table for any id or offset a kernel must not see."""
+    where = f"feature '{name}' (table '{table}')"
+    if ids.dim() != 1 or offsets.dim() != 1:
+        raise ValueError(f"{where}: ids and offsets must be 1-D, got shapes {tuple(ids.shape)} and {tuple(offsets.shape)}")
+    if ids.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{where}: ids and offsets must be int32 or int64, got {ids.dtype} and {offsets.dtype}")
+    if offsets.numel() != batch + 1:
+        raise ValueError(f"{where}: expected {batch + 1} offsets for a batch of {batch}, got {offsets.numel()}")
+    if int(offsets[0]) != 0 or int(offsets[-1]) != ids.numel():
+        raise ValueError(
+            f"{where}: offsets must start at 0 and end at the number of ids ({ids.numel()}), "
+            f"got {int(offsets[0])} .. {int(offsets[-1])}"
+        )
+    if batch and bool((offsets[1:] < offsets[:-1]).any()):
+        bad = int(torch.nonzero(offsets[1:] < offsets[:-1])[0])
+        raise ValueError(f"{where}: offsets decrease at bag {bad} ({int(offsets[bad])} -> {int(offsets[bad + 1])})")
+    if ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0:
+            raise ValueError(f"{where}: negative id {lo}")
+        if hi >= rows:
+            raise ValueError(f"{where}: id {hi} is out of range for a table of {rows} rows")
+
+
+def route(
+    features: Sequence[RouteFeature],
+    ids: Sequence[torch.Tensor],
+    offsets: Sequence[torch.Tensor],
+    weights: dict[str, torch.Tensor],
+    rank: int,
+    world: int,
+    with_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Bucket a group's local ids by destination rank (see `sparse.route`)."""
+    lengths_out, ids_out, w_out, splits = [], [], [], []
+    index_dtype = torch.int64
+    per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
+    for dest in range(world):
+        seg_ids = 0
+        for f, fid, flen in zip(features, ids, per_feature_lengths):
+            fw = weights.get(f.name)
+            if f.kind == "table_wise":
+                if f.ranks[0] != dest:
+                    continue
+                sel_ids, sel_len, sel_w = fid, flen, fw
+            elif f.kind == "data_parallel":
+                if dest != rank:
+                    continue
+                sel_ids, sel_len, sel_w = fid, flen, fw
+            else:  # row_wise: keep the ids of dest's row range, shifted to shard-local rows
+                if dest not in f.ranks:
+                    continue
+                i = f.ranks.index(dest)
+                lo, hi = f.row_bounds[i], f.row_bounds[i + 1]
+                keep = (fid >= lo) & (fid < hi)
+                bag = torch.repeat_interleave(torch.arange(flen.numel()), flen.long())
+                sel_len = torch.bincount(bag[keep], minlength=flen.numel()).to(torch.int32)
+                sel_ids = fid[keep] - lo
+                sel_w = None if fw is None else fw[keep]
+            lengths_out.append(sel_len)
+            ids_out.append(sel_ids.to(index_dtype))
+            if with_weights:
+                w_out.append(sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel()))
+            seg_ids += sel_ids.numel()
+        splits.append(seg_ids)
+    cat = lambda xs, dtype: torch.cat(xs) if xs else torch.empty(0, dtype=dtype)  # noqa: E731
+    return (
+        cat(lengths_out, torch.int32),
+        cat(ids_out, index_dtype),
+        torch.tensor(splits, dtype=torch.int64),
+        cat(w_out, torch.float32) if with_weights else None,
+    )
+
+
+def _bag_geometry(lengths: torch.Tensor, features_per_segment: int, batch: int):
+    """For each id: its bag's segment, feature slot and sample (bags are segment, feature, sample-major)."""
+    lengths = lengths.long()
+    bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    per_seg = features_per_segment * batch
+    segment = bag_of_id // per_seg
+    feature = (bag_of_id % per_seg) // batch
+    sample = bag_of_id % batch
+    return bag_of_id, segment, feature, sample
+
+
+def _per_id_scale(lengths, bag_of_id, weights, pooling):
+    scale = weights.to(torch.float32) if weights is not None else torch.ones(bag_of_id.numel())
+    if pooling == "mean":
+        scale = scale / lengths.long().clamp(min=1)[bag_of_id].to(torch.float32)
+    return scale
+
+
+def lookup(
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+    indices: torch.Tensor,
+    weights: torch.Tensor | None,
+    slots: Sequence[int],
+    features_per_segment: int,
+    batch: int,
+    pooling: str,
+) -> torch.Tensor:
+    """Gather and pool one table's bags: `[segments * batch, dim * len(slots)]`."""
+    dim = table.shape[1]
+    segments = lengths.numel() // max(features_per_segment * batch, 1) if batch else 0
+    out = torch.zeros(segments * batch, dim * len(slots), dtype=table.dtype)
+    if indices.numel() == 0:
+        return out
+    bag_of_id, segment, feature, sample = _bag_geometry(lengths, features_per_segment, batch)
+    scale = _per_id_scale(lengths, bag_of_id, weights, pooling)
+    for k, slot in enumerate(slots):
+        mask = feature == slot
+        rows = table[indices[mask].long()] * scale[mask, None].to(table.dtype)
+        out[:, k * dim : (k + 1) * dim].index_add_(0, segment[mask] * batch + sample[mask], rows)
+    return out
+
+
+def _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling):
+    """(row ids, gradient rows) for every id of the table's slots."""
+    dim = table.shape[1]
+    bag_of_id, segment, feature, sample = _bag_geometry(lengths, features_per_segment, batch)
+    scale = _per_id_scale(lengths, bag_of_id, weights, pooling)
+    rows, grads = [], []
+    for k, slot in enumerate(slots):
+        mask = feature == slot
+        out_row = segment[mask] * batch + sample[mask]
+        rows.append(indices[mask].long())
+        grads.append(grad[out_row, k * dim : (k + 1) * dim] * scale[mask, None].to(grad.dtype))
+    return torch.cat(rows), torch.cat(grads)
+
+
+def apply_optimizer(
+    table: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grad_rows: torch.Tensor,
+    kind: str, lr: float, eps: float,
+) -> None:
+    """Update the touched rows; duplicate ids are summed first, as a dense gradient would."""
+    if rows.numel() == 0:
+        return
+    unique, inverse = torch.unique(rows, return_inverse=True)
+    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32).index_add_(0, inverse, grad_rows.float())
+    if kind == "sgd":
+        table.index_add_(0, unique, (-lr * g).to(table.dtype))
+    elif kind == "rowwise_adagrad":
+        assert state is not None
+        state.index_add_(0, unique, (g * g).mean(dim=1))
+        step = g / (state[unique].sqrt() + eps)[:, None]
+        table.index_add_(0, unique, (-lr * step).to(table.dtype))
+    else:
+        raise ValueError(f"unknown optimizer '{kind}'")
+
+
+def lookup_update(
+    table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
+    kind: str, lr: float, eps: float, grad_scale: float = 1.0,
+) -> None:
+    if indices.numel() == 0:
+        return
+    rows, g = _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling)
+    apply_optimizer(table, state, rows, g * grad_scale, kind, lr, eps)
+
+
+def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling) -> torch.Tensor:
+    dense = torch.zeros_like(table, dtype=torch.float32)
+    if indices.numel():
+        rows, g = _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling)
+        dense.index_add_(0, rows, g.float())
+    return dense
+
+
+def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
+    """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched."""
+    touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
+    apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)
+
+
+def pack(
+    members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Segment `s` is a `[batch, width_s]` block: member columns side by side (see `sparse.pack`)."""
+    blocks = []
+    for s, seg in enumerate(layout):
+        width = sum(size for off, size in seg if off >= 0)
+        block = torch.empty(batch, width, dtype=dtype)
+        for m, (off, size) in enumerate(seg):
+            if size <= 0:
+                continue
+            x = members[m]
+            x = x.reshape(x.shape[0], -1)
+            rows = x if x.shape[0] == batch else x[s * batch : (s + 1) * batch]
+            block[:, off : off + size] = rows.reshape(batch, size)
+        blocks.append(block.reshape(-1))
+    return torch.cat(blocks) if blocks else torch.empty(0, dtype=dtype)
+
+
+def unpack(
+    buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int, member_widths: Sequence[int]
+) -> list[torch.Tensor]:
+    """Inverse of `pack`: member `m` gathers its columns from the segments it appears in."""
+    widths = [sum(size for off, size in seg if off >= 0) for seg in layout]
+    starts = [0]
+    for w in widths:
+        starts.append(starts[-1] + w * batch)
+    blocks = [buffer[starts[s] : starts[s + 1]].reshape(batch, widths[s]) for s in range(len(layout))]
+    out = []
+    for m, width in enumerate(member_widths):
+        parts = [blocks[s][:, seg[m][0] : seg[m][0] + seg[m][1]] for s, seg in enumerate(layout) if seg[m][1] > 0]
+        out.append(torch.cat(parts).reshape(-1, width).contiguous() if parts else torch.empty(0, width, dtype=buffer.dtype))
+    return out
