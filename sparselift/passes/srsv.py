@@ -414,8 +414,9 @@ class Sizer:
             return [per_input[0][s % len(per_input[0])][:g] for s in range(g)], "estimated"
         return [per_input[s][s % len(per_input[s])][:g] for s in range(g)], "estimated"
 
-    def value_bytes(self, value: SSAValue) -> float | None:
-        """Bytes `value` holds on one rank (the largest rank), if the IR tells."""
+    def value_bytes(self, value: SSAValue, rank: int | None = None) -> float | None:
+        """Bytes `value` holds on `rank` (on its largest rank when `rank` is None), if the IR
+        tells."""
         t = value.type
         if not isinstance(t, TensorType):
             return None
@@ -425,25 +426,32 @@ class Sizer:
             return float(math.prod(shape) * eb)
         op = value.owner
         B = self.batch
+
+        def pick(per_rank: list[float]) -> float:
+            return per_rank[rank] if rank is not None and rank < len(per_rank) else max(per_rank)
+
         if isinstance(op, RouteOp | PackOp):
             m = self.elems(value)
-            return None if m is None else max(sum(row) for row in m) * B * eb
+            return None if m is None else pick([sum(row) for row in m]) * B * eb
         if isinstance(op, AllToAllOp) and value is op.outputs[0]:
             m, _ = self.a2a_elems(op)
             if m is None:
                 return None
-            return max(sum(row[p] for row in m) for p in range(len(m))) * B * eb
+            return pick([sum(row[p] for row in m) for p in range(len(m))]) * B * eb
         if isinstance(op, ReduceScatterOp):
             m = self.elems(op.input)
-            return None if m is None else max(max(row) for row in m) * B * eb
+            if m is None:
+                return None
+            return pick([max(row[p] for row in m) for p in range(len(m[0]))]) * B * eb
         if isinstance(op, AllReduceOp):
-            return self.value_bytes(op.input)
+            return self.value_bytes(op.input, rank)
         return None
 
     def buffer_bytes(self, op: PackOp | UnpackOp) -> float:
-        """Bytes a pack writes (or an unpack reads) on one rank."""
+        """Bytes a pack writes (or an unpack reads) on one rank: its `on_rank`, or the busiest."""
+        rank = op.rank.value.data if op.rank is not None else None
         buffer = op.buffer
-        known = self.value_bytes(buffer)
+        known = self.value_bytes(buffer, rank)
         if known is not None:
             return known
         layout = op.layout

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import datetime
 import io
+import multiprocessing as mp
 import os
 import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
-
-import multiprocessing as mp
 
 import torch
 import torch.distributed as dist

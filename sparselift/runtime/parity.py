@@ -11,6 +11,7 @@ tables after the last step and the dense gradients of the last step.
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import torch
@@ -24,17 +25,26 @@ def _loss(out) -> torch.Tensor:
     return ((out - target) ** 2).mean()
 
 
+def build_model(model_name: str, *, rows_cap, batch_size: int, seed: int):
+    """A built-in model by name, or `package.module:function(rows_cap, batch_size, seed)`."""
+    if ":" in model_name:
+        module, func = model_name.split(":", 1)
+        return getattr(importlib.import_module(module), func)(rows_cap=rows_cap, batch_size=batch_size, seed=seed)
+    return build(model_name, rows_cap=rows_cap, batch_size=batch_size, seed=seed)
+
+
 def local_batches(model_name: str, world: int, steps: int, batch: int, rows_cap: int, seed: int):
     """batches[step][rank]: each rank's inputs, drawn from the model's example-input generator."""
     return [
-        [build(model_name, rows_cap=rows_cap, batch_size=batch, seed=1000 + 17 * step + rank)[1] for rank in range(world)]
+        [build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=1000 + 17 * step + rank)[1]
+         for rank in range(world)]
         for step in range(steps)
     ]
 
 
 def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap: int, optimizer: tuple, seed: int = 0,
                   table_names: list[str] | None = None) -> dict[str, Any]:
-    model, _ = build(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
+    model, _ = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model = copy.deepcopy(model)
     kind, lr, eps = optimizer
     batches = local_batches(model_name, world, steps, batch, rows_cap, seed)
@@ -83,7 +93,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
     from sparselift.optim import SGD, RowWiseAdagrad
 
     torch.manual_seed(seed)
-    model, example = build(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
+    model, example = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     kind, lr, eps = optimizer
     opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
     compiled = sparselift.compile(

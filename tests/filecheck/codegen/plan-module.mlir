@@ -1,0 +1,43 @@
+// RUN: sparselift-opt %s -p lift-sparse -t plan-module | filecheck %s
+// RUN: not sparselift-opt %s -t plan-module 2>&1 | filecheck %s --check-prefix=OPAQUE
+
+// A table-wise group on two ranks: the plan module routes, exchanges lengths and indices,
+// looks up on the owner, packs per owner rank and unpacks the pooled vectors; backward
+// sends the gradients back and updates the tables on their owners.
+
+// CHECK-LABEL: SparseLift plan module
+// CHECK:       plan hash: {{[0-9a-f]+}}
+// CHECK:       step: @step, world size 2, 2 tables, 1 sparse segment(s)
+// CHECK:       collectives per step: 3 forward, 1 backward
+// CHECK:       class Plan(rt.PlanBase):
+// CHECK:       def forward(self, *inputs):
+// CHECK:         self.dense("sparse_inputs"
+// CHECK:         = self.segment(0, [
+// CHECK:         self.dense("dense_post"
+// CHECK:       def _segment_0_forward(self
+// CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
+// CHECK:         rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths')
+// CHECK:         rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, None, role='input_indices')
+// CHECK:         if self.rank in (0,):
+// CHECK-NEXT:      {{v[0-9]+}} = rt.lookup(self, 't0'
+// CHECK:         rt.all_to_all(self, [{{v[0-9]+}}, {{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
+// CHECK:         rt.unpack(self
+// CHECK:       def _segment_0_backward(self, grads, saved):
+// CHECK:         role='grad_pooled'
+// CHECK:         rt.lookup_update(self, 't0'
+// CHECK-SAME:      optimizer='sgd', lr=0.01
+// CHECK:         rt.lookup_update(self, 't1'
+
+// OPAQUE: plan-module needs lifted IR: run -p lift-sparse first
+
+sched.step @step world_size = 2 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %a, %b, %c, %d = sched.dense @sparse_inputs(%i0, %o0, %i1, %o1) phase "forward" : (tensor<?xi64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>) -> (tensor<?xi64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
+  %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%a, %c : tensor<?xi64>, tensor<?xi64>) offsets(%b, %d : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 4, f32, mean>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 2.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 1>] {group = "emb/table_wise"} -> tensor<?x8xf32>, tensor<?x4xf32>
+  %out = sched.dense @dense_post(%p0, %p1) phase "forward" : (tensor<?x8xf32>, tensor<?x4xf32>) -> tensor<?x1xf32>
+  sched.yield %out : tensor<?x1xf32>
+} backward {
+^bb0(%g: tensor<?x1xf32>):
+  %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?x1xf32>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
+  sched.yield
+}

@@ -1,0 +1,32 @@
+"""Extra models for parity tests: int32 ids and empty bags (importable by spawned ranks)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class SmallModel(nn.Module):
+    def __init__(self, rows=(50, 80, 30), dims=(8, 8, 4)):
+        super().__init__()
+        self.emb = nn.ModuleList(nn.EmbeddingBag(r, d, mode="sum") for r, d in zip(rows, dims))
+        self.top = nn.Linear(sum(dims) + 3, 1)
+
+    def forward(self, dense, ids, offsets):
+        pooled = [e(i, o) for e, i, o in zip(self.emb, ids, offsets)]
+        return self.top(torch.cat([dense, *pooled], dim=1))
+
+
+def int32_empty_bags(rows_cap=None, batch_size=8, seed=0):
+    """int32 ids and offsets, with some empty bags in every feature."""
+    torch.manual_seed(0)  # same weights whatever the data seed
+    model = SmallModel()
+    g = torch.Generator().manual_seed(seed)
+    ids, offsets = [], []
+    for e in model.emb:
+        lengths = torch.randint(0, 4, (batch_size,), generator=g)
+        lengths[0] = 0
+        lengths[1] = max(int(lengths[1]), 1)
+        ids.append(torch.randint(0, e.num_embeddings, (int(lengths.sum()),), generator=g, dtype=torch.int32))
+        offsets.append(torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)[:-1]]).to(torch.int32))
+    return model, (torch.randn(batch_size, 3, generator=g), ids, offsets)
