@@ -26,7 +26,8 @@ option is a built-in profile name or a path to a JSON profile). Per op, on its b
 
 The step itself gets `cost` with the summed `bytes` and `lookups` of its ops and, as `est_us`,
 the critical-path length of its SRSV graph under these costs (independent ops overlap; see
-`SRSV.critical_path`). The pass only sets attributes: it never creates, moves or deletes an op.
+`SRSV.critical_path`). A `measured_us` already on an op (or the step) is kept. The pass only sets
+attributes: it never creates, moves or deletes an op.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class OpCost:
     lookups: float = 0.0
     est_us: float = 0.0
 
-    def attr(self) -> CostAttr:
-        return CostAttr(round(self.bytes), round(self.lookups), round(self.est_us, 3))
+    def attr(self, measured_us: float | None = None) -> CostAttr:
+        return CostAttr(round(self.bytes), round(self.lookups), round(self.est_us, 3), measured_us)
 
 
 def collective_cost(entry: CollectiveEntry, profile: HardwareProfile) -> OpCost:
@@ -124,6 +125,12 @@ def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -
     return OpCost()
 
 
+def _measured(op: Operation) -> float | None:
+    """A measurement already on the op survives re-annotation."""
+    old = op.attributes.get("cost")
+    return old.measured if isinstance(old, CostAttr) else None
+
+
 def annotate_step(step: StepOp, profile: HardwareProfile, batch: int | None = None) -> float:
     """Set `cost` on every op of `step` and on the step; return the predicted step time (us)."""
     view = build_srsv(step, batch)
@@ -131,11 +138,11 @@ def annotate_step(step: StepOp, profile: HardwareProfile, batch: int | None = No
     total_bytes = total_lookups = 0.0
     for op, _ in list(step_ops(step)):
         cost = op_cost(op, view, profile, sizer)
-        op.attributes["cost"] = cost.attr()
+        op.attributes["cost"] = cost.attr(_measured(op))
         total_bytes += cost.bytes
         total_lookups += cost.lookups
     length, _ = view.critical_path()
-    step.attributes["cost"] = CostAttr(round(total_bytes), round(total_lookups), round(length, 3))
+    step.attributes["cost"] = CostAttr(round(total_bytes), round(total_lookups), round(length, 3), _measured(step))
     return length
 
 

@@ -52,7 +52,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from sparselift.ir._syntax import DYNAMIC
-from sparselift.ir.coll import AllReduceOp, AllToAllOp, AllToAllStartOp, ReduceScatterOp
+from sparselift.ir.coll import AllReduceOp, AllToAllOp, AllToAllStartOp, ReduceScatterOp, WaitOp
 from sparselift.ir.sched import CostAttr, DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     FeatureAttr,
@@ -410,9 +410,14 @@ class Sizer:
         if any(m is None for m in per_input):
             return None, "unknown"
         g = op.group.size
+
+        def row(m: list[list[float]], s: int) -> list[float]:
+            r = m[s % len(m)][:g]
+            return r + [0.0] * (g - len(r))
+
         if len(per_input) == 1:
-            return [per_input[0][s % len(per_input[0])][:g] for s in range(g)], "estimated"
-        return [per_input[s][s % len(per_input[s])][:g] for s in range(g)], "estimated"
+            return [row(per_input[0], s) for s in range(g)], "estimated"
+        return [row(per_input[s], s) for s in range(g)], "estimated"
 
     def value_bytes(self, value: SSAValue, rank: int | None = None) -> float | None:
         """Bytes `value` holds on `rank` (on its largest rank when `rank` is None), if the IR
@@ -433,6 +438,12 @@ class Sizer:
         if isinstance(op, RouteOp | PackOp):
             m = self.elems(value)
             return None if m is None else pick([sum(row) for row in m]) * B * eb
+        if isinstance(op, WaitOp) and value is op.outputs[0] and isinstance(op.handle.owner, AllToAllStartOp):
+            op = op.handle.owner
+            m, _ = self.a2a_elems(op)
+            if m is None:
+                return None
+            return pick([sum(row[p] for row in m) for p in range(len(m))]) * B * eb
         if isinstance(op, AllToAllOp) and value is op.outputs[0]:
             m, _ = self.a2a_elems(op)
             if m is None:

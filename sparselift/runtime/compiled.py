@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +33,10 @@ from sparselift.passes.sharding import PlacementKind, ShardingPlan
 
 log = logging.getLogger("sparselift")
 
+# The paper's stage columns measured inside the compiled module; "other" (optimizer step, data)
+# is the rest of the step and is measured by the caller.
+STAGES = ("sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd")
+
 
 @attrs.frozen
 class CompileOptions:
@@ -39,6 +44,7 @@ class CompileOptions:
     dense_sync: bool = True
     kernels: str = attrs.field(default="reference", validator=attrs.validators.in_(("reference", "generated")))
     cache_dir: str | None = None  # default: $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift
+    benchmark: bool = False  # record per-stage times (sparse/other x fwd/bwd); off: no timing at all
 
 
 def cache_dir(options: CompileOptions) -> Path:
@@ -117,29 +123,42 @@ class CompiledModel(nn.Module):
         )
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._sync_queued = False
+        self._backward_start = 0.0
+        self.stage_times: list[dict[str, float]] = []  # benchmark mode: seconds per stage, per step
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, *inputs):
         flat = pytree.tree_leaves((inputs, {}))
         tensors = [flat[i] for i in self.program.tensor_inputs]
+        if self.options.benchmark:
+            self.runner.timing = dict.fromkeys(STAGES, 0.0)
+            self.stage_times.append(self.runner.timing)
         outputs = self.runner.forward(*tensors)
-        if self.world > 1 and self.options.dense_sync and torch.is_grad_enabled():
+        if torch.is_grad_enabled() and (self.options.benchmark or (self.world > 1 and self.options.dense_sync)):
             for out in outputs:
                 if isinstance(out, torch.Tensor) and out.requires_grad:
-                    out.register_hook(self._queue_dense_sync)
+                    out.register_hook(self._on_backward_start)
         if self.program.out_spec is not None:
             return pytree.tree_unflatten(list(outputs), self.program.out_spec)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _queue_dense_sync(self, grad):
+    def _on_backward_start(self, grad):
         if not self._sync_queued:
             self._sync_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._sync_dense_grads)
+            self._backward_start = time.perf_counter()
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         return grad
+
+    def _on_backward_end(self) -> None:
+        self._sync_queued = False
+        if self.world > 1 and self.options.dense_sync:
+            self._sync_dense_grads()
+        timing = self.runner.timing
+        if timing is not None:
+            timing["other_bwd"] = time.perf_counter() - self._backward_start - timing["sparse_bwd"]
 
     def _sync_dense_grads(self) -> None:
         """Average dense gradients over ranks in one flat all-reduce (same order on every rank)."""
-        self._sync_queued = False
         grads = []
         for p in self._dense_params:
             if p.grad is None:

@@ -10,6 +10,7 @@ update to the tables.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,7 +65,7 @@ class PlanBase:
         self.grad_scale = grad_scale
         self.kernels = kernels  # generated kernels; None selects the reference lowering
         self.batch = 0
-        self.timer = None  # a StageTimer in benchmark mode
+        self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
@@ -73,6 +74,14 @@ class PlanBase:
         _PLANS.pop(self.handle, None)
 
     def dense(self, name: str, *args):
+        if self.timing is not None:
+            start = time.perf_counter()
+            out = self._dense(name, *args)
+            self.timing["other_fwd"] += time.perf_counter() - start
+            return out
+        return self._dense(name, *args)
+
+    def _dense(self, name: str, *args):
         out = self.regions[name](*args)
         if name == "sparse_inputs":  # per-feature (ids, offsets, weights) -> flat, weights only if present
             return tuple(x for triple in out for x in triple if x is not None)
@@ -83,7 +92,11 @@ class PlanBase:
         # The anchor is the segment's one differentiable input: without it autograd would never
         # call the segment's backward (ids and offsets carry no gradient).
         anchor = self.grad_anchor if torch.is_grad_enabled() else self.grad_anchor.detach()
-        return list(torch.ops.sparselift.segment(self.handle, index, [anchor, *inputs])[:n_out])
+        start = time.perf_counter() if self.timing is not None else 0.0
+        out = list(torch.ops.sparselift.segment(self.handle, index, [anchor, *inputs])[:n_out])
+        if self.timing is not None:
+            self.timing["sparse_fwd"] += time.perf_counter() - start
+        return out
 
     def fake_segment(self, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         batch_input, outputs, saved = self.SEGMENT_SHAPES[index]  # type: ignore[attr-defined]
@@ -98,7 +111,11 @@ class PlanBase:
         return getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
 
     def run_segment_backward(self, index: int, grads: list[torch.Tensor | None], saved: list[torch.Tensor]):
-        return getattr(self, f"_segment_{index}_backward")(grads, saved)
+        start = time.perf_counter() if self.timing is not None else 0.0
+        result = getattr(self, f"_segment_{index}_backward")(grads, saved)
+        if self.timing is not None:
+            self.timing["sparse_bwd"] += time.perf_counter() - start
+        return result
 
 
 # ---- the custom op --------------------------------------------------------------------------

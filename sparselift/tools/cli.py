@@ -30,7 +30,11 @@ def _sharding(value: str):
     path = Path(value)
     if not path.exists():
         raise SystemExit(f"sparselift: --sharding must be one of {', '.join(SHARDING_CHOICES)} or a plan JSON file; '{value}' is neither")
-    return ShardingPlan.from_json(path.read_text())
+    try:
+        return ShardingPlan.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError) as e:  # bad JSON, a missing key, a bad kind
+        detail = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        raise SystemExit(f"sparselift: --sharding {value} is not a valid sharding plan: {detail}") from None
 
 
 def cmd_export(args: argparse.Namespace) -> int:

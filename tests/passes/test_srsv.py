@@ -243,3 +243,55 @@ def test_exported_two_tower_has_an_entry_per_table_and_bytes_per_collective():
         assert c.sizing in ("static", "estimated")
         assert c.total_bytes > 0, c
     assert all(t.name in view.to_table() for t in view.tables)
+
+
+def async_and_parallel() -> str:
+    """SMALL with the indices exchange split into start/wait and the lookups in two lanes."""
+    text = SMALL.replace(
+        "  %ridx, %rsplits = coll.all_to_all %idx on #coll.group<[0, 1]> role #coll.role<input_indices> "
+        'send_splits(%splits : tensor<2xi64>) {group = "emb/table_wise"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>\n',
+        "  %h = coll.all_to_all_start %idx on #coll.group<[0, 1]> role #coll.role<input_indices> "
+        "send_splits(%splits : tensor<2xi64>) : tensor<?xi64> -> !coll.handle<tensor<?xi64>, tensor<2xi64>>\n"
+        "  %ridx, %rsplits = coll.wait %h : !coll.handle<tensor<?xi64>, tensor<2xi64>> -> tensor<?xi64>, tensor<2xi64>\n",
+    )
+    lines = text.splitlines(keepends=True)
+    i0 = next(i for i, line in enumerate(lines) if line.startswith("  %pool0 = "))
+    look0, look1 = lines[i0], lines[i0 + 1]
+    lines[i0 : i0 + 2] = [
+        "  %pool0, %pool1 = sched.parallel lanes 2 -> (tensor<?x8xf32>, tensor<?x16xf32>) {\n",
+        "  " + look0.replace("%pool0 =", "%a ="),
+        "    sched.yield %a : tensor<?x8xf32>\n",
+        "  }, {\n",
+        "  " + look1.replace("%pool1 =", "%b ="),
+        "    sched.yield %b : tensor<?x16xf32>\n",
+        "  }\n",
+    ]
+    return "".join(lines)
+
+
+def test_parallel_lanes_and_async_collectives():
+    from sparselift.ir.coll import AllToAllStartOp, WaitOp
+    from sparselift.ir.sched import ParallelOp
+
+    module = parse(async_and_parallel())
+    step = steps_of(module)[0]
+    view = build_srsv(step)
+    assert [t.name for t in view.tables] == ["t0", "t1"]
+    start = ops(step, AllToAllStartOp)[0]
+    wait = ops(step, WaitOp)[0]
+    indices = view.collective(start)
+    assert indices.op_name == "coll.all_to_all_start" and indices.bytes_matrix == ((64, 96), (64, 96))
+    look0, look1 = ops(step, LookupOp)
+    parallel = ops(step, ParallelOp)[0]
+    pack0 = next(op for op in ops(step, PackOp) if op.rank is not None and op.rank.value.data == 0)
+    assert view.independent(look0, look1)
+    assert view.graph.has_edge(start, wait) and view.graph.has_edge(wait, look0)
+    assert view.graph.has_edge(look1, parallel) and view.graph.has_edge(parallel, pack0)
+    # The lane yields are nodes (they carry costs too); the step's own yields are not.
+    assert sum(op.name == "sched.yield" for op in view.graph.nodes) == 2
+    # Only the slower lane counts on the critical path.
+    length, path = view.critical_path(lambda op: {look0: 10.0, look1: 30.0}.get(op, 0.0))
+    assert length == 30.0 and look1 in path and look0 not in path
+    # The ordering chain goes through the start (the wait is local).
+    lengths = ops(step, AllToAllOp, role="input_lengths")[0]
+    assert view.graph.edges[lengths, start]["kind"] == "order"

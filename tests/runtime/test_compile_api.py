@@ -57,3 +57,28 @@ def test_compiled_matches_model_and_trains_tables():
 def test_invalid_options_are_rejected():
     with pytest.raises(ValueError):
         sparselift.CompileOptions(grad_reduction="max")
+
+
+def test_benchmark_mode_records_four_in_module_stages_and_is_off_by_default():
+    model, inputs = build("two-tower", rows_cap=100, batch_size=4)
+    plain = sparselift.compile(model, inputs)
+    plain(*inputs).sum().backward()
+    assert plain.stage_times == [] and plain.runner.timing is None
+    timed = sparselift.compile(model, inputs, options=sparselift.CompileOptions(benchmark=True))
+    for _ in range(2):
+        timed(*inputs).sum().backward()
+    assert len(timed.stage_times) == 2
+    for step in timed.stage_times:
+        assert set(step) == {"sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd"}
+        assert all(v >= 0 for v in step.values()) and step["sparse_fwd"] > 0 and step["sparse_bwd"] > 0
+
+
+def test_works_under_torch_compile():
+    model, inputs = build("two-tower", rows_cap=100, batch_size=8)
+    reference = build("two-tower", rows_cap=100, batch_size=8)[0]
+    compiled = sparselift.compile(model, inputs, sparse_optimizer=sparselift.optim.SGD(lr=0.5))
+    before = compiled.table("user.emb.0").clone()
+    out = torch.compile(compiled)(*inputs)
+    torch.testing.assert_close(out, reference(*inputs))
+    out.sum().backward()
+    assert not torch.equal(compiled.table("user.emb.0"), before)

@@ -1,0 +1,579 @@
+"""C source generator for the CPU sparse kernels (pure Python: no torch here).
+
+`generate_source(specs)` emits one C translation unit holding, for every `TableSpec`:
+
+- a pooled-lookup forward specialized to the table's `dim`, storage dtype (`f32`, `f16`,
+  `bf16`; accumulation is always f32), index dtype (`i32` / `i64`), pooling (`sum` / `mean`)
+  and weightedness;
+- when the spec names an optimizer, a fused backward + optimizer update (`sgd` or
+  `rowwise_adagrad`) that never builds a dense or COO gradient: the table's ids are sorted by
+  row with a stable LSD radix sort on `(row << 32 | position)` keys, then each unique row sums
+  the pooled-gradient rows of its occurrences (in the reference's order) and is updated once.
+
+plus three generic entry points shared by all specs:
+
+- `sl_forward(...)`: a multi-table forward (one call over every table of a rank; per-table
+  pointers, row counts, slots and kernel numbers passed as arrays);
+- `sl_update(...)`: the multi-table backward + update;
+- `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`.
+
+Every entry point validates what it reads (non-negative bag lengths summing to the number of
+ids, every id of a table's slots inside `[0, rows)`) before it writes anything, and reports the
+first problem through `err[0..3]` = (code, position, value, table) instead of touching memory
+out of bounds. The geometry is the reference's (`sparselift/runtime/reference.py`): `lengths`
+lists `S` segments of `F` features x `B` samples; slot `k` of a table reads feature
+`slots[k]`; output row `s * B + b`, columns `[k * dim, (k + 1) * dim)`.
+
+Floating-point contraction is disabled at build time (`-ffp-contract=off`) and sums run in the
+reference's order, so f32 results match the reference to the last bit except for the row-wise
+Adagrad mean of squares (a different reduction order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "TableSpec",
+    "ERROR_CODES",
+    "STORAGE_DTYPES",
+    "INDEX_DTYPES",
+    "POOLINGS",
+    "OPTIMIZERS",
+    "generate_source",
+    "source_hash",
+]
+
+STORAGE_DTYPES = ("f32", "f16", "bf16")
+INDEX_DTYPES = ("i32", "i64")
+POOLINGS = ("sum", "mean")
+OPTIMIZERS = ("sgd", "rowwise_adagrad")
+
+# err[0] values written by the C entry points.
+ERROR_CODES = {
+    1: "negative bag length",
+    2: "bag lengths do not sum to the number of ids",
+    3: "id out of range",
+    4: "out of memory",
+    5: "unknown kernel number",
+    6: "too many ids for one table (positions must fit in 32 bits)",
+}
+
+# Ids looked ahead for software prefetching of table rows (forward) and of rows to update.
+FORWARD_PREFETCH = 24
+UPDATE_PREFETCH = 12
+
+
+@dataclass(frozen=True, order=True)
+class TableSpec:
+    """What one table's kernels are specialized to."""
+
+    dim: int
+    dtype: str = "f32"  # storage: f32 | f16 | bf16 (accumulation in f32)
+    index_dtype: str = "i64"  # i32 | i64
+    pooling: str = "sum"  # sum | mean
+    weighted: bool = False
+    optimizer: str | None = None  # None (forward only) | sgd | rowwise_adagrad
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dim, int) or self.dim <= 0 or self.dim > 4096:
+            raise ValueError(f"dim must be an int in [1, 4096], got {self.dim!r}")
+        if self.dtype not in STORAGE_DTYPES:
+            raise ValueError(f"dtype must be one of {STORAGE_DTYPES}, got {self.dtype!r}")
+        if self.index_dtype not in INDEX_DTYPES:
+            raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {self.index_dtype!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be None or one of {OPTIMIZERS}, got {self.optimizer!r}")
+
+    @property
+    def forward_key(self) -> TableSpec:
+        """The spec of the forward kernel alone (the optimizer does not change it)."""
+        return TableSpec(self.dim, self.dtype, self.index_dtype, self.pooling, self.weighted, None)
+
+    @property
+    def tag(self) -> str:
+        w = "w" if self.weighted else "u"
+        base = f"d{self.dim}_{self.dtype}_{self.index_dtype}_{self.pooling}_{w}"
+        return base if self.optimizer is None else f"{base}_{self.optimizer}"
+
+
+# ---- C building blocks --------------------------------------------------------------------
+
+_PRELUDE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8)));
+typedef uint16_t bf16_t;
+#define SL_HAVE_F16 HAVE_F16_FLAG
+#if SL_HAVE_F16
+typedef _Float16 f16_t;
+typedef _Float16 v8hf __attribute__((vector_size(16)));
+typedef _Float16 v4hf __attribute__((vector_size(8)));
+#else
+typedef uint16_t f16_t;
+#endif
+
+#define PF(p) __builtin_prefetch((const void*)(p), 0, 3)
+#define PFW(p) __builtin_prefetch((const void*)(p), 1, 3)
+
+/* ---- f32 ---- */
+static inline v8f ld8_f32(const float* p) { v8f v; memcpy(&v, p, 32); return v; }
+static inline v4f ld4_f32(const float* p) { v4f v; memcpy(&v, p, 16); return v; }
+static inline float ld1_f32(const float* p) { return *p; }
+static inline void st8_f32(float* p, v8f v) { memcpy(p, &v, 32); }
+static inline void st4_f32(float* p, v4f v) { memcpy(p, &v, 16); }
+static inline void st1_f32(float* p, float v) { *p = v; }
+
+/* ---- bf16 (round to nearest even, NaN -> quiet NaN, like torch) ---- */
+static inline v8f ld8_bf16(const bf16_t* p) {
+  v8h h; memcpy(&h, p, 16); v8u u = __builtin_convertvector(h, v8u) << 16; v8f f; memcpy(&f, &u, 32); return f;
+}
+static inline v4f ld4_bf16(const bf16_t* p) {
+  v4h h; memcpy(&h, p, 8); v4u u = __builtin_convertvector(h, v4u) << 16; v4f f; memcpy(&f, &u, 16); return f;
+}
+static inline float ld1_bf16(const bf16_t* p) { uint32_t u = (uint32_t)(*p) << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline void st8_bf16(bf16_t* p, v8f f) {
+  v8u u; memcpy(&u, &f, 32);
+  v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  v8u nan = (v8u)(f != f);
+  r = (r & ~nan) | (0x7fc0u & nan);
+  v8h h = __builtin_convertvector(r, v8h); memcpy(p, &h, 16);
+}
+static inline void st4_bf16(bf16_t* p, v4f f) {
+  v4u u; memcpy(&u, &f, 16);
+  v4u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  v4u nan = (v4u)(f != f);
+  r = (r & ~nan) | (0x7fc0u & nan);
+  v4h h = __builtin_convertvector(r, v4h); memcpy(p, &h, 8);
+}
+static inline void st1_bf16(bf16_t* p, float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  *p = (f != f) ? (bf16_t)0x7fc0u : (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#if SL_HAVE_F16
+/* ---- f16 (IEEE half, round to nearest even) ---- */
+static inline v8f ld8_f16(const f16_t* p) { v8hf h; memcpy(&h, p, 16); return __builtin_convertvector(h, v8f); }
+static inline v4f ld4_f16(const f16_t* p) { v4hf h; memcpy(&h, p, 8); return __builtin_convertvector(h, v4f); }
+static inline float ld1_f16(const f16_t* p) { return (float)*p; }
+static inline void st8_f16(f16_t* p, v8f f) { v8hf h = __builtin_convertvector(f, v8hf); memcpy(p, &h, 16); }
+static inline void st4_f16(f16_t* p, v4f f) { v4hf h = __builtin_convertvector(f, v4hf); memcpy(p, &h, 8); }
+static inline void st1_f16(f16_t* p, float f) { *p = (f16_t)f; }
+#endif
+
+/* Bag start offsets (nbags + 1 entries) from the lengths; checks them first. */
+static int sl_offsets(const int32_t* lengths, int64_t nbags, int64_t nidx, int64_t* offs, int64_t* err) {
+  int64_t acc = 0;
+  offs[0] = 0;
+  for (int64_t i = 0; i < nbags; i++) {
+    int32_t l = lengths[i];
+    if (l < 0) { err[0] = 1; err[1] = i; err[2] = l; return 1; }
+    acc += l;
+    offs[i + 1] = acc;
+  }
+  if (acc != nidx) { err[0] = 2; err[1] = nbags; err[2] = acc; return 2; }
+  return 0;
+}
+
+/* Every id a table's slots read must lie in [0, rows). */
+#define SL_CHECK_IDS(NAME, IT)                                                                 \
+static int NAME(const IT* idx, const int64_t* offs, int64_t rows, const int32_t* slots,         \
+                int nslots, int64_t F, int64_t B, int64_t S, int64_t* err) {                    \
+  for (int64_t s = 0; s < S; s++)                                                               \
+    for (int k = 0; k < nslots; k++) {                                                          \
+      int64_t bag0 = (s * F + slots[k]) * B;                                                    \
+      int64_t a = offs[bag0], e = offs[bag0 + B];                                               \
+      uint64_t bad = 0;                                                                         \
+      for (int64_t p = a; p < e; p++) bad |= (uint64_t)((uint64_t)(int64_t)idx[p] >= (uint64_t)rows); \
+      if (bad) {                                                                                \
+        for (int64_t p = a; p < e; p++)                                                         \
+          if ((uint64_t)(int64_t)idx[p] >= (uint64_t)rows) {                                    \
+            err[0] = 3; err[1] = p; err[2] = (int64_t)idx[p]; return 3;                         \
+          }                                                                                     \
+      }                                                                                         \
+    }                                                                                           \
+  return 0;                                                                                     \
+}
+SL_CHECK_IDS(sl_check_ids_i32, int32_t)
+SL_CHECK_IDS(sl_check_ids_i64, int64_t)
+
+/* Stable LSD radix sort of (row << 32 | position) keys on the row bits. */
+static void sl_radix_sort(uint64_t* keys, uint64_t* tmp, int64_t n, int nbits) {
+  if (nbits <= 0 || n <= 1) return;
+  int passes = (nbits + 10) / 11;
+  int db = (nbits + passes - 1) / passes;
+  int64_t nb = (int64_t)1 << db;
+  int64_t* hist = (int64_t*)malloc(sizeof(int64_t) * nb);
+  uint64_t* src = keys; uint64_t* dst = tmp;
+  int shift = 32;
+  int flips = 0;
+  for (int pass = 0; pass < passes; pass++, shift += db) {
+    memset(hist, 0, sizeof(int64_t) * nb);
+    uint64_t mask = (uint64_t)(nb - 1);
+    for (int64_t i = 0; i < n; i++) hist[(src[i] >> shift) & mask]++;
+    int64_t sum = 0, nonempty = 0;
+    for (int64_t b = 0; b < nb; b++) { int64_t c = hist[b]; nonempty += c != 0; hist[b] = sum; sum += c; }
+    if (nonempty <= 1) continue; /* every key has this digit: the pass is the identity */
+    for (int64_t i = 0; i < n; i++) { uint64_t k = src[i]; dst[hist[(k >> shift) & mask]++] = k; }
+    uint64_t* t = src; src = dst; dst = t; flips ^= 1;
+  }
+  if (flips) memcpy(keys, src, sizeof(uint64_t) * n);
+  free(hist);
+}
+
+static int sl_bits(int64_t rows) { int b = 0; while (b < 63 && ((int64_t)1 << b) < rows) b++; return b; }
+
+typedef int (*sl_fwd_fn)(const void*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
+                         const float*, const int32_t*, int, int64_t, int64_t, int64_t, void*, int);
+typedef int (*sl_upd_fn)(void*, float*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
+                         const float*, const float*, const int32_t*, int, int64_t, int64_t, int64_t,
+                         float, float, float, int64_t*);
+"""
+
+_TYPES = {"f32": "float", "f16": "f16_t", "bf16": "bf16_t"}
+_ITYPES = {"i32": "int32_t", "i64": "int64_t"}
+
+
+def _chunks(dim: int) -> list[tuple[int, int]]:
+    """(offset, width) pieces of a row: 8-wide vectors, then a 4-wide one, then scalars."""
+    out, off = [], 0
+    while dim - off >= 8:
+        out.append((off, 8))
+        off += 8
+    if dim - off >= 4:
+        out.append((off, 4))
+        off += 4
+    while off < dim:
+        out.append((off, 1))
+        off += 1
+    return out
+
+
+def _vt(width: int) -> str:
+    return {8: "v8f", 4: "v4f", 1: "float"}[width]
+
+
+def _zero(width: int) -> str:
+    return "0.0f" if width == 1 else f"({_vt(width)}){{0}}"
+
+
+def _lines(*parts: Iterable[str] | str) -> str:
+    out: list[str] = []
+    for p in parts:
+        if isinstance(p, str):
+            out.append(p)
+        else:
+            out.extend(p)
+    return "\n".join(out)
+
+
+def _forward_fn(spec: TableSpec) -> str:
+    d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
+    ch = _chunks(d)
+    row_bytes = d * (4 if st == "f32" else 2)
+    lines = max(1, (row_bytes + 63) // 64)
+    pf = " ".join(f"PF((const char*)pr + {64 * i});" for i in range(lines))
+    if spec.weighted and spec.pooling == "mean":
+        scale_decl, scale_id = "const float inv = (float)(n > 0 ? n : 1);", "const float sc = wts[p] / inv;"
+    elif spec.weighted:
+        scale_decl, scale_id = "", "const float sc = wts[p];"
+    elif spec.pooling == "mean":
+        scale_decl, scale_id = "const float sc = 1.0f / (float)(n > 0 ? n : 1);", ""
+    else:
+        scale_decl, scale_id = "", ""
+    mul = " * sc" if (spec.weighted or spec.pooling == "mean") else ""
+    acc_decl = [f"    {_vt(w)} a{o} = {_zero(w)};" for o, w in ch]
+    acc_add = [f"      a{o} += ld{w}_{st}(r + {o}){mul};" for o, w in ch]
+    acc_st = [f"    st{w}_{st}(o + {o}, a{o});" for o, w in ch]
+    return _lines(
+        f"static int fwd_{spec.tag}(const void* W_, int64_t rows, const int32_t* restrict lengths,",
+        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
+        "    const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S, void* out_, int nthreads) {",
+        f"  const {tt}* restrict W = (const {tt}*)W_;",
+        f"  const {it}* restrict idx = (const {it}*)idx_;",
+        f"  {tt}* restrict out = ({tt}*)out_;",
+        "  (void)rows; (void)nthreads;",
+        f"  const int64_t ldo = (int64_t){d} * nslots;",
+        "  const int64_t nwork = S * nslots * B;",
+        "  #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)",
+        "  for (int64_t q = 0; q < nwork; q++) {",
+        "    const int64_t b = q % B, sk = q / B, k = sk % nslots, s = sk / nslots;",
+        "    const int64_t bag = (s * F + slots[k]) * B + b;",
+        "    const int64_t p0 = offs[bag], p1 = offs[bag + 1];",
+        "    const int64_t n = p1 - p0;",
+        "    (void)n;",
+        f"    {scale_decl}",
+        *acc_decl,
+        "    for (int64_t p = p0; p < p1; p++) {",
+        f"      if (p + {FORWARD_PREFETCH} < nidx) {{",
+        f"        const {tt}* pr = W + (uint64_t)(int64_t)idx[p + {FORWARD_PREFETCH}] * {d}u; {pf}",
+        "      }",
+        f"      const {tt}* r = W + (int64_t)idx[p] * {d};",
+        f"      {scale_id}",
+        *acc_add,
+        "    }",
+        f"    {tt}* o = out + (s * B + b) * ldo + k * {d};",
+        *acc_st,
+        "  }",
+        "  return 0;",
+        "}",
+    )
+
+
+def _update_fn(spec: TableSpec) -> str:
+    d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
+    ch = _chunks(d)
+    row_bytes = d * (4 if st == "f32" else 2)
+    lines = max(1, (row_bytes + 63) // 64)
+    glines = max(1, (d * 4 + 63) // 64)
+    pfw = " ".join(f"PFW((const char*)pw + {64 * i});" for i in range(lines))
+    if spec.weighted and spec.pooling == "mean":
+        per_bag, per_id = "const float inv = (float)(n > 0 ? n : 1);", "wts[p] / inv"
+    elif spec.weighted:
+        per_bag, per_id = "", "wts[p]"
+    elif spec.pooling == "mean":
+        per_bag, per_id = "const float sc = 1.0f / (float)(n > 0 ? n : 1);", "sc"
+    else:
+        per_bag, per_id = "", "1.0f"
+    g_decl = [f"    {_vt(w)} g{o} = {_zero(w)};" for o, w in ch]
+    g_add = [f"      g{o} += (ld{w}_f32(gr + {o}) * s) * gs;" for o, w in ch]
+    if spec.optimizer == "sgd":
+        apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * g{o});" for o, w in ch]
+        pre = []
+    else:  # rowwise_adagrad: state += mean(g^2); w -= lr * g / (sqrt(state) + eps)
+        sq = []
+        for o, w in ch:
+            if w == 1:
+                sq.append(f"    ss += g{o} * g{o};")
+            else:
+                sq.append(f"    {{ {_vt(w)} t = g{o} * g{o}; for (int l = 0; l < {w}; l++) ss += t[l]; }}")
+        pre = [
+            "    float ss = 0.0f;",
+            *sq,
+            f"    const float st = state[row] + ss / (float){d};",
+            "    state[row] = st;",
+            "    const float den = sqrtf(st) + eps;",
+        ]
+        apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * (g{o} / den));" for o, w in ch]
+    return _lines(
+        f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
+        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
+        "    const float* restrict grad, const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S,",
+        "    float lr, float eps, float gs, int64_t* err) {",
+        f"  {tt}* restrict W = ({tt}*)W_;",
+        f"  const {it}* restrict idx = (const {it}*)idx_;",
+        "  (void)nidx; (void)eps; (void)state;",
+        f"  const int64_t ldg = (int64_t){d} * nslots;",
+        "  int64_t n_ids = 0;",
+        "  for (int k = 0; k < nslots; k++)",
+        "    for (int64_t s = 0; s < S; s++) { int64_t bag0 = (s * F + slots[k]) * B; n_ids += offs[bag0 + B] - offs[bag0]; }",
+        "  if (n_ids == 0) return 0;",
+        "  if (n_ids >= ((int64_t)1 << 32) || rows > ((int64_t)1 << 32)) { err[0] = 6; err[1] = n_ids; return 6; }",
+        "  char* mem = (char*)malloc((size_t)n_ids * (2 * sizeof(uint64_t) + sizeof(int64_t) + sizeof(float)));",
+        "  if (!mem) { err[0] = 4; return 4; }",
+        "  uint64_t* keys = (uint64_t*)mem;",
+        "  uint64_t* tmp = keys + n_ids;",
+        "  int64_t* gof = (int64_t*)(tmp + n_ids);",
+        "  float* scl = (float*)(gof + n_ids);",
+        "  /* Ids in the reference's order: slot-major, then segment, sample, position. */",
+        "  int64_t j = 0;",
+        "  for (int k = 0; k < nslots; k++)",
+        "    for (int64_t s = 0; s < S; s++)",
+        "      for (int64_t b = 0; b < B; b++) {",
+        "        const int64_t bag = (s * F + slots[k]) * B + b;",
+        "        const int64_t p0 = offs[bag], p1 = offs[bag + 1], n = p1 - p0;",
+        "        (void)n;",
+        f"        {per_bag}",
+        f"        const int64_t go = (s * B + b) * ldg + (int64_t)k * {d};",
+        "        for (int64_t p = p0; p < p1; p++, j++) {",
+        "          keys[j] = ((uint64_t)(int64_t)idx[p] << 32) | (uint64_t)j;",
+        "          gof[j] = go;",
+        f"          scl[j] = {per_id};",
+        "        }",
+        "      }",
+        "  sl_radix_sort(keys, tmp, n_ids, sl_bits(rows));",
+        "  const float nlr = -lr;",
+        "  int64_t i = 0;",
+        "  while (i < n_ids) {",
+        "    const int64_t row = (int64_t)(keys[i] >> 32);",
+        f"    if (i + {UPDATE_PREFETCH} < n_ids) {{",
+        f"      const {tt}* pw = W + (keys[i + {UPDATE_PREFETCH}] >> 32) * {d}u; {pfw}",
+        f"      const float* pg = grad + gof[(uint32_t)keys[i + {UPDATE_PREFETCH}]];",
+        *[f"      PF((const char*)pg + {64 * q});" for q in range(glines)],
+        "    }",
+        *g_decl,
+        "    int64_t e = i;",
+        "    do {",
+        "      const uint32_t u = (uint32_t)keys[e];",
+        "      const float* gr = grad + gof[u];",
+        "      const float s = scl[u];",
+        *g_add,
+        "      e++;",
+        "    } while (e < n_ids && (int64_t)(keys[e] >> 32) == row);",
+        f"    {tt}* wr = W + row * {d};",
+        *pre,
+        *apply,
+        "    i = e;",
+        "  }",
+        "  free(mem);",
+        "  return 0;",
+        "}",
+    )
+
+
+_ENTRY = r"""
+/* ---- entry points ---- */
+
+/* Multi-table pooled lookup. Per table t: kernel number fn[t] (see sl_kernel_table), weights
+   W[t] (rows[t] x dim), slots slots[slot_off[t] .. slot_off[t+1]), output out[t]. Shared:
+   lengths (S*F*B bags), indices (nidx, i64 if idx64 else i32), per-id weights or NULL. */
+int sl_forward(int ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off,
+               const int32_t* slots, void* const* out, const int32_t* lengths, int64_t nbags,
+               const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
+               int nthreads, int64_t* err) {
+  err[0] = err[1] = err[2] = 0; err[3] = -1;
+  int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
+  int64_t* offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)(nbags + 1));
+  if (!offs) { err[0] = 4; return 4; }
+  int rc = sl_offsets(lengths, nbags, nidx, offs, err);
+  for (int t = 0; t < ntab && !rc; t++) {
+    if (fn[t] < 0 || fn[t] >= SL_N_FWD) { err[0] = 5; err[3] = t; rc = 5; break; }
+    rc = idx64 ? sl_check_ids_i64((const int64_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err)
+               : sl_check_ids_i32((const int32_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err);
+    if (rc) err[3] = t;
+  }
+  for (int t = 0; t < ntab && !rc; t++)
+    SL_FWD[fn[t]](W[t], rows[t], lengths, offs, idx, nidx, wts, slots + slot_off[t],
+                  slot_off[t + 1] - slot_off[t], F, B, S, out[t], nthreads);
+  free(offs);
+  return rc;
+}
+
+/* Multi-table backward + optimizer update from pooled gradients grad[t] ([S*B, dim*nslots] f32).
+   state[t] is the row-wise Adagrad accumulator (rows[t] floats) or NULL for SGD. Nothing is
+   written unless every table's input is valid. */
+int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, const int64_t* rows,
+              const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int32_t* lengths,
+              int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
+              float lr, float eps, float gscale, int nthreads, int64_t* err) {
+  err[0] = err[1] = err[2] = 0; err[3] = -1;
+  int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
+  int64_t* offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)(nbags + 1));
+  if (!offs) { err[0] = 4; return 4; }
+  int rc = sl_offsets(lengths, nbags, nidx, offs, err);
+  for (int t = 0; t < ntab && !rc; t++) {
+    if (fn[t] < 0 || fn[t] >= SL_N_UPD) { err[0] = 5; err[3] = t; rc = 5; break; }
+    rc = idx64 ? sl_check_ids_i64((const int64_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err)
+               : sl_check_ids_i32((const int32_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err);
+    if (rc) err[3] = t;
+  }
+  if (!rc) {
+    int failed = 0;
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && ntab > 1) reduction(|:failed)
+    for (int t = 0; t < ntab; t++) {
+      int64_t terr[4] = {0, 0, 0, -1};
+      int r = SL_UPD[fn[t]](W[t], state[t], rows[t], lengths, offs, idx, nidx, wts, grad[t], slots + slot_off[t],
+                            slot_off[t + 1] - slot_off[t], F, B, S, lr, eps, gscale, terr);
+      if (r) {
+        failed = 1;
+        #pragma omp critical
+        { err[0] = terr[0]; err[1] = terr[1]; err[2] = terr[2]; err[3] = t; }
+      }
+    }
+    if (failed) rc = (int)err[0];
+  }
+  free(offs);
+  return rc;
+}
+
+/* Strided 2-D copies: desc holds n records of (dst_byte_offset_ptr, dst_stride, src_ptr, src_stride,
+   row_bytes, nrows), every pointer and stride in bytes. */
+void sl_copy_blocks(int64_t n, const int64_t* desc) {
+  for (int64_t i = 0; i < n; i++) {
+    char* dst = (char*)(intptr_t)desc[6 * i];
+    int64_t ds = desc[6 * i + 1];
+    const char* src = (const char*)(intptr_t)desc[6 * i + 2];
+    int64_t ss = desc[6 * i + 3], nb = desc[6 * i + 4], nr = desc[6 * i + 5];
+    if (nb == ds && nb == ss) { memcpy(dst, src, (size_t)(nb * nr)); continue; }
+    switch (nb) {
+      case 4: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, 4); break;
+      case 8: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, 8); break;
+      case 16: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, 16); break;
+      case 32: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, 32); break;
+      case 64: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, 64); break;
+      default: for (int64_t r = 0; r < nr; r++) memcpy(dst + r * ds, src + r * ss, (size_t)nb);
+    }
+  }
+}
+
+int sl_abi_version(void) { return SL_ABI_VERSION; }
+int sl_have_openmp(void) {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+"""
+
+ABI_VERSION = 1
+
+
+def _dedupe(specs: Iterable[TableSpec]) -> tuple[list[TableSpec], list[TableSpec]]:
+    """(forward specs, update specs), sorted and unique."""
+    specs = list(specs)
+    fwd = sorted({s.forward_key for s in specs})
+    upd = sorted({s for s in specs if s.optimizer is not None})
+    return fwd, upd
+
+
+def kernel_numbers(specs: Iterable[TableSpec]) -> tuple[dict[TableSpec, int], dict[TableSpec, int]]:
+    """The index of each forward / update kernel in the library's `SL_FWD` / `SL_UPD` tables."""
+    fwd, upd = _dedupe(specs)
+    return {s: i for i, s in enumerate(fwd)}, {s: i for i, s in enumerate(upd)}
+
+
+def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True) -> str:
+    """One C translation unit with the kernels of `specs` and the generic entry points."""
+    fwd, upd = _dedupe(specs)
+    if not have_f16 and any(s.dtype == "f16" for s in fwd):
+        raise ValueError("f16 storage needs a compiler with _Float16 support")
+    parts = [
+        "/* Generated by sparselift.codegen.ckernels: do not edit. */",
+        f"#define SL_ABI_VERSION {ABI_VERSION}",
+        _PRELUDE.replace("HAVE_F16_FLAG", "1" if have_f16 else "0"),
+    ]
+    for s in fwd:
+        parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s))
+    for s in upd:
+        parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s))
+    fwd_tab = ", ".join(f"fwd_{s.tag}" for s in fwd) or "0"
+    upd_tab = ", ".join(f"upd_{s.tag}" for s in upd) or "0"
+    parts.append(f"#define SL_N_FWD {len(fwd)}\nstatic const sl_fwd_fn SL_FWD[] = {{{fwd_tab}}};")
+    parts.append(f"#define SL_N_UPD {len(upd)}\nstatic const sl_upd_fn SL_UPD[] = {{{upd_tab}}};")
+    parts.append(_ENTRY)
+    return "\n\n".join(parts) + "\n"
+
+
+def source_hash(source: str, extra: Sequence[str] = ()) -> str:
+    h = hashlib.sha256(source.encode())
+    for e in extra:
+        h.update(b"\0" + e.encode())
+    return h.hexdigest()[:24]

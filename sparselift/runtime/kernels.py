@@ -1,0 +1,630 @@
+"""Generated C kernels for the CPU sparse ops: build, cache, load (ctypes) and call.
+
+`GeneratedKernels` is what `PlanBase.kernels` holds. It exposes `lookup`, `lookup_update`,
+`pack` and `unpack` with exactly the signatures of `sparselift.runtime.reference` (so
+`plan_ops._kernel_or_ref` can call either), plus the multi-table `fused_lookup` /
+`fused_lookup_update` (one C call over all tables of a rank). The module-level functions of the
+same names use a process-wide instance that builds specializations on demand.
+
+Build and cache: the C source comes from `sparselift.codegen.ckernels.generate_source` for a
+set of `TableSpec`s; it is compiled with the system compiler (`$SPARSELIFT_CC`, default `cc`)
+as `-O3 -march=native -ffp-contract=off -shared -fPIC` (+ `-fopenmp` when a probe compile
+shows it works) and stored as `$SPARSELIFT_CACHE_DIR/ckernels/sl_<key>.so` (default cache dir
+`~/.cache/sparselift`), where `<key>` hashes the source, the compiler's `--version`, the CPU
+model and flags and the compile flags. A later build of the same key loads the stored `.so`
+(log "reusing cached C kernels ..."; `rebuilt` is False); a miss compiles into a temporary
+file and renames it into place atomically (log "built C kernels ...").
+
+Safety: before any C call the wrappers check shapes, dtypes and slots in Python, and the C
+entry points check the bag lengths (non-negative, summing to the number of ids) and every id a
+table reads (`0 <= id < rows`) before writing anything; a failure raises `ValueError` naming
+the table and leaves tables and states unchanged. ctypes releases the GIL during the calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from sparselift.codegen import ckernels
+from sparselift.codegen.ckernels import ERROR_CODES, TableSpec
+from sparselift.runtime import reference as ref
+
+__all__ = [
+    "TableSpec",
+    "GeneratedKernels",
+    "KernelBuildError",
+    "build_library",
+    "cache_dir",
+    "default_kernels",
+    "spec_for",
+    "lookup",
+    "lookup_update",
+    "fused_lookup",
+    "fused_lookup_update",
+    "pack",
+    "unpack",
+]
+
+log = logging.getLogger("sparselift.kernels")
+
+_STORAGE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_INDEX = {torch.int32: "i32", torch.int64: "i64"}
+_BASE_FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC", "-Wno-unknown-pragmas")
+
+
+class KernelBuildError(RuntimeError):
+    """The C compiler failed (the message holds its output)."""
+
+
+def cache_dir(override: str | os.PathLike | None = None) -> Path:
+    root = override or os.environ.get("SPARSELIFT_CACHE_DIR") or (Path.home() / ".cache" / "sparselift")
+    return Path(root) / "ckernels"
+
+
+def _compiler() -> str:
+    return os.environ.get("SPARSELIFT_CC", "cc")
+
+
+_TOOLCHAIN: dict[str, dict] = {}
+_TOOLCHAIN_LOCK = threading.Lock()
+
+
+def _cpu_fingerprint() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return platform.machine() + platform.processor()
+    keep = []
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in ("model name", "flags", "Features", "CPU part") and line not in keep:
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def _toolchain(root: Path) -> dict:
+    """Compiler version, CPU fingerprint and the flags that work (probed once, cached on disk)."""
+    cc = _compiler()
+    with _TOOLCHAIN_LOCK:
+        if cc in _TOOLCHAIN:
+            return _TOOLCHAIN[cc]
+        try:
+            version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise KernelBuildError(f"cannot run the C compiler '{cc}': {e}") from e
+        version = version.strip().splitlines()[0] if version.strip() else cc
+        cpu = hashlib.sha256(_cpu_fingerprint().encode()).hexdigest()[:16]
+        probe_key = hashlib.sha256(f"{cc}\0{version}\0{cpu}\0probe-v1".encode()).hexdigest()[:16]
+        root.mkdir(parents=True, exist_ok=True)
+        probe_file = root / f"toolchain_{probe_key}.json"
+        info = None
+        if probe_file.exists():
+            try:
+                info = json.loads(probe_file.read_text())
+            except (OSError, ValueError):
+                info = None
+        if info is None:
+            info = {"version": version, "cpu": cpu,
+                    "openmp": _probe(cc, root, "#include <omp.h>\nint f(void){return omp_get_max_threads();}\n",
+                                     ["-fopenmp"]),
+                    "f16": _probe(cc, root, "typedef _Float16 h8 __attribute__((vector_size(16)));\n"
+                                  "typedef float f8 __attribute__((vector_size(32)));\n"
+                                  "f8 f(h8 x){return __builtin_convertvector(x, f8);}\n", [])}
+            _atomic_write(probe_file, json.dumps(info).encode())
+        _TOOLCHAIN[cc] = info
+        return info
+
+
+def _probe(cc: str, root: Path, src: str, flags: list[str]) -> bool:
+    with tempfile.TemporaryDirectory(dir=root) as d:
+        c = Path(d) / "probe.c"
+        c.write_text(src)
+        try:
+            r = subprocess.run([cc, *_BASE_FLAGS, *flags, str(c), "-o", str(Path(d) / "probe.so")],
+                               capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return r.returncode == 0
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+# ---- libraries ------------------------------------------------------------------------------
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_I32 = ctypes.c_int
+
+
+class _Library:
+    """One compiled .so and the kernel numbers of its specs."""
+
+    def __init__(self, specs: Sequence[TableSpec], path: Path, openmp: bool):
+        self.specs = frozenset(specs)
+        self.path = path
+        self.openmp = openmp
+        self.fwd_numbers, self.upd_numbers = ckernels.kernel_numbers(specs)
+        lib = ctypes.CDLL(str(path))
+        lib.sl_forward.restype = _I32
+        lib.sl_forward.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64, _I32, _P]
+        lib.sl_update.restype = _I32
+        lib.sl_update.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
+                                  ctypes.c_float, ctypes.c_float, ctypes.c_float, _I32, _P]
+        lib.sl_copy_blocks.restype = None
+        lib.sl_copy_blocks.argtypes = [_I64, _P]
+        if lib.sl_abi_version() != ckernels.ABI_VERSION:
+            raise KernelBuildError(f"{path}: ABI version mismatch")
+        self.lib = lib
+
+    def covers(self, specs: Iterable[TableSpec]) -> bool:
+        return all((s.forward_key in self.fwd_numbers) and (s.optimizer is None or s in self.upd_numbers)
+                   for s in specs)
+
+
+_LOADED: dict[str, _Library] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = None) -> tuple[_Library, bool, float]:
+    """Compile (or reuse from the cache) the C kernels for `specs` and load them.
+
+    Returns (library, rebuilt, seconds): `rebuilt` is True only when this call ran the compiler.
+    """
+    specs = sorted(set(specs))
+    root = cache_dir(cache)
+    tc = _toolchain(root)
+    flags = [*_BASE_FLAGS, *(["-fopenmp"] if tc["openmp"] else [])]
+    source = ckernels.generate_source(specs, have_f16=tc["f16"])
+    key = ckernels.source_hash(source, [_compiler(), tc["version"], tc["cpu"], " ".join(flags)])
+    so = root / f"sl_{key}.so"
+    with _LOADED_LOCK:
+        t0 = time.perf_counter()
+        lib = _LOADED.get(str(so))
+        if lib is not None and so.exists():
+            log.info("reusing loaded C kernels %s (%d specs)", so, len(specs))
+            return lib, False, 0.0
+        rebuilt = False
+        if so.exists():
+            log.info("reusing cached C kernels %s (%d specs)", so, len(specs))
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            c_path = root / f"sl_{key}.c"
+            _atomic_write(c_path, source.encode())
+            fd, tmp_so = tempfile.mkstemp(dir=root, prefix=f"sl_{key}.", suffix=".so.tmp")
+            os.close(fd)
+            cmd = [_compiler(), *flags, str(c_path), "-o", tmp_so, "-lm"]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            except (OSError, subprocess.SubprocessError) as e:
+                os.unlink(tmp_so)
+                raise KernelBuildError(f"C kernel build failed to run ({' '.join(cmd)}): {e}") from e
+            if r.returncode != 0:
+                os.unlink(tmp_so)
+                raise KernelBuildError(f"C kernel build failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+            os.replace(tmp_so, so)
+            rebuilt = True
+            log.info("built C kernels %s (%d specs) in %.2fs", so, len(specs), time.perf_counter() - t0)
+        lib = _Library(specs, so, bool(tc["openmp"]))
+        _LOADED[str(so)] = lib
+        return lib, rebuilt, time.perf_counter() - t0
+
+
+# ---- argument checking ----------------------------------------------------------------------
+
+
+def spec_for(table: torch.Tensor, index_dtype: torch.dtype, pooling: str, weighted: bool,
+             optimizer: str | None = None) -> TableSpec | None:
+    """The kernel spec for a table, or None when the C kernels do not handle its dtype."""
+    if table.dim() != 2 or table.dtype not in _STORAGE or table.shape[1] < 1 or table.shape[1] > 4096:
+        return None
+    return TableSpec(int(table.shape[1]), _STORAGE[table.dtype], _INDEX[index_dtype], pooling, weighted, optimizer)
+
+
+def _addr_array(ctype, values: Sequence[int]):
+    arr = (ctype * max(len(values), 1))(*values)
+    return arr, ctypes.addressof(arr)
+
+
+class GeneratedKernels:
+    """The C kernels of one plan (what `PlanBase.kernels` holds).
+
+    `specs`: the `TableSpec`s to build up front (a plan knows its tables); a call that needs
+    another spec rebuilds (or reuses from the cache) a library covering both. `table_names`
+    maps names to table tensors so that errors can name the table; `nthreads` (default: torch's
+    intra-op thread count at call time) is the OpenMP thread count of the C calls.
+    """
+
+    def __init__(self, specs: Iterable[TableSpec] = (), *, cache: str | os.PathLike | None = None,
+                 nthreads: int | None = None, table_names: Mapping[str, torch.Tensor] | None = None):
+        self._cache = cache
+        self.nthreads = nthreads
+        self._names: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._lib: _Library | None = None
+        self.rebuilt = False
+        self.build_seconds = 0.0
+        specs = set(specs)
+        if specs:
+            self._ensure(specs)
+        if table_names:
+            self.name_tables(table_names)
+
+    @classmethod
+    def for_tables(cls, tables: Mapping[str, torch.Tensor], *, pooling: str | Mapping[str, str] = "sum",
+                   weighted: bool | Mapping[str, bool] = False, optimizer: str | None | Mapping[str, str | None] = None,
+                   index_dtype: torch.dtype = torch.int64, **kwargs) -> GeneratedKernels:
+        """Build the forward (and, with an optimizer, update) kernels of named tables."""
+        specs = set()
+        for name, t in tables.items():
+            p = pooling[name] if isinstance(pooling, Mapping) else pooling
+            w = weighted[name] if isinstance(weighted, Mapping) else weighted
+            o = optimizer.get(name) if isinstance(optimizer, Mapping) else optimizer
+            spec = spec_for(t, index_dtype, p, bool(w), o)
+            if spec is not None:
+                specs.add(spec)
+        return cls(specs, table_names=tables, **kwargs)
+
+    # -- bookkeeping --
+
+    @property
+    def specs(self) -> frozenset[TableSpec]:
+        return self._lib.specs if self._lib is not None else frozenset()
+
+    @property
+    def library_path(self) -> Path | None:
+        return self._lib.path if self._lib is not None else None
+
+    def name_tables(self, tables: Mapping[str, torch.Tensor]) -> None:
+        for name, t in tables.items():
+            self._names[t.data_ptr()] = name
+
+    def _name(self, table: torch.Tensor, i: int | None = None) -> str:
+        name = self._names.get(table.data_ptr())
+        if name is not None:
+            return name
+        shape = "x".join(str(s) for s in table.shape)
+        return f"#{i} [{shape}]" if i is not None else f"[{shape}]"
+
+    def _ensure(self, specs: set[TableSpec]) -> _Library:
+        lib = self._lib
+        if lib is not None and lib.covers(specs):
+            return lib
+        with self._lock:
+            lib = self._lib
+            if lib is not None and lib.covers(specs):
+                return lib
+            wanted = set(specs) | (set(lib.specs) if lib is not None else set())
+            new, rebuilt, seconds = build_library(wanted, self._cache)
+            self.rebuilt = self.rebuilt or rebuilt
+            self.build_seconds += seconds
+            self._lib = new
+            return new
+
+    def _threads(self) -> int:
+        return int(self.nthreads) if self.nthreads else max(1, torch.get_num_threads())
+
+    # -- shared input checks --
+
+    def _geometry(self, names, lengths, indices, weights, slots_per_table, features_per_segment, batch):
+        who = ", ".join(f"'{n}'" for n in names)
+        where = f"lookup of table {who}" if len(names) == 1 else f"lookup of tables {who}"
+        if lengths.dim() != 1 or lengths.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{where}: lengths must be a 1-D int32 tensor, got {lengths.dtype} of shape {tuple(lengths.shape)}")
+        if lengths.dtype != torch.int32:
+            if lengths.numel() and int(lengths.max()) > 2**31 - 1:
+                raise ValueError(f"{where}: bag length {int(lengths.max())} does not fit in int32")
+            lengths = lengths.to(torch.int32)
+        lengths = lengths.contiguous()
+        if indices.dim() != 1 or indices.dtype not in _INDEX:
+            raise ValueError(f"{where}: indices must be a 1-D int32/int64 tensor, got {indices.dtype} of shape {tuple(indices.shape)}")
+        indices = indices.contiguous()
+        if weights is not None:
+            if weights.dim() != 1 or weights.numel() != indices.numel():
+                raise ValueError(f"{where}: one weight per id expected ({indices.numel()} ids, weights of shape {tuple(weights.shape)})")
+            weights = weights.to(torch.float32).contiguous()
+        f, b = int(features_per_segment), int(batch)
+        if f < 0 or b < 0:
+            raise ValueError(f"{where}: features_per_segment and batch must be non-negative, got {f} and {b}")
+        nbags = lengths.numel()
+        if f * b == 0:
+            if nbags:
+                raise ValueError(f"{where}: {nbags} bag lengths for {f} features x batch {b}")
+            segments = 0
+        else:
+            if nbags % (f * b):
+                raise ValueError(f"{where}: {nbags} bag lengths is not a whole number of segments of {f} features x batch {b}")
+            segments = nbags // (f * b)
+        for name, slots in zip(names, slots_per_table):
+            for s in slots:
+                if not 0 <= int(s) < f:
+                    raise ValueError(f"table '{name}': slot {int(s)} is outside the {f} features of a segment")
+        return lengths, indices, weights, segments
+
+    def _raise(self, err, names, lengths, indices, rows, op: str) -> None:
+        code, pos, value, t = int(err[0]), int(err[1]), int(err[2]), int(err[3])
+        who = f"table '{names[t]}'" if 0 <= t < len(names) else ("table '" + "', '".join(names) + "'")
+        if code == 1:
+            raise ValueError(f"{op} of {who}: negative bag length {value} at bag {pos}")
+        if code == 2:
+            raise ValueError(f"{op} of {who}: bag lengths sum to {value} but there are {indices.numel()} ids")
+        if code == 3:
+            raise ValueError(f"{op} of {who}: id {value} at position {pos} is out of range for a table of {rows[t]} rows")
+        raise RuntimeError(f"{op} of {who}: C kernel failed: {ERROR_CODES.get(code, f'error {code}')}")
+
+    # -- the ops --
+
+    def fused_lookup(self, tables: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
+                     weights: torch.Tensor | None, slots_per_table: Sequence[Sequence[int]], features_per_segment: int,
+                     batch: int, poolings: Sequence[str] | str, names: Sequence[str] | None = None) -> list[torch.Tensor]:
+        """`reference.lookup` of several tables that read the same lengths/indices, in one C call."""
+        tables = list(tables)
+        if isinstance(poolings, str):
+            poolings = [poolings] * len(tables)
+        names = list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
+        if not (len(tables) == len(slots_per_table) == len(poolings) == len(names)):
+            raise ValueError("fused_lookup: tables, slots_per_table and poolings must have the same length")
+        if indices.dtype not in _INDEX:
+            raise ValueError(f"lookup of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
+        specs = [spec_for(t, indices.dtype, p, weights is not None) for t, p in zip(tables, poolings)]
+        for p, n in zip(poolings, names):
+            if p not in ("sum", "mean"):
+                raise ValueError(f"lookup of table '{n}': unknown pooling '{p}'")
+        if any(s is None for s in specs):  # unsupported dtype / shape: the reference lowering
+            return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
+                    for t, sl, p in zip(tables, slots_per_table, poolings)]
+        lengths, indices, weights, segments = self._geometry(
+            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        lib = self._ensure(set(specs))
+        tables = [t.contiguous() for t in tables]
+        outs = [torch.empty(segments * int(batch), t.shape[1] * len(sl), dtype=t.dtype)
+                for t, sl in zip(tables, slots_per_table)]
+        if not tables:
+            return outs
+        rows = [int(t.shape[0]) for t in tables]
+        slot_off, flat = [0], []
+        for sl in slots_per_table:
+            flat.extend(int(s) for s in sl)
+            slot_off.append(len(flat))
+        fn, fn_p = _addr_array(ctypes.c_int32, [lib.fwd_numbers[s.forward_key] for s in specs])
+        w, w_p = _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables])
+        r, r_p = _addr_array(ctypes.c_int64, rows)
+        so, so_p = _addr_array(ctypes.c_int32, slot_off)
+        sf, sf_p = _addr_array(ctypes.c_int32, flat)
+        o, o_p = _addr_array(ctypes.c_void_p, [x.data_ptr() for x in outs])
+        err = (ctypes.c_int64 * 4)()
+        rc = lib.lib.sl_forward(len(tables), fn_p, w_p, r_p, so_p, sf_p, o_p, lengths.data_ptr(), lengths.numel(),
+                                indices.data_ptr(), int(indices.dtype == torch.int64), indices.numel(),
+                                weights.data_ptr() if weights is not None else None,
+                                int(features_per_segment), int(batch), self._threads(), ctypes.addressof(err))
+        if rc:
+            self._raise(err, names, lengths, indices, rows, "lookup")
+        return outs
+
+    def lookup(self, table: torch.Tensor, lengths: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None,
+               slots: Sequence[int], features_per_segment: int, batch: int, pooling: str) -> torch.Tensor:
+        """Same signature and result as `reference.lookup`."""
+        return self.fused_lookup([table], lengths, indices, weights, [slots], features_per_segment, batch, [pooling])[0]
+
+    def fused_lookup_update(self, tables: Sequence[torch.Tensor], states: Sequence[torch.Tensor | None],
+                            lengths: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None,
+                            grads: Sequence[torch.Tensor], slots_per_table: Sequence[Sequence[int]],
+                            features_per_segment: int, batch: int, poolings: Sequence[str] | str,
+                            kinds: Sequence[str] | str, lr: float, eps: float, grad_scale: float = 1.0,
+                            names: Sequence[str] | None = None) -> None:
+        """`reference.lookup_update` of several tables in one C call (all or nothing on bad input)."""
+        tables = list(tables)
+        n = len(tables)
+        if isinstance(poolings, str):
+            poolings = [poolings] * n
+        if isinstance(kinds, str):
+            kinds = [kinds] * n
+        states = list(states) if states is not None else [None] * n
+        names = list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
+        if not (n == len(states) == len(grads) == len(slots_per_table) == len(poolings) == len(kinds) == len(names)):
+            raise ValueError("fused_lookup_update: per-table arguments must have the same length")
+        for k, nm in zip(kinds, names):
+            if k not in ckernels.OPTIMIZERS:
+                raise ValueError(f"update of table '{nm}': unknown optimizer '{k}'")
+        for p, nm in zip(poolings, names):
+            if p not in ("sum", "mean"):
+                raise ValueError(f"update of table '{nm}': unknown pooling '{p}'")
+        if indices.dtype not in _INDEX:
+            raise ValueError(f"update of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
+        specs = [spec_for(t, indices.dtype, p, weights is not None, k) for t, p, k in zip(tables, poolings, kinds)]
+        if any(s is None for s in specs) or any(not t.is_contiguous() for t in tables):
+            if any(not t.is_contiguous() and t.dtype in _STORAGE for t in tables):
+                bad = next(nm for t, nm in zip(tables, names) if not t.is_contiguous())
+                raise ValueError(f"update of table '{bad}': the table must be contiguous to be updated in place")
+            for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
+                ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps,
+                                  grad_scale)
+            return
+        lengths, indices, weights, segments = self._geometry(
+            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        gs, sp = [], []
+        for t, st, g, sl, k, nm in zip(tables, states, grads, slots_per_table, kinds, names):
+            want = (segments * int(batch), t.shape[1] * len(sl))
+            if tuple(g.shape) != want:
+                raise ValueError(f"update of table '{nm}': gradient of shape {tuple(g.shape)}, expected {want}")
+            gs.append(g.to(torch.float32).contiguous())
+            if k == "rowwise_adagrad":
+                if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
+                    raise ValueError(f"update of table '{nm}': row-wise Adagrad needs a contiguous float32 state of "
+                                     f"{t.shape[0]} entries")
+                sp.append(st.data_ptr())
+            else:
+                sp.append(0)
+        if not tables:
+            return
+        lib = self._ensure(set(specs))
+        rows = [int(t.shape[0]) for t in tables]
+        slot_off, flat = [0], []
+        for sl in slots_per_table:
+            flat.extend(int(s) for s in sl)
+            slot_off.append(len(flat))
+        fn, fn_p = _addr_array(ctypes.c_int32, [lib.upd_numbers[s] for s in specs])
+        w, w_p = _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables])
+        stt, st_p = _addr_array(ctypes.c_void_p, sp)
+        r, r_p = _addr_array(ctypes.c_int64, rows)
+        so, so_p = _addr_array(ctypes.c_int32, slot_off)
+        sf, sf_p = _addr_array(ctypes.c_int32, flat)
+        ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
+        err = (ctypes.c_int64 * 4)()
+        rc = lib.lib.sl_update(n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(),
+                               indices.data_ptr(), int(indices.dtype == torch.int64), indices.numel(),
+                               weights.data_ptr() if weights is not None else None,
+                               int(features_per_segment), int(batch), float(lr), float(eps), float(grad_scale),
+                               self._threads(), ctypes.addressof(err))
+        if rc:
+            self._raise(err, names, lengths, indices, rows, "update")
+
+    def lookup_update(self, table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
+                      kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
+        """Same signature and effect as `reference.lookup_update`."""
+        self.fused_lookup_update([table], [state], lengths, indices, weights, [grad], [slots], features_per_segment,
+                                 batch, [pooling], [kind], lr, eps, grad_scale)
+
+    def _copy(self, descs: list[int]) -> None:
+        if not descs:
+            return
+        lib = self._lib or self._ensure(set())
+        arr, p = _addr_array(ctypes.c_int64, descs)
+        lib.lib.sl_copy_blocks(len(descs) // 6, p)
+
+    def pack(self, members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int,
+             dtype: torch.dtype) -> torch.Tensor:
+        """Same signature and result as `reference.pack` (jagged layouts use the reference)."""
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg):
+            return ref.pack(members, layout, batch, dtype)
+        batch = int(batch)
+        widths = [sum(size for off, size in seg) for seg in layout]
+        buf = torch.empty(batch * sum(widths), dtype=dtype)
+        if batch == 0 or buf.numel() == 0:
+            return buf
+        esz = buf.element_size()
+        prepared: dict[int, torch.Tensor] = {}
+        descs: list[int] = []
+        start = 0
+        for s, seg in enumerate(layout):
+            if len(seg) != len(members):
+                raise ValueError(f"pack: segment {s} of the layout lists {len(seg)} members, got {len(members)}")
+            for m, (off, size) in enumerate(seg):
+                if size <= 0:
+                    continue
+                x = prepared.get(m)
+                if x is None:
+                    x = members[m]
+                    x = x.reshape(x.shape[0], -1) if x.dim() else x.reshape(1, 1)
+                    x = x.to(dtype).contiguous()
+                    prepared[m] = x
+                if x.shape[1] != size:
+                    raise ValueError(f"pack: member {m} has {x.shape[1]} columns, the layout gives it {size} in segment {s}")
+                row0 = 0 if x.shape[0] == batch else s * batch
+                if x.shape[0] < row0 + batch:
+                    raise ValueError(f"pack: member {m} has {x.shape[0]} rows, segment {s} needs rows {row0}..{row0 + batch}")
+                descs += [buf.data_ptr() + (start + off) * esz, widths[s] * esz,
+                          x.data_ptr() + row0 * size * esz, size * esz, size * esz, batch]
+            start += batch * widths[s]
+        self._copy(descs)
+        return buf
+
+    def unpack(self, buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int,
+               member_widths: Sequence[int]) -> list[torch.Tensor]:
+        """Same signature and result as `reference.unpack` (jagged layouts use the reference)."""
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg):
+            return ref.unpack(buffer, layout, batch, member_widths)
+        batch = int(batch)
+        widths = [sum(size for off, size in seg) for seg in layout]
+        starts = [0]
+        for w in widths:
+            starts.append(starts[-1] + w * batch)
+        if buffer.dim() != 1 or buffer.numel() < starts[-1]:
+            raise ValueError(f"unpack: buffer of shape {tuple(buffer.shape)}, the layout needs {starts[-1]} elements")
+        buffer = buffer.contiguous()
+        esz = buffer.element_size()
+        out, descs = [], []
+        for m, width in enumerate(member_widths):
+            parts = [(s, seg[m]) for s, seg in enumerate(layout) if seg[m][1] > 0]
+            if not parts:
+                out.append(torch.empty(0, width, dtype=buffer.dtype))
+                continue
+            sizes = {size for _, (_, size) in parts}
+            if len(sizes) != 1:
+                raise ValueError(f"unpack: member {m} has different sizes across segments: {sorted(sizes)}")
+            size = sizes.pop()
+            total = batch * size * len(parts)
+            if width <= 0 or total % width:
+                raise ValueError(f"unpack: member {m} of width {width} cannot hold {total} elements")
+            o = torch.empty(total, dtype=buffer.dtype)
+            pos = 0
+            for s, (off, sz) in parts:
+                if batch:
+                    descs += [o.data_ptr() + pos * esz, sz * esz, buffer.data_ptr() + (starts[s] + off) * esz,
+                              widths[s] * esz, sz * esz, batch]
+                pos += batch * sz
+            out.append(o.reshape(-1, width))
+        self._copy(descs)
+        return out
+
+
+# ---- process-wide instance -------------------------------------------------------------------
+
+_DEFAULT: GeneratedKernels | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_kernels() -> GeneratedKernels:
+    """A shared `GeneratedKernels` that builds what each call needs (cached on disk)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = GeneratedKernels()
+        return _DEFAULT
+
+
+def lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling):
+    return default_kernels().lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling)
+
+
+def lookup_update(table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
+                  kind, lr, eps, grad_scale=1.0):
+    return default_kernels().lookup_update(table, state, lengths, indices, weights, grad, slots, features_per_segment,
+                                           batch, pooling, kind, lr, eps, grad_scale)
+
+
+def fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings):
+    return default_kernels().fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment,
+                                          batch, poolings)
+
+
+def fused_lookup_update(tables, states, lengths, indices, weights, grads, slots_per_table, features_per_segment,
+                        batch, poolings, kinds, lr, eps, grad_scale=1.0):
+    return default_kernels().fused_lookup_update(tables, states, lengths, indices, weights, grads, slots_per_table,
+                                                 features_per_segment, batch, poolings, kinds, lr, eps, grad_scale)
+
+
+def pack(members, layout, batch, dtype):
+    return default_kernels().pack(members, layout, batch, dtype)
+
+
+def unpack(buffer, layout, batch, member_widths):
+    return default_kernels().unpack(buffer, layout, batch, member_widths)
