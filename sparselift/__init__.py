@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "export": ("sparselift.frontend.export", "export"),
     "ExportError": ("sparselift.frontend.errors", "ExportError"),
-    "compile": ("sparselift.runtime.compiled", "compile"),
+    "compile": ("sparselift.compiler", "compile"),
     "CompileOptions": ("sparselift.runtime.compiled", "CompileOptions"),
     "launch": ("sparselift.runtime.distributed", "launch"),
     "init_from_env": ("sparselift.runtime.distributed", "init_from_env"),

@@ -1,4 +1,4 @@
-"""`sparselift.compile`: export, lift and emit a plan, then run it as an `nn.Module` on this rank.
+"""The compiled model: one rank's plan as an `nn.Module` (built by `sparselift.compile`).
 
 The compiled module takes the same inputs as the model (one local batch per rank) and returns
 the same outputs. Dense regions keep their parameters and train with ordinary autograd; dense
@@ -10,14 +10,12 @@ optimizer. `grad_reduction="mean"` gives exactly single-process training on the 
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 import torch
@@ -25,11 +23,7 @@ import torch.distributed as dist
 import torch.utils._pytree as pytree
 from torch import nn
 
-from sparselift.codegen.plan_module import emit_plan_module
-from sparselift.frontend.export import export
-from sparselift.frontend.program import SparseProgram
-from sparselift.optim import SGD, RowWiseAdagrad
-from sparselift.passes.sharding import PlacementKind, ShardingPlan
+from sparselift.passes.sharding import PlacementKind
 
 log = logging.getLogger("sparselift")
 
@@ -61,7 +55,7 @@ class Plan:
     source: str
     path: Path
     hash: str
-    program: SparseProgram
+    program: Any  # sparselift.frontend.program.SparseProgram
 
     def explain(self) -> str:
         lines = [f"plan {self.hash} ({self.path})", self.program.sharding.describe()]
@@ -69,30 +63,10 @@ class Plan:
         return "\n".join(lines)
 
 
-def _load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _shared_stats_and_plan(model, example_inputs, world, sharding, pg):
-    """Decide on rank 0 (stats and placement) and broadcast, so every rank builds the same plan."""
-    payload = [None]
-    if world == 1 or dist.get_rank(pg) == 0:
-        program = export(model, example_inputs, world_size=world, sharding=sharding)
-        payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
-    if world > 1:
-        dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
-    plan_json, stats = payload[0]
-    return ShardingPlan.from_json(plan_json), stats
-
-
 class CompiledModel(nn.Module):
     """One rank's view of a compiled model."""
 
-    def __init__(self, program: SparseProgram, plan: Plan, plan_cls, rank: int, world: int, pg, optimizer,
+    def __init__(self, program, plan: Plan, plan_cls, rank: int, world: int, pg, optimizer,
                  options: CompileOptions, model_tables: Mapping[str, torch.Tensor]):
         super().__init__()
         self.program = program
@@ -115,7 +89,7 @@ class CompiledModel(nn.Module):
                 shard = full
             tables[info.name] = shard.clone().contiguous()
             if optimizer.kind == "rowwise_adagrad":
-                states[info.name] = torch.zeros(shard.shape[0], dtype=torch.float32)
+                states[info.name] = torch.zeros(shard.shape[0], dtype=torch.float32, device=shard.device)
         self.tables, self.states = tables, states
         self.runner = plan_cls(
             rank=rank, world_size=world, regions=dict(self.regions), tables=tables, states=states,
@@ -239,7 +213,8 @@ class CompiledModel(nn.Module):
         placement = self.program.sharding[info.name]
         if self.world == 1 or placement.kind == PlacementKind.DATA_PARALLEL:
             return self.tables[info.name].detach().clone()
-        full = torch.zeros(info.rows, info.dim, dtype=info.dtype)
+        local = self.tables.get(info.name)
+        full = torch.zeros(info.rows, info.dim, dtype=info.dtype, device=None if local is None else local.device)
         if placement.kind == PlacementKind.TABLE_WISE:
             if self.rank == placement.ranks[0]:
                 full.copy_(self.tables[info.name])
@@ -256,55 +231,3 @@ class CompiledModel(nn.Module):
             if name in (info.name, info.param):
                 return self._gather_table(info)
         raise KeyError(f"no table '{name}'")
-
-
-def compile(  # noqa: A001 - the public API mirrors torch.compile
-    model: nn.Module,
-    example_inputs: tuple,
-    *,
-    sharding: str | ShardingPlan = "auto",
-    sparse_optimizer: SGD | RowWiseAdagrad | None = None,
-    process_group=None,
-    options: CompileOptions | None = None,
-) -> CompiledModel:
-    """Compile `model`'s sparse path for the current process group (world size 1 without one)."""
-    options = options or CompileOptions()
-    optimizer = sparse_optimizer or SGD()
-    if not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
-    distributed = dist.is_available() and dist.is_initialized()
-    world = dist.get_world_size(process_group) if distributed else 1
-    rank = dist.get_rank(process_group) if distributed else 0
-    plan_choice, stats = _shared_stats_and_plan(model, example_inputs, world, sharding, process_group)
-    program = export(model, example_inputs, world_size=world, sharding=plan_choice, stats=stats)
-
-    from xdsl.passes import PassPipeline
-
-    from sparselift.ir._syntax import format_float
-    from sparselift.passes import get_all_passes
-
-    spec = (
-        f"lift-sparse{{optimizer={optimizer.kind} lr={format_float(optimizer.lr)} eps={format_float(optimizer.eps)}}}"
-    )
-    PassPipeline.parse_spec(get_all_passes(), spec).apply(_ctx(), program.module)
-    ir_text = program.text
-    source = emit_plan_module(program.module)
-    digest = hashlib.sha256((ir_text + source + torch.__version__).encode()).hexdigest()[:16]
-    path = cache_dir(options) / f"plan_{digest}.py"
-    if path.exists() and path.read_text() == source:
-        log.info("sparselift: plan %s found in the cache (%s); nothing rebuilt", digest, path)
-    else:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
-        log.info("sparselift: plan %s written to %s", digest, path)
-    module = _load_module(path, f"sparselift_plan_{digest}")
-    plan = Plan(ir_text, source, path, digest, program)
-    tables = {name: p for name, p in model.named_parameters()}
-    return CompiledModel(program, plan, module.Plan, rank, world, process_group, optimizer, options, tables)
-
-
-def _ctx():
-    from sparselift.ir import make_context
-
-    return make_context()

@@ -192,7 +192,7 @@ def all_to_all(plan: PlanBase, inputs, *, splits, role: str, async_op: bool = Fa
     b = plan.batch
     send = [splits[plan.rank][p] * b for p in range(plan.world)]
     recv = [splits[s][plan.rank] * b for s in range(plan.world)]
-    out = torch.empty(sum(recv), dtype=x.dtype)
+    out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out,))
     return pending if async_op else pending.wait()
@@ -204,7 +204,7 @@ def all_to_all_dynamic(plan: PlanBase, inputs, send_splits, recv_splits=None, *,
         recv_splits = torch.empty_like(send_splits)
         dist.all_to_all_single(recv_splits, send_splits, group=plan.pg)
     send, recv = send_splits.tolist(), recv_splits.tolist()
-    out = torch.empty(sum(recv), dtype=x.dtype)
+    out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out, recv_splits))
     return pending if async_op else pending.wait()

@@ -82,21 +82,21 @@ def route(
                 i = f.ranks.index(dest)
                 lo, hi = f.row_bounds[i], f.row_bounds[i + 1]
                 keep = (fid >= lo) & (fid < hi)
-                bag = torch.repeat_interleave(torch.arange(flen.numel()), flen.long())
+                bag = torch.repeat_interleave(torch.arange(flen.numel(), device=fid.device), flen.long())
                 sel_len = torch.bincount(bag[keep], minlength=flen.numel()).to(torch.int32)
                 sel_ids = fid[keep] - lo
                 sel_w = None if fw is None else fw[keep]
             lengths_out.append(sel_len)
             ids_out.append(sel_ids.to(index_dtype))
             if with_weights:
-                w_out.append(sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel()))
+                w_out.append(sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel(), device=sel_ids.device))
             seg_ids += sel_ids.numel()
         splits.append(seg_ids)
     cat = lambda xs, dtype: torch.cat(xs) if xs else torch.empty(0, dtype=dtype)  # noqa: E731
     return (
         cat(lengths_out, torch.int32),
         cat(ids_out, index_dtype),
-        torch.tensor(splits, dtype=torch.int64),
+        torch.tensor(splits, dtype=torch.int64, device=ids[0].device if ids else None),
         cat(w_out, torch.float32) if with_weights else None,
     )
 
@@ -104,7 +104,7 @@ def route(
 def _bag_geometry(lengths: torch.Tensor, features_per_segment: int, batch: int):
     """For each id: its bag's segment, feature slot and sample (bags are segment, feature, sample-major)."""
     lengths = lengths.long()
-    bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
     per_seg = features_per_segment * batch
     segment = bag_of_id // per_seg
     feature = (bag_of_id % per_seg) // batch
@@ -113,7 +113,7 @@ def _bag_geometry(lengths: torch.Tensor, features_per_segment: int, batch: int):
 
 
 def _per_id_scale(lengths, bag_of_id, weights, pooling):
-    scale = weights.to(torch.float32) if weights is not None else torch.ones(bag_of_id.numel())
+    scale = weights.to(torch.float32) if weights is not None else torch.ones(bag_of_id.numel(), device=bag_of_id.device)
     if pooling == "mean":
         scale = scale / lengths.long().clamp(min=1)[bag_of_id].to(torch.float32)
     return scale
@@ -132,7 +132,7 @@ def lookup(
     """Gather and pool one table's bags: `[segments * batch, dim * len(slots)]`."""
     dim = table.shape[1]
     segments = lengths.numel() // max(features_per_segment * batch, 1) if batch else 0
-    out = torch.zeros(segments * batch, dim * len(slots), dtype=table.dtype)
+    out = torch.zeros(segments * batch, dim * len(slots), dtype=table.dtype, device=table.device)
     if indices.numel() == 0:
         return out
     bag_of_id, segment, feature, sample = _bag_geometry(lengths, features_per_segment, batch)
@@ -166,7 +166,7 @@ def apply_optimizer(
     if rows.numel() == 0:
         return
     unique, inverse = torch.unique(rows, return_inverse=True)
-    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32).index_add_(0, inverse, grad_rows.float())
+    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32, device=table.device).index_add_(0, inverse, grad_rows.float())
     if kind == "sgd":
         table.index_add_(0, unique, (-lr * g).to(table.dtype))
     elif kind == "rowwise_adagrad":
@@ -209,7 +209,7 @@ def pack(
     blocks = []
     for s, seg in enumerate(layout):
         width = sum(size for off, size in seg if off >= 0)
-        block = torch.empty(batch, width, dtype=dtype)
+        block = torch.empty(batch, width, dtype=dtype, device=members[0].device if members else None)
         for m, (off, size) in enumerate(seg):
             if size <= 0:
                 continue
@@ -218,7 +218,7 @@ def pack(
             rows = x if x.shape[0] == batch else x[s * batch : (s + 1) * batch]
             block[:, off : off + size] = rows.reshape(batch, size)
         blocks.append(block.reshape(-1))
-    return torch.cat(blocks) if blocks else torch.empty(0, dtype=dtype)
+    return torch.cat(blocks) if blocks else torch.empty(0, dtype=dtype, device=members[0].device if members else None)
 
 
 def unpack(
@@ -233,5 +233,5 @@ def unpack(
     out = []
     for m, width in enumerate(member_widths):
         parts = [blocks[s][:, seg[m][0] : seg[m][0] + seg[m][1]] for s, seg in enumerate(layout) if seg[m][1] > 0]
-        out.append(torch.cat(parts).reshape(-1, width).contiguous() if parts else torch.empty(0, width, dtype=buffer.dtype))
+        out.append(torch.cat(parts).reshape(-1, width).contiguous() if parts else buffer.new_empty(0, width))
     return out

@@ -164,3 +164,19 @@ def test_world_size_one_and_registry():
     assert view.table("t").lookups_per_rank == 16 and view.table("t").bytes_gathered == 256
     assert all("cost" in op.attributes for op in step.walk())
     assert step.attributes["cost"].est_us.data > 0
+
+
+def test_reannotation_overwrites_estimates_and_keeps_measurements():
+    module = parse(SMALL)
+    step = steps_of(module)[0]
+    lookup = next(op for op in step.walk() if op.name == "sparse.lookup")
+    lookup.attributes["cost"] = CostAttr(1, 2, 3.0, measured_us=42.0)
+    AnnotateCost().apply(context(), module)
+    first = str(module)
+    assert lookup.attributes["cost"].measured == 42.0
+    assert lookup.attributes["cost"].bytes.data == 512
+    AnnotateCost().apply(context(), module)
+    assert str(module) == first
+    AnnotateCost(profile="h100-nccl").apply(context(), module)
+    assert lookup.attributes["cost"].measured == 42.0
+    assert lookup.attributes["cost"].est_us.data == pytest.approx(13.0, abs=1e-3)

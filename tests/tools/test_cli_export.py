@@ -77,17 +77,18 @@ class Run:
 
 
 def _run_batch(commands: dict[str, list[str]], cwd: Path) -> dict[str, Run]:
-    """Run the commands concurrently in `cwd`; stdout/stderr go to files named after each key."""
+    """Run the commands concurrently in `cwd`; stdout/stderr go to files named after each key
+    (`KEY.stdout.mlir`: sparselift-opt picks its parser by the file extension)."""
     env = os.environ | {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     procs = {}
     try:
         for key, cmd in commands.items():
-            with (cwd / f"{key}.stdout").open("w") as out, (cwd / f"{key}.stderr").open("w") as err:
+            with (cwd / f"{key}.stdout.mlir").open("w") as out, (cwd / f"{key}.stderr").open("w") as err:
                 procs[key] = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env)
         runs = {}
         for key, proc in procs.items():
             rc = proc.wait(timeout=300)
-            runs[key] = Run(rc, (cwd / f"{key}.stdout").read_text(), (cwd / f"{key}.stderr").read_text())
+            runs[key] = Run(rc, (cwd / f"{key}.stdout.mlir").read_text(), (cwd / f"{key}.stderr").read_text())
         return runs
     finally:
         for proc in procs.values():
@@ -125,7 +126,7 @@ def cli(tmp_path_factory) -> tuple[Path, dict[str, Run]]:
         "plan-other-world": _export("user_model.py:make_model", "--world-size", "3", "--sharding", "plan.json"),
         "opt-user": [SPARSELIFT_OPT, "user.mlir", "-p", "lift-sparse"],
     }
-    second |= {f"opt-{name}": [SPARSELIFT_OPT, f"builtin-{name}.stdout"] for name in MODEL_NAMES}
+    second |= {f"opt-{name}": [SPARSELIFT_OPT, f"builtin-{name}.stdout.mlir"] for name in MODEL_NAMES}
     runs |= _run_batch(second, tmp)
     return tmp, runs
 

@@ -1,0 +1,795 @@
+"""The peer systems SparseLift is benchmarked against, plus the dense-only floor.
+
+All runners start from the same seeded weights (:func:`~sparselift.models.dlrm.build_dlrm` with
+the same ``seed`` on every rank), use the same data, the same per-rank batch, BCE-with-logits
+(mean over the rank's local rows) and plain SGD with one learning rate for dense and sparse
+parameters.
+
+* :class:`BaselineRunner` ("DLRM-Baseline") re-implements the distributed path of the DLRM
+  reference (facebookresearch/dlrm ``dlrm_s_pytorch.py --dist-backend`` with
+  ``extend_distributed.py``): one ``nn.EmbeddingBag(sparse=True)`` per table looked up in a
+  Python loop; tables split across ranks by count in contiguous slices (``get_my_slice``);
+  every rank reads the *global* batch's ids for its own tables (no input all-to-all) and only
+  its slice of the dense features and labels; the concatenated pooled outputs go through one
+  asynchronous ``all_to_all_single`` that overlaps the bottom MLP (``All2All_Req`` /
+  ``All2All_Wait``), and the pooled gradients through the matching all-to-all in backward (it
+  overlaps the bottom MLP's backward); embeddings are updated by ``torch.optim.SGD`` on sparse
+  gradients, the bottom and top MLPs are each wrapped in DDP (gloo), like the reference.
+* :class:`TorchRecRunner` ("TorchRec"): ``EmbeddingBagCollection`` with the same tables,
+  ``DistributedModelParallel`` with table-wise sharding on FBGEMM's fused TBE
+  (``EmbeddingComputeKernel.FUSED``) and SGD fused into backward
+  (``apply_optimizer_in_backward`` -> ``EXACT_SGD``), the DLRM dense part under DMP's DDP, and
+  ``TrainPipelineSparseDist`` (input distribution of batch i+1 overlaps batch i). The
+  ``pipeline`` attribute says which pipeline ran ("sparse_dist", or "base" as the fallback).
+* :class:`DenseOnlyRunner` (:func:`dense_only_step`): the MLPs + interaction with the pooled
+  embeddings given as (random) inputs: forward + backward + SGD, DDP for the dense gradients,
+  no lookups and no embedding communication; the floor no sparse-path optimization can beat.
+
+Gradient scaling (the one semantic difference between the peers). Each rank's loss is the mean
+over its ``B`` local rows and DDP *averages* the dense gradients over the ``W`` ranks, so dense
+parameters see the gradient of the global-batch mean loss, exactly as single-process training
+on the global batch would. An embedding table's owner, however, receives the pooled gradients
+of all ranks' local-mean losses through the backward all-to-all and *sums* them, which is
+``W`` times the global-mean gradient:
+
+* the DLRM reference does nothing about it (its sparse parameters effectively train with
+  ``W * lr``): ``BaselineRunner(..., grad_division=False)`` reproduces that;
+* TorchRec divides the pooled gradient by ``W`` in the output all-to-all's backward
+  (``torchrec.distributed.comm_ops.GRADIENT_DIVISION``, default True), which makes sharded
+  training equal to single-process global-batch training. ``BaselineRunner`` does the same by
+  default (``grad_division=True``) so that all systems train the same model.
+
+Stage timing (``enable_stage_timing()``; off by default and then costless): see
+:mod:`sparselift.bench.timing`. ``runner.stage_times`` lists one
+:class:`~sparselift.bench.timing.StageTimes` per timed step, ``runner.stage_summary(skip)`` is
+the column-wise median.
+
+All runners are built inside an initialized default process group (e.g. by
+:func:`sparselift.runtime.distributed.launch`); :func:`bench_worker` is a module-level entry
+point for ``launch`` that measures one system.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd import Function
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from sparselift.bench.timing import StageTimer, StageTimes, hook_backward_subgraph, remove_hooks
+from sparselift.data.batch import Batch, default_keys
+from sparselift.models.dlrm import DLRMConfig, build_dlrm
+
+__all__ = [
+    "BaselineRunner",
+    "DenseOnlyRunner",
+    "TorchRecRunner",
+    "bench_worker",
+    "dense_only_step",
+    "get_my_slice",
+    "get_split_lengths",
+    "interact",
+    "synthetic_source",
+    "to_torchrec_batch",
+]
+
+
+# -- shared pieces ---------------------------------------------------------------------------------
+
+
+def get_my_slice(n: int, rank: int, world: int) -> slice:
+    """The reference's ``get_my_slice``: contiguous near-equal split, the first ``n % world``
+    ranks get one extra item (equals ``[r*n/W, (r+1)*n/W)`` when ``W`` divides ``n``)."""
+    k, m = divmod(n, world)
+    return slice(rank * k + min(rank, m), (rank + 1) * k + min(rank + 1, m))
+
+
+def get_split_lengths(n: int, world: int) -> list[int]:
+    """Sizes of the ``world`` slices of :func:`get_my_slice`."""
+    k, m = divmod(n, world)
+    return [k + 1 if r < m else k for r in range(world)]
+
+
+def interact(x: Tensor, pooled: Tensor, li: Tensor, lj: Tensor) -> Tensor:
+    """DLRM "dot" interaction with the pooled embeddings as one ``[B, F*D]`` tensor.
+
+    Same as ``DLRM.interact_features(x, [p_0, .., p_{F-1}])`` (``torch.cat`` of the list equals
+    the flat tensor): bmm of ``[x; p_0..p_{F-1}]``, strict lower triangle, concatenated with ``x``.
+    """
+    d = x.shape[1]
+    t = torch.cat([x, pooled], dim=1).view(x.shape[0], -1, d)
+    z = torch.bmm(t, t.transpose(1, 2))
+    return torch.cat([x, z[:, li, lj]], dim=1)
+
+
+def _dlrm(config: DLRMConfig, seed: int, sparse: bool):
+    cfg = attrs.evolve(config, sparse=sparse, return_logits=True)
+    model, _ = build_dlrm(cfg, batch_size=1, seed=seed)
+    return model
+
+
+def _world_group(world: int) -> None:
+    if not dist.is_initialized():
+        raise RuntimeError("runners need an initialized default process group (e.g. launch())")
+    if dist.get_world_size() != world:
+        raise ValueError(f"world={world} but the process group has {dist.get_world_size()} ranks")
+
+
+# -- DLRM-Baseline: the reference's all-to-all as a pair of autograd Functions ---------------------
+
+
+class _A2AState:
+    """What the Req/Wait pair shares for one forward (the reference keeps it in a global)."""
+
+    __slots__ = ("dim", "divide", "local_rows", "rank", "recv", "row_splits", "send", "table_splits", "work", "world")
+
+    def __init__(self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool):
+        self.rank = rank
+        self.world = world
+        self.row_splits = row_splits  # rows of the global batch owned by each rank
+        self.table_splits = table_splits  # tables owned by each rank
+        self.local_rows = row_splits[rank]
+        self.dim = dim
+        self.divide = divide
+        self.work: Any = None
+        self.send: Tensor | None = None
+        self.recv: Tensor | None = None
+
+
+class _AllToAllReq(Function):
+    """Start the pooled all-to-all (forward); wait for the gradient all-to-all (backward).
+
+    Forward: ``inputs`` are this rank's ``lS`` pooled outputs ``[N, D]`` over the global batch;
+    rank ``j`` is sent rows ``row_splits[j]`` of their concatenation ``[N, lS*D]``. Returns the
+    (still being filled) flat receive buffer: per source rank ``i`` a ``[lN, lS_i*D]`` block.
+    """
+
+    @staticmethod
+    def forward(ctx, state: _A2AState, *inputs: Tensor) -> Tensor:
+        ctx.state = state
+        lS, d = len(inputs), state.dim
+        send = torch.cat(inputs, dim=1) if lS > 1 else inputs[0].contiguous()
+        recv = send.new_empty(state.local_rows * sum(state.table_splits) * d)
+        in_splits = [n * lS * d for n in state.row_splits]
+        out_splits = [state.local_rows * s * d for s in state.table_splits]
+        state.send = send  # keep alive until the collective completes
+        state.work = dist.all_to_all_single(recv, send.view(-1), out_splits, in_splits, async_op=True)
+        ctx.num_inputs = lS
+        return recv
+
+    @staticmethod
+    def backward(ctx, _grad_recv: Tensor):
+        state: _A2AState = ctx.state
+        state.work.wait()
+        state.work = None
+        n, lS, d = sum(state.row_splits), ctx.num_inputs, state.dim
+        grad = state.recv.view(n, lS * d)
+        state.recv = state.send = None
+        if state.divide:
+            grad.div_(state.world)
+        grads = [g.contiguous() for g in grad.split(d, dim=1)] if lS > 1 else [grad]
+        return (None, *grads)
+
+
+class _AllToAllWait(Function):
+    """Wait for the pooled all-to-all (forward); start the gradient all-to-all (backward).
+
+    Returns one ``[lN, D]`` tensor per *global* table (rank 0's tables first), views of the
+    receive buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, state: _A2AState, recv: Tensor) -> tuple[Tensor, ...]:
+        ctx.state = state
+        state.work.wait()
+        state.work = None
+        state.send = None
+        ln, d = state.local_rows, state.dim
+        outs: list[Tensor] = []
+        for block in recv.split([ln * s * d for s in state.table_splits]):
+            outs.extend(block.view(ln, -1).split(d, dim=1))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor):
+        state: _A2AState = ctx.state
+        ln, d = state.local_rows, state.dim
+        blocks, k = [], 0
+        for s in state.table_splits:
+            gs = [g if g is not None else torch.zeros(ln, d) for g in grads[k : k + s]]
+            blocks.append(torch.cat(gs, dim=1).reshape(-1))
+            k += s
+        send = torch.cat(blocks)
+        lS = state.table_splits[state.rank]
+        recv = send.new_empty(sum(state.row_splits) * lS * d)
+        in_splits = [ln * s * d for s in state.table_splits]
+        out_splits = [n * lS * d for n in state.row_splits]
+        state.send, state.recv = send, recv
+        state.work = dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True)
+        # The receive buffer has the send buffer's layout: hand it to _AllToAllReq.backward,
+        # which ignores it and waits for the collective instead (as the reference does).
+        return None, send
+
+
+class BaselineRunner:
+    """DLRM-Baseline: the DLRM reference's distributed training path (see module docstring).
+
+    ``step(global_batch, local_rows)`` runs forward + backward + SGD and returns this rank's
+    loss; ``local_rows`` must be this rank's :func:`get_my_slice` of the global batch (use
+    :meth:`local_rows`). ``forward(global_batch, local_rows)`` returns this rank's logits
+    ``[lN, 1]`` without gradients.
+    """
+
+    name = "DLRM-Baseline"
+
+    def __init__(
+        self,
+        config: DLRMConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        *,
+        grad_division: bool = True,
+    ) -> None:
+        _world_group(world)
+        n = config.num_tables
+        if n < world:
+            raise ValueError(f"the baseline needs at least one table per rank ({n} tables, {world} ranks)")
+        self.config, self.rank, self.world, self.lr = config, rank, world, lr
+        self.grad_division = grad_division
+        model = _dlrm(config, seed, sparse=True)
+        self.table_slice = get_my_slice(n, rank, world)
+        self.table_splits = get_split_lengths(n, world)
+        self.emb_l = nn.ModuleList(list(model.emb_l)[self.table_slice])
+        model.emb_l = nn.ModuleList()  # drop the other ranks' tables
+        self.li, self.lj = model.li, model.lj
+        if world > 1:  # the reference wraps each MLP in its own DDP
+            self.bot_l: nn.Module = DDP(model.bot_l)
+            self.top_l: nn.Module = DDP(model.top_l)
+        else:
+            self.bot_l, self.top_l = model.bot_l, model.top_l
+        self.emb_opt = torch.optim.SGD(self.emb_l.parameters(), lr=lr)
+        self.dense_opt = torch.optim.SGD([*self.bot_l.parameters(), *self.top_l.parameters()], lr=lr)
+        self.stage_timer: StageTimer | None = None
+
+    # -- timing --------------------------------------------------------------------------------
+
+    def enable_stage_timing(self, on: bool = True) -> None:
+        self.stage_timer = StageTimer() if on else None
+
+    @property
+    def stage_times(self) -> list[StageTimes]:
+        return list(self.stage_timer.steps) if self.stage_timer is not None else []
+
+    def stage_summary(self, skip: int = 0) -> StageTimes:
+        return StageTimes.median(self.stage_times[skip:])
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def local_rows(self, global_batch_size: int) -> slice:
+        return get_my_slice(global_batch_size, self.rank, self.world)
+
+    def _check_rows(self, global_batch: Batch, local_rows: slice) -> list[int]:
+        n = global_batch.batch_size
+        mine = get_my_slice(n, self.rank, self.world)
+        start, stop, step = local_rows.indices(n)
+        if (start, stop, step) != (mine.start, mine.stop, 1):
+            raise ValueError(
+                f"rank {self.rank}: local_rows {local_rows} is not this rank's slice {mine} of {n} rows"
+            )
+        if global_batch.num_sparse != self.config.num_tables:
+            raise ValueError(f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}")
+        return get_split_lengths(n, self.world)
+
+    def _forward(self, gb: Batch, rows: slice, row_splits: list[int], t: StageTimer | None):
+        if t is not None:
+            t.push("sparse_fwd")
+        ly = [
+            emb(ids, offsets[:-1])
+            for emb, (ids, offsets) in zip(self.emb_l, gb.sparse[self.table_slice], strict=True)
+        ]
+        if self.world > 1:
+            state = _A2AState(
+                self.rank, self.world, row_splits, self.table_splits, self.config.embedding_dim, self.grad_division
+            )
+            recv = _AllToAllReq.apply(state, *ly)
+        if t is not None:
+            t.switch("other_fwd")
+        x = self.bot_l(gb.dense[rows])
+        if t is not None:
+            t.switch("sparse_fwd")
+        pooled = list(_AllToAllWait.apply(state, recv)) if self.world > 1 else ly
+        if t is not None:
+            t.switch("other_fwd")
+        z = interact(x, torch.cat(pooled, dim=1), self.li, self.lj)
+        logits = self.top_l(z)
+        if t is not None:
+            t.pop()
+        return logits, pooled
+
+    def forward(self, global_batch: Batch, local_rows: slice) -> Tensor:
+        row_splits = self._check_rows(global_batch, local_rows)
+        with torch.no_grad():
+            logits, _ = self._forward(global_batch, local_rows, row_splits, None)
+        return logits
+
+    def step(self, global_batch: Batch, local_rows: slice) -> float:
+        row_splits = self._check_rows(global_batch, local_rows)
+        t = self.stage_timer
+        if t is not None:
+            t.begin_step("other")
+        try:
+            logits, pooled = self._forward(global_batch, local_rows, row_splits, t)
+            if t is not None:
+                t.push("other_fwd")
+            loss = F.binary_cross_entropy_with_logits(logits.squeeze(1), global_batch.labels[local_rows])
+            if t is not None:
+                t.pop()
+            self.emb_opt.zero_grad()
+            self.dense_opt.zero_grad()
+            handles = hook_backward_subgraph(t, pooled) if t is not None else []
+            if t is not None:
+                t.push("other_bwd")
+            loss.backward()
+            if t is not None:
+                t.pop()
+                remove_hooks(handles)
+                t.push("sparse_bwd")
+            self.emb_opt.step()
+            if t is not None:
+                t.pop()
+            self.dense_opt.step()
+            out = float(loss.detach())
+        except BaseException:
+            if t is not None:
+                t.abort_step()
+            raise
+        if t is not None:
+            t.end_step()
+        return out
+
+
+# -- TorchRec ----------------------------------------------------------------------------------------
+
+
+def to_torchrec_batch(batch: Batch) -> Any:
+    """A :class:`Batch` as ``torchrec.datasets.utils.Batch`` (dense, KJT, labels)."""
+    from torchrec.datasets.utils import Batch as TRBatch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    keys, values, lengths = batch.as_kjt_parts()
+    kjt = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths)
+    return TRBatch(dense_features=batch.dense, sparse_features=kjt, labels=batch.labels)
+
+
+class _TorchRecDLRM(nn.Module):
+    """DLRM on an EmbeddingBagCollection; ``forward(batch) -> (loss, (loss, logits))``.
+
+    The EBC is called first (its output all-to-all is a lazy awaitable), then the bottom MLP,
+    then the pooled values are read (the wait), so the output distribution overlaps the
+    bottom MLP like the reference's. Symbolically traceable (TrainPipelineSparseDist needs it).
+    """
+
+    def __init__(
+        self, ebc: nn.Module, bot_l: nn.Module, top_l: nn.Module, li: Tensor, lj: Tensor, keys: Sequence[str]
+    ) -> None:
+        super().__init__()
+        self.keys = list(keys)
+        self.ebc = ebc
+        self.bot_l = bot_l
+        self.top_l = top_l
+        self.register_buffer("li", li.clone(), persistent=False)
+        self.register_buffer("lj", lj.clone(), persistent=False)
+        self.timer: StageTimer | None = None
+        self.last_pooled: Tensor | None = None
+
+    def forward(self, batch: Any) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        timer = self.timer
+        if timer is not None:
+            timer.push("sparse_fwd")
+        kt = self.ebc(batch.sparse_features)
+        if timer is not None:
+            timer.switch("other_fwd")
+        x = self.bot_l(batch.dense_features)
+        if timer is not None:
+            timer.switch("sparse_fwd")
+        # Sharding reorders the KeyedTensor's keys (by rank): regroup into model order, as
+        # TorchRec's own DLRM SparseArch does.
+        by_key = kt.to_dict()
+        pooled = torch.cat([by_key[k] for k in self.keys], dim=1)
+        if timer is not None:
+            timer.switch("other_fwd")
+            self.last_pooled = pooled
+        d = x.shape[1]
+        t = torch.cat([x, pooled], dim=1).view(x.shape[0], -1, d)
+        z = torch.bmm(t, torch.transpose(t, 1, 2))
+        logits = self.top_l(torch.cat([x, z[:, self.li, self.lj]], dim=1))
+        loss = F.binary_cross_entropy_with_logits(logits.squeeze(1), batch.labels)
+        if timer is not None:
+            timer.pop()
+        return loss, (loss.detach(), logits.detach())
+
+
+def _timed_pipeline_class(base: type) -> type:
+    """``base`` (a TorchRec pipeline class) with stage-timer boundaries around input
+    distribution (sparse fwd) and backward (other bwd, sparse nodes -> sparse bwd)."""
+
+    class Timed(base):  # type: ignore[misc, valid-type]
+        timer: StageTimer | None = None
+        net: _TorchRecDLRM | None = None
+
+        def _backward(self, losses: Tensor) -> None:
+            t = self.timer
+            if t is None or not t.in_step or self.net is None or self.net.last_pooled is None:
+                return super()._backward(losses)
+            handles = hook_backward_subgraph(t, [self.net.last_pooled])
+            t.push("other_bwd")
+            try:
+                super()._backward(losses)
+            finally:
+                t.pop()
+                remove_hooks(handles)
+                self.net.last_pooled = None
+
+        def start_sparse_data_dist(self, *args: Any, **kwargs: Any) -> Any:
+            t = self.timer
+            if t is None:
+                return super().start_sparse_data_dist(*args, **kwargs)
+            with t.stage("sparse_fwd"):
+                return super().start_sparse_data_dist(*args, **kwargs)
+
+        def wait_sparse_data_dist(self, *args: Any, **kwargs: Any) -> Any:
+            t = self.timer
+            if t is None:
+                return super().wait_sparse_data_dist(*args, **kwargs)
+            with t.stage("sparse_fwd"):
+                return super().wait_sparse_data_dist(*args, **kwargs)
+
+    Timed.__name__ = Timed.__qualname__ = f"Timed{base.__name__}"
+    return Timed
+
+
+class TorchRecRunner:
+    """TorchRec DMP (table-wise, fused TBE + in-backward SGD) driven by a train pipeline.
+
+    ``batches`` yields this rank's *local* :class:`Batch` es (e.g.
+    ``SyntheticCriteo.batches(B, n, rank=, world_size=)``); they are converted to TorchRec
+    batches (KJT) lazily, inside the pipeline's data step. ``progress()`` runs one pipeline step
+    and returns the loss (``last_logits`` keeps that step's logits); it raises StopIteration
+    when the batches are exhausted and drained. ``forward(local_batch)`` returns logits without
+    gradients (call it before training or after the pipeline is drained).
+
+    ``pipeline``: ``"sparse_dist"`` (default) or ``"base"``; if TrainPipelineSparseDist cannot
+    be built, the runner falls back to TrainPipelineBase and ``self.pipeline`` says "base".
+    """
+
+    name = "TorchRec"
+
+    def __init__(
+        self,
+        config: DLRMConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        batches: Iterable[Batch],
+        *,
+        pipeline: str = "sparse_dist",
+        batch_size_hint: int | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> None:
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+        from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.model_parallel import DistributedModelParallel
+        from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+        from torchrec.distributed.planner.types import ParameterConstraints
+        from torchrec.distributed.types import ShardingEnv, ShardingType
+        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+        from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+        from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+        if pipeline not in ("sparse_dist", "base"):
+            raise ValueError(f"pipeline must be 'sparse_dist' or 'base', got {pipeline!r}")
+        _world_group(world)
+        self.config, self.rank, self.world, self.lr = config, rank, world, lr
+        device = torch.device("cpu")
+        dlrm = _dlrm(config, seed, sparse=False)
+        keys = list(keys) if keys is not None else list(default_keys(config.num_tables))
+        self.keys = keys
+        pooling = PoolingType.SUM if config.mode == "sum" else PoolingType.MEAN
+        tables = [
+            EmbeddingBagConfig(
+                name=f"t_{i}",
+                embedding_dim=config.embedding_dim,
+                num_embeddings=rows,
+                feature_names=[keys[i]],
+                pooling=pooling,
+            )
+            for i, rows in enumerate(config.num_rows)
+        ]
+        ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+        apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": lr})
+        net = _TorchRecDLRM(ebc, dlrm.bot_l, dlrm.top_l, dlrm.li, dlrm.lj, keys)
+        self.net = net
+
+        constraints = {
+            f"t_{i}": ParameterConstraints(
+                sharding_types=[ShardingType.TABLE_WISE.value],
+                compute_kernels=[EmbeddingComputeKernel.FUSED.value],
+            )
+            for i in range(config.num_tables)
+        }
+        planner = EmbeddingShardingPlanner(
+            topology=Topology(world_size=world, local_world_size=world, compute_device="cpu"),
+            constraints=constraints,
+            **({"batch_size": batch_size_hint} if batch_size_hint else {}),
+        )
+        sharders = [EmbeddingBagCollectionSharder()]
+        pg = dist.GroupMember.WORLD
+        self.plan = planner.collective_plan(net, sharders, pg)
+        self.dmp = DistributedModelParallel(
+            net, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=sharders
+        )
+        self._load_tables([emb.weight.detach() for emb in dlrm.emb_l])
+        del dlrm
+
+        dense_opt = KeyedOptimizerWrapper(
+            dict(in_backward_optimizer_filter(self.dmp.named_parameters())),
+            lambda params: torch.optim.SGD(params, lr=lr),
+        )
+        self.optimizer = CombinedOptimizer([self.dmp.fused_optimizer, dense_opt])
+
+        self._batches: Iterator[Any] = (to_torchrec_batch(b) for b in batches)
+        self.pipeline = pipeline
+        self.pipeline_error: str | None = None
+        self._pipe = self._make_pipeline(pipeline)
+        self.stage_timer: StageTimer | None = None
+        self.last_logits: Tensor | None = None
+
+    def _make_pipeline(self, kind: str) -> Any:
+        from torchrec.distributed.train_pipeline import TrainPipelineBase, TrainPipelineSparseDist
+
+        device = torch.device("cpu")
+        if kind == "sparse_dist":
+            try:
+                pipe = _timed_pipeline_class(TrainPipelineSparseDist)(
+                    self.dmp, self.optimizer, device, execute_all_batches=True
+                )
+                pipe.net = self.net
+                return pipe
+            except Exception as e:  # noqa: BLE001 - recorded, then the base pipeline is used
+                self.pipeline_error = f"{type(e).__name__}: {e}"
+                self.pipeline = "base"
+        pipe = _timed_pipeline_class(TrainPipelineBase)(self.dmp, self.optimizer, device)
+        pipe.net = self.net
+        return pipe
+
+    def _load_tables(self, weights: Sequence[Tensor]) -> None:
+        """Copy the seeded tables into this rank's shards (works for any sharding type)."""
+        state = self.dmp.state_dict()
+        with torch.no_grad():
+            for i, w in enumerate(weights):
+                key = next(k for k in state if k.endswith(f"ebc.embedding_bags.t_{i}.weight"))
+                st = state[key]
+                for shard in st.local_shards():
+                    (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                    shard.tensor.copy_(w[r0 : r0 + nr, c0 : c0 + nc])
+
+    # -- timing --------------------------------------------------------------------------------
+
+    def enable_stage_timing(self, on: bool = True) -> None:
+        self.stage_timer = StageTimer() if on else None
+        self.net.timer = self.stage_timer
+        self._pipe.timer = self.stage_timer
+
+    @property
+    def stage_times(self) -> list[StageTimes]:
+        return list(self.stage_timer.steps) if self.stage_timer is not None else []
+
+    def stage_summary(self, skip: int = 0) -> StageTimes:
+        return StageTimes.median(self.stage_times[skip:])
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def progress(self) -> float:
+        t = self.stage_timer
+        if t is not None:
+            t.begin_step("other")
+        try:
+            loss, logits = self._pipe.progress(self._batches)
+        except BaseException:
+            if t is not None:
+                t.abort_step()
+            raise
+        if t is not None:
+            t.end_step()
+        self.last_logits = logits
+        return float(loss)
+
+    def forward(self, local_batch: Batch) -> Tensor:
+        if getattr(self._pipe, "_pipelined_modules", None) and getattr(self._pipe, "_model_attached", False):
+            self._pipe.detach()
+        with torch.no_grad():
+            _, (_, logits) = self.dmp(to_torchrec_batch(local_batch))
+        return logits
+
+    def table_owners(self) -> dict[str, list[int]]:
+        """Table name -> ranks holding its shards, from the plan."""
+        out: dict[str, list[int]] = {}
+        for module_plan in self.plan.plan.values():
+            for name, ps in module_plan.items():  # type: ignore[union-attr]
+                out[name] = list(ps.ranks or [])
+        return out
+
+
+# -- dense-only floor ----------------------------------------------------------------------------------
+
+
+class _DenseNet(nn.Module):
+    def __init__(self, bot_l: nn.Module, top_l: nn.Module, li: Tensor, lj: Tensor) -> None:
+        super().__init__()
+        self.bot_l, self.top_l = bot_l, top_l
+        self.register_buffer("li", li.clone(), persistent=False)
+        self.register_buffer("lj", lj.clone(), persistent=False)
+
+    def forward(self, dense: Tensor, pooled: Tensor) -> Tensor:
+        return self.top_l(interact(self.bot_l(dense), pooled, self.li, self.lj))
+
+
+class DenseOnlyRunner:
+    """The dense part alone: ``step(local_batch)`` = bottom MLP + interaction with random
+    pooled embeddings ``[B, F*D]`` (requiring grad, so the interaction backward is complete) +
+    top MLP + BCE + backward (DDP all-reduce) + SGD. No lookups, no embedding communication."""
+
+    name = "Dense-only"
+
+    def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> None:
+        _world_group(world)
+        self.config, self.rank, self.world = config, rank, world
+        model = _dlrm(attrs.evolve(config, rows_cap=1), seed, sparse=False)  # tables unused: 1 row
+        net = _DenseNet(model.bot_l, model.top_l, model.li, model.lj)
+        self.net: nn.Module = DDP(net) if world > 1 else net
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
+        self._gen = torch.Generator().manual_seed(seed + 1000 + rank)
+        self._pooled: Tensor | None = None
+        self.stage_timer: StageTimer | None = None
+
+    def enable_stage_timing(self, on: bool = True) -> None:
+        self.stage_timer = StageTimer() if on else None
+
+    @property
+    def stage_times(self) -> list[StageTimes]:
+        return list(self.stage_timer.steps) if self.stage_timer is not None else []
+
+    def stage_summary(self, skip: int = 0) -> StageTimes:
+        return StageTimes.median(self.stage_times[skip:])
+
+    def _embeddings(self, b: int) -> Tensor:
+        width = self.config.num_tables * self.config.embedding_dim
+        if self._pooled is None or self._pooled.shape[0] != b:
+            bound = math.sqrt(1.0 / max(min(self.config.num_rows), 1))
+            self._pooled = torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
+        self._pooled.grad = None
+        return self._pooled
+
+    def step(self, local_batch: Batch) -> float:
+        t = self.stage_timer
+        if t is not None:
+            t.begin_step("other")
+        pooled = self._embeddings(local_batch.batch_size)
+        if t is not None:
+            t.push("other_fwd")
+        logits = self.net(local_batch.dense, pooled)
+        loss = F.binary_cross_entropy_with_logits(logits.squeeze(1), local_batch.labels)
+        if t is not None:
+            t.pop()
+        self.opt.zero_grad()
+        if t is not None:
+            t.push("other_bwd")
+        loss.backward()
+        if t is not None:
+            t.pop()
+        self.opt.step()
+        out = float(loss.detach())
+        if t is not None:
+            t.end_step()
+        return out
+
+    __call__ = step
+
+
+def dense_only_step(config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> DenseOnlyRunner:
+    """The dense-only floor runner; call ``.step(local_batch)`` (or the runner itself) per step."""
+    return DenseOnlyRunner(config, rank, world, lr, seed)
+
+
+# -- measuring ------------------------------------------------------------------------------------------
+
+
+def synthetic_source(config: DLRMConfig, seed: int = 0, zipf_alpha: float = 1.05) -> Any:
+    """A :class:`~sparselift.data.SyntheticCriteo` stream shaped like ``config``."""
+    from sparselift.data.synthetic import SyntheticConfig, SyntheticCriteo
+
+    pooling: Any = "one-hot" if all(p == 1 for p in config.pooling) else tuple(float(p) for p in config.pooling)
+    return SyntheticCriteo(
+        SyntheticConfig(
+            cardinalities=config.cardinalities,
+            rows_cap=config.rows_cap,
+            zipf_alpha=zipf_alpha,
+            pooling=pooling,
+            seed=seed,
+            num_dense=config.dense_in,
+        )
+    )
+
+
+def bench_worker(
+    rank: int,
+    world: int,
+    system: str,
+    config: DLRMConfig,
+    batch_size: int,
+    steps: int = 8,
+    warmup: int = 2,
+    lr: float = 0.1,
+    seed: int = 0,
+    timing: bool = False,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """``launch(bench_worker, W, system, config, B, ...)``: time ``steps`` steps after ``warmup``.
+
+    ``system``: "baseline", "torchrec", "torchrec-base" or "dense". Batches are generated
+    before timing (data generation is not part of a step). Returns per-step wall times (ms),
+    their median, the losses, the TorchRec pipeline used, and (with ``timing``) the stage
+    summary (column-wise median over the timed steps).
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
+    src = synthetic_source(config, seed=seed)
+    total = warmup + steps
+    g = batch_size * world
+    info: dict[str, Any] = {"system": system, "rank": rank, "world": world, "batch_size": batch_size}
+    times: list[float] = []
+    losses: list[float] = []
+    if system == "baseline":
+        gbs = [src.global_batch(i, g) for i in range(total)]
+        runner: Any = BaselineRunner(config, rank, world, lr, seed)
+        rows = runner.local_rows(g)
+        run = [lambda b=b: runner.step(b, rows) for b in gbs]
+    elif system in ("torchrec", "torchrec-base"):
+        local = list(src.batches(batch_size, total, rank=rank, world_size=world))
+        runner = TorchRecRunner(
+            config, rank, world, lr, seed, local,
+            pipeline="base" if system == "torchrec-base" else "sparse_dist", batch_size_hint=batch_size,
+        )  # fmt: skip
+        info["pipeline"] = runner.pipeline
+        run = [runner.progress] * total
+    elif system == "dense":
+        local = list(src.batches(batch_size, total, rank=rank, world_size=world))
+        runner = DenseOnlyRunner(config, rank, world, lr, seed)
+        run = [lambda b=b: runner.step(b) for b in local]
+    else:
+        raise ValueError(f"unknown system {system!r}")
+    dist.barrier()
+    for i, fn in enumerate(run):
+        if i == warmup and timing:
+            runner.enable_stage_timing(True)
+        t0 = time.perf_counter()
+        losses.append(fn())
+        times.append((time.perf_counter() - t0) * 1e3)
+    info["step_ms"] = times[warmup:]
+    info["median_ms"] = sorted(times[warmup:])[len(times[warmup:]) // 2] if steps else float("nan")
+    info["losses"] = losses
+    if timing:
+        info["stages"] = runner.stage_summary().as_dict()
+    return info

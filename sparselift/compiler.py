@@ -1,0 +1,98 @@
+"""`sparselift.compile`: export the model, lift and emit a plan, and build this rank's module.
+
+The one place that runs the whole pipeline (model -> IR -> passes -> plan -> runtime), so it may
+import every stage; the stages themselves only import downstream (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sparselift.codegen.plan_module import emit_plan_module
+from sparselift.frontend.export import export
+from sparselift.optim import SGD, RowWiseAdagrad
+from sparselift.passes.sharding import ShardingPlan
+from sparselift.runtime.compiled import CompiledModel, CompileOptions, Plan, cache_dir
+
+log = logging.getLogger("sparselift")
+
+
+def _load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shared_stats_and_plan(model, example_inputs, world, sharding, pg):
+    """Decide on rank 0 (stats and placement) and broadcast, so every rank builds the same plan."""
+    payload = [None]
+    if world == 1 or dist.get_rank(pg) == 0:
+        program = export(model, example_inputs, world_size=world, sharding=sharding)
+        payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
+    plan_json, stats = payload[0]
+    return ShardingPlan.from_json(plan_json), stats
+
+
+def compile(  # noqa: A001 - the public API mirrors torch.compile
+    model: nn.Module,
+    example_inputs: tuple,
+    *,
+    sharding: str | ShardingPlan = "auto",
+    sparse_optimizer: SGD | RowWiseAdagrad | None = None,
+    process_group=None,
+    options: CompileOptions | None = None,
+) -> CompiledModel:
+    """Compile `model`'s sparse path for the current process group (world size 1 without one)."""
+    options = options or CompileOptions()
+    optimizer = sparse_optimizer or SGD()
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    distributed = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(process_group) if distributed else 1
+    rank = dist.get_rank(process_group) if distributed else 0
+    plan_choice, stats = _shared_stats_and_plan(model, example_inputs, world, sharding, process_group)
+    program = export(model, example_inputs, world_size=world, sharding=plan_choice, stats=stats)
+
+    from xdsl.passes import PassPipeline
+
+    from sparselift.ir._syntax import format_float
+    from sparselift.passes import get_all_passes
+
+    spec = (
+        f"lift-sparse{{optimizer={optimizer.kind} lr={format_float(optimizer.lr)} eps={format_float(optimizer.eps)}}}"
+    )
+    PassPipeline.parse_spec(get_all_passes(), spec).apply(_ctx(), program.module)
+    ir_text = program.text
+    source = emit_plan_module(program.module)
+    digest = hashlib.sha256((ir_text + source + torch.__version__).encode()).hexdigest()[:16]
+    path = cache_dir(options) / f"plan_{digest}.py"
+    if path.exists() and path.read_text() == source:
+        log.info("sparselift: plan %s found in the cache (%s); nothing rebuilt", digest, path)
+    else:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+        log.info("sparselift: plan %s written to %s", digest, path)
+    module = _load_module(path, f"sparselift_plan_{digest}")
+    plan = Plan(ir_text, source, path, digest, program)
+    tables = {name: p for name, p in model.named_parameters()}
+    return CompiledModel(program, plan, module.Plan, rank, world, process_group, optimizer, options, tables)
+
+
+def _ctx():
+    from sparselift.ir import make_context
+
+    return make_context()
