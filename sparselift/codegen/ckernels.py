@@ -358,14 +358,13 @@ def _update_fn(spec: TableSpec) -> str:
         apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * g{o});" for o, w in ch]
         pre = []
     else:  # rowwise_adagrad: state += mean(g^2); w -= lr * g / (sqrt(state) + eps)
-        sq = []
+        # Squares summed lane-wise in vectors, then one horizontal sum.
+        sq = ["    v8f q8 = (v8f){0};", "    v4f q4 = (v4f){0};", "    float ss = 0.0f;"]
         for o, w in ch:
-            if w == 1:
-                sq.append(f"    ss += g{o} * g{o};")
-            else:
-                sq.append(f"    {{ {_vt(w)} t = g{o} * g{o}; for (int l = 0; l < {w}; l++) ss += t[l]; }}")
+            sq.append(f"    q{w} += g{o} * g{o};" if w > 1 else f"    ss += g{o} * g{o};")
+        sq.append("    q4 += __builtin_shufflevector(q8, q8, 0, 1, 2, 3) + __builtin_shufflevector(q8, q8, 4, 5, 6, 7);")
+        sq.append("    ss += (q4[0] + q4[2]) + (q4[1] + q4[3]);")
         pre = [
-            "    float ss = 0.0f;",
             *sq,
             f"    const float st = state[row] + ss / (float){d};",
             "    state[row] = st;",

@@ -20,6 +20,7 @@ from torch import fx, nn
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     FlatSymbolRefAttr,
+    IntegerAttr,
     ModuleOp,
     StringAttr,
     TensorType,
@@ -202,6 +203,36 @@ def _placement_attr(table: str, p) -> PlacementAttr:
     return PlacementAttr.data_parallel(table)
 
 
+def _dim(d, fallback: int) -> int:
+    if isinstance(d, int):
+        return d
+    hint = getattr(getattr(d, "node", None), "hint", None)
+    return int(hint) if hint is not None else fallback
+
+
+def region_flops(region: fx.GraphModule, batch: int) -> int:
+    """Forward FLOPs of a dense region at the example batch (matmuls only: they dominate MLPs)."""
+    total = 0
+    for node in region.graph.nodes:
+        if node.op != "call_function":
+            continue
+        shapes = [
+            [_dim(d, batch) for d in a.meta["val"].shape]
+            for a in node.args
+            if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+        ]
+        if node.target in (torch.ops.aten.linear.default,) and len(shapes) >= 2:
+            (*lead, k), (n, _) = shapes[0], shapes[1]
+            total += 2 * k * n * max(1, int(torch.tensor(lead).prod())) if lead else 2 * k * n
+        elif node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and len(shapes) >= 2:
+            (m, k), (_, n) = shapes[-2], shapes[-1]
+            total += 2 * m * k * n
+        elif node.target is torch.ops.aten.bmm.default and len(shapes) == 2:
+            (b, m, k), (_, _, n) = shapes
+            total += 2 * b * m * k * n
+    return total
+
+
 def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], features: Sequence[FeatureInfo]):
     """Pooling factor and id skew per feature, and the batch (which must agree across features)."""
     with torch.no_grad():
@@ -377,6 +408,7 @@ def export(
             operands=operands(pre_inputs, "dense_pre"),
             result_types=[tensor_type(n.meta["val"], f"value '{n.name}'") for n in pre_outputs],
             properties={"callee": FlatSymbolRefAttr("dense_pre"), "phase": StringAttr("forward")},
+            attributes={"flops": IntegerAttr(region_flops(regions["dense_pre"], batch), i64)},
         )
         fwd.add_op(pre_op)
         value_of.update(zip(pre_outputs, pre_op.res))
@@ -418,6 +450,7 @@ def export(
         operands=[value_of[n] for n in post_operands],
         result_types=[tensor_type(n.meta["val"], f"model output '{n.name}'") for n in outputs],
         properties={"callee": FlatSymbolRefAttr("dense_post"), "phase": StringAttr("forward")},
+        attributes={"flops": IntegerAttr(region_flops(regions["dense_post"], batch), i64)},
     )
     fwd.add_op(post_op)
     fwd.add_op(YieldOp(*post_op.res))
@@ -427,6 +460,8 @@ def export(
         operands=list(bwd.args),
         result_types=[v.type for v in post_op.operands],
         properties={"callee": FlatSymbolRefAttr("dense_post"), "phase": StringAttr("backward")},
+        # Backward of a matmul is two matmuls of the same size.
+        attributes={"flops": IntegerAttr(2 * region_flops(regions["dense_post"], batch), i64)},
     )
     bwd.add_op(post_bwd)
     if pre_op is not None:
@@ -434,6 +469,7 @@ def export(
             operands=list(post_bwd.res[: len(pre_outputs)]),
             result_types=[v.type for v in pre_op.operands],
             properties={"callee": FlatSymbolRefAttr("dense_pre"), "phase": StringAttr("backward")},
+            attributes={"flops": IntegerAttr(2 * region_flops(regions["dense_pre"], batch), i64)},
         ))
     bwd.add_op(YieldOp())
     step = StepOp("step", world_size, len(outputs), Region(fwd), Region(bwd))

@@ -141,7 +141,7 @@ def annotate_step(step: StepOp, profile: HardwareProfile, batch: int | None = No
         op.attributes["cost"] = cost.attr(_measured(op))
         total_bytes += cost.bytes
         total_lookups += cost.lookups
-    length, _ = view.critical_path()
+    length, _ = view.critical_path(serial=True)
     step.attributes["cost"] = CostAttr(round(total_bytes), round(total_lookups), round(length, 3), _measured(step))
     return length
 

@@ -203,13 +203,19 @@ class SRSV:
         return not nx.has_path(self.graph, a, b) and not nx.has_path(self.graph, b, a)
 
     def critical_path(
-        self, weight: Callable[[Operation], float] | Mapping[Operation, float] | None = None
+        self,
+        weight: Callable[[Operation], float] | Mapping[Operation, float] | None = None,
+        *,
+        serial: bool = False,
     ) -> tuple[float, list[Operation]]:
         """The longest chain of dependent ops, by per-op cost.
 
         `weight` gives each op's cost: a callable, a mapping (missing ops cost 0) or `None` for
-        the `est_us` of the op's `#sched.cost` attribute (0 without one). Independent ops are
-        assumed to overlap, so this is a lower bound of the step time on any schedule.
+        the `est_us` of the op's `#sched.cost` attribute (0 without one). By default independent
+        ops are assumed to overlap, so this is a lower bound of the step time on any schedule.
+        With `serial=True` each rank has one compute stream: ops run one after another in program
+        order, except async collectives in flight and the lanes of a `sched.parallel`, which is
+        how a step executes on a CPU rank.
         """
         if weight is None:
             cost = _default_cost
@@ -224,6 +230,12 @@ class SRSV:
         source, sink = _Terminal("source"), _Terminal("sink")
         h = nx.DiGraph()
         h.add_edges_from((u, v, {"w": costs[u]}) for u, v in self.graph.edges)
+        if serial:
+            stream = [
+                op for op in sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["index"])
+                if not isinstance(op, AllToAllStartOp) and not isinstance(op.parent_op(), ParallelOp)
+            ]
+            h.add_edges_from((u, v, {"w": costs[u]}) for u, v in zip(stream, stream[1:]) if not h.has_edge(u, v))
         h.add_edges_from((source, n, {"w": 0.0}) for n in self.graph.nodes)
         h.add_edges_from((n, sink, {"w": costs[n]}) for n in self.graph.nodes)
         if not self.graph.nodes:

@@ -3,10 +3,11 @@
 # Run from anywhere, with the project's venv:  tests/filecheck/inputs/regenerate.sh
 #
 # Every fixture is `sparselift export` output (opaque sparse.embedding_bag_collection groups),
-# batch 8, sharding auto, seed 0; --rows-cap keeps the DLRM tables (and so the row bounds) small:
+# batch 8, seed 0, sharding auto unless said otherwise; --rows-cap keeps the DLRM tables small:
 #   dlrm-kaggle-ws1.mlir    sparselift export --model dlrm-kaggle   --world-size 1 --rows-cap 20000 --batch-size 8 --sharding auto
 #   dlrm-kaggle-ws2.mlir    sparselift export --model dlrm-kaggle   --world-size 2 --rows-cap 20000 --batch-size 8 --sharding auto
 #   dlrm-kaggle-ws3.mlir    sparselift export --model dlrm-kaggle   --world-size 3 --rows-cap 20000 --batch-size 8 --sharding auto
+#   dlrm-kaggle-ws2-rowwise.mlir  sparselift export --model dlrm-kaggle --world-size 2 --rows-cap 20000 --batch-size 8 --sharding row_wise
 #   dlrm-terabyte-ws2.mlir  sparselift export --model dlrm-terabyte --world-size 2 --rows-cap 20000 --batch-size 8 --sharding auto
 #   two-tower-ws2.mlir      sparselift export --model two-tower     --world-size 2 --batch-size 8 --sharding auto
 #   torchrec-ebc-ws2.mlir   sparselift export --model torchrec-ebc  --world-size 2 --batch-size 8 --sharding auto
@@ -18,13 +19,14 @@ sparselift="${SPARSELIFT:-$root/.venv/bin/sparselift}"
 export_fixture() {  # OUT MODEL WORLD [extra args...]
     local out="$1" model="$2" world="$3"
     shift 3
-    "$sparselift" export --model "$model" --world-size "$world" --batch-size 8 --sharding auto --seed 0 "$@" -o "$here/$out"
+    "$sparselift" export --model "$model" --world-size "$world" --batch-size 8 --seed 0 "$@" -o "$here/$out"
     echo "wrote $out"
 }
 
-export_fixture dlrm-kaggle-ws1.mlir   dlrm-kaggle   1 --rows-cap 20000
-export_fixture dlrm-kaggle-ws2.mlir   dlrm-kaggle   2 --rows-cap 20000
-export_fixture dlrm-kaggle-ws3.mlir   dlrm-kaggle   3 --rows-cap 20000
-export_fixture dlrm-terabyte-ws2.mlir dlrm-terabyte 2 --rows-cap 20000
-export_fixture two-tower-ws2.mlir     two-tower     2
-export_fixture torchrec-ebc-ws2.mlir  torchrec-ebc  2
+export_fixture dlrm-kaggle-ws1.mlir         dlrm-kaggle   1 --rows-cap 20000 --sharding auto
+export_fixture dlrm-kaggle-ws2.mlir         dlrm-kaggle   2 --rows-cap 20000 --sharding auto
+export_fixture dlrm-kaggle-ws3.mlir         dlrm-kaggle   3 --rows-cap 20000 --sharding auto
+export_fixture dlrm-kaggle-ws2-rowwise.mlir dlrm-kaggle   2 --rows-cap 20000 --sharding row_wise
+export_fixture dlrm-terabyte-ws2.mlir       dlrm-terabyte 2 --rows-cap 20000 --sharding auto
+export_fixture two-tower-ws2.mlir           two-tower     2 --sharding auto
+export_fixture torchrec-ebc-ws2.mlir        torchrec-ebc  2 --sharding auto

@@ -10,6 +10,13 @@
 // RUN: sed -n '/^sched.step @no_adjoint /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=NO-ADJOINT
 // RUN: sed -n '/^sched.step @opaque_left /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=OPAQUE-LEFT
 // RUN: sed -n '/^sched.step @table_twice /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=TABLE-TWICE
+// RUN: not sparselift-opt %s -p 'lift-sparse{optimizer=adam}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
+// RUN: not sparselift-opt %s -p 'lift-sparse{lr=-0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
+// RUN: not sparselift-opt %s -p 'lift-sparse{optimizer=rowwise_adagrad eps=0.0}' 2>&1 | filecheck %s --check-prefix=BAD-EPS
+// Bad pass options are rejected before any step is touched (the whole file is one module here):
+// BAD-OPTIMIZER: VerifyException: unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
+// BAD-LR: VerifyException: optimizer lr must be positive, got -0.5
+// BAD-EPS: VerifyException: rowwise_adagrad eps must be positive, got 0.0
 
 // lift-sparse rejects what it cannot lift with a PassFailedException naming the module, table
 // or feature. The first RUN checks every message (one per case); the others run each
