@@ -52,6 +52,7 @@ point for ``launch`` that measures one system.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -129,9 +130,22 @@ def _world_group(world: int) -> None:
 class _A2AState:
     """What the Req/Wait pair shares for one forward (the reference keeps it in a global)."""
 
-    __slots__ = ("dim", "divide", "local_rows", "rank", "recv", "row_splits", "send", "table_splits", "work", "world")
+    __slots__ = (
+        "dim",
+        "divide",
+        "local_rows",
+        "rank",
+        "recv",
+        "row_splits",
+        "send",
+        "table_splits",
+        "work",
+        "world",
+    )
 
-    def __init__(self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool):
+    def __init__(
+        self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool
+    ):
         self.rank = rank
         self.world = world
         self.row_splits = row_splits  # rows of the global batch owned by each rank
@@ -189,6 +203,7 @@ class _AllToAllWait(Function):
     @staticmethod
     def forward(ctx, state: _A2AState, recv: Tensor) -> tuple[Tensor, ...]:
         ctx.state = state
+        ctx.zeros = recv.new_zeros(())
         state.work.wait()
         state.work = None
         state.send = None
@@ -204,7 +219,7 @@ class _AllToAllWait(Function):
         ln, d = state.local_rows, state.dim
         blocks, k = [], 0
         for s in state.table_splits:
-            gs = [g if g is not None else torch.zeros(ln, d) for g in grads[k : k + s]]
+            gs = [g if g is not None else ctx.zeros.expand(ln, d) for g in grads[k : k + s]]
             blocks.append(torch.cat(gs, dim=1).reshape(-1))
             k += s
         send = torch.cat(blocks)
@@ -214,8 +229,9 @@ class _AllToAllWait(Function):
         out_splits = [n * lS * d for n in state.row_splits]
         state.send, state.recv = send, recv
         state.work = dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True)
-        # The receive buffer has the send buffer's layout: hand it to _AllToAllReq.backward,
-        # which ignores it and waits for the collective instead (as the reference does).
+        # The gradient of the forward receive buffer is exactly ``send`` (same layout): hand it
+        # to _AllToAllReq.backward, which ignores it and waits for the collective instead (as
+        # the reference's All2All_Req/All2All_Wait do).
         return None, send
 
 
@@ -287,7 +303,9 @@ class BaselineRunner:
                 f"rank {self.rank}: local_rows {local_rows} is not this rank's slice {mine} of {n} rows"
             )
         if global_batch.num_sparse != self.config.num_tables:
-            raise ValueError(f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}")
+            raise ValueError(
+                f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}"
+            )
         return get_split_lengths(n, self.world)
 
     def _forward(self, gb: Batch, rows: slice, row_splits: list[int], t: StageTimer | None):
@@ -299,7 +317,12 @@ class BaselineRunner:
         ]
         if self.world > 1:
             state = _A2AState(
-                self.rank, self.world, row_splits, self.table_splits, self.config.embedding_dim, self.grad_division
+                self.rank,
+                self.world,
+                row_splits,
+                self.table_splits,
+                self.config.embedding_dim,
+                self.grad_division,
             )
             recv = _AllToAllReq.apply(state, *ly)
         if t is not None:
@@ -466,7 +489,8 @@ class TorchRecRunner:
     batches (KJT) lazily, inside the pipeline's data step. ``progress()`` runs one pipeline step
     and returns the loss (``last_logits`` keeps that step's logits); it raises StopIteration
     when the batches are exhausted and drained. ``forward(local_batch)`` returns logits without
-    gradients (call it before training or after the pipeline is drained).
+    gradients; it may be called at any time (mid-training it detaches the pipeline, which
+    re-attaches on the next ``progress()``; training continues unchanged).
 
     ``pipeline``: ``"sparse_dist"`` (default) or ``"base"``; if TrainPipelineSparseDist cannot
     be built, the runner falls back to TrainPipelineBase and ``self.pipeline`` says "base".
@@ -529,8 +553,17 @@ class TorchRecRunner:
             )
             for i in range(config.num_tables)
         }
+        try:  # torchrec >= 1.8 warns unless the topology comes from its factory
+            from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+
+            topology = TopologyFactory.create_topology(
+                TrainerConfig(world_size=world, local_world_size=world),
+                kernel_config=KernelConfig(compute_device="cpu"),
+            )
+        except ImportError:
+            topology = Topology(world_size=world, local_world_size=world, compute_device="cpu")
         planner = EmbeddingShardingPlanner(
-            topology=Topology(world_size=world, local_world_size=world, compute_device="cpu"),
+            topology=topology,
             constraints=constraints,
             **({"batch_size": batch_size_hint} if batch_size_hint else {}),
         )
@@ -656,8 +689,9 @@ class DenseOnlyRunner:
     def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> None:
         _world_group(world)
         self.config, self.rank, self.world = config, rank, world
-        model = _dlrm(attrs.evolve(config, rows_cap=1), seed, sparse=False)  # tables unused: 1 row
+        model = _dlrm(config, seed, sparse=False)  # same init as the other systems; tables unused
         net = _DenseNet(model.bot_l, model.top_l, model.li, model.lj)
+        del model
         self.net: nn.Module = DDP(net) if world > 1 else net
         self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
         self._gen = torch.Generator().manual_seed(seed + 1000 + rank)
@@ -678,7 +712,9 @@ class DenseOnlyRunner:
         width = self.config.num_tables * self.config.embedding_dim
         if self._pooled is None or self._pooled.shape[0] != b:
             bound = math.sqrt(1.0 / max(min(self.config.num_rows), 1))
-            self._pooled = torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
+            self._pooled = (
+                torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
+            )
         self._pooled.grad = None
         return self._pooled
 
@@ -720,7 +756,9 @@ def synthetic_source(config: DLRMConfig, seed: int = 0, zipf_alpha: float = 1.05
     """A :class:`~sparselift.data.SyntheticCriteo` stream shaped like ``config``."""
     from sparselift.data.synthetic import SyntheticConfig, SyntheticCriteo
 
-    pooling: Any = "one-hot" if all(p == 1 for p in config.pooling) else tuple(float(p) for p in config.pooling)
+    pooling: Any = (
+        "one-hot" if all(p == 1 for p in config.pooling) else tuple(float(p) for p in config.pooling)
+    )
     return SyntheticCriteo(
         SyntheticConfig(
             cardinalities=config.cardinalities,
@@ -751,10 +789,12 @@ def bench_worker(
     ``system``: "baseline", "torchrec", "torchrec-base" or "dense". Batches are generated
     before timing (data generation is not part of a step). Returns per-step wall times (ms),
     their median, the losses, the TorchRec pipeline used, and (with ``timing``) the stage
-    summary (column-wise median over the timed steps).
+    summary (column-wise median over the timed steps). ``threads`` defaults to
+    ``cpu_count // world`` intra-op threads per rank.
     """
-    if threads is not None:
-        torch.set_num_threads(threads)
+    # Ranks share the machine's cores: more intra-op threads than cores per rank makes every
+    # op spin (on 2 cores, 2 ranks x 2 threads run ~20x slower than 1 thread each).
+    torch.set_num_threads(threads if threads is not None else max(1, (os.cpu_count() or 1) // world))
     src = synthetic_source(config, seed=seed)
     total = warmup + steps
     g = batch_size * world

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,15 @@ class StageTimes:
 
     def values(self) -> tuple[float, ...]:
         return tuple(getattr(self, s) for s in STAGES)
+
+    @classmethod
+    def from_seconds(cls, seconds: Mapping[str, float]) -> StageTimes:
+        """From a ``{stage: seconds}`` mapping (missing stages are 0), e.g. the compiled
+        module's ``stage_times`` entries."""
+        unknown = set(seconds) - set(STAGES)
+        if unknown:
+            raise ValueError(f"unknown stages {sorted(unknown)}; expected some of {STAGES}")
+        return cls(*(float(seconds.get(s, 0.0)) * 1e3 for s in STAGES))
 
     @classmethod
     def median(cls, records: Sequence[StageTimes]) -> StageTimes:

@@ -63,7 +63,9 @@ ERROR_CODES = {
 
 # Ids looked ahead for software prefetching of table rows (forward) and of rows to update.
 FORWARD_PREFETCH = 24
-UPDATE_PREFETCH = 12
+UPDATE_PREFETCH = 16
+# Widest radix digit of the update's sort (a 2^bits-entry histogram of uint32).
+RADIX_BITS = 18
 
 
 @dataclass(frozen=True, order=True)
@@ -214,22 +216,25 @@ static int NAME(const IT* idx, const int64_t* offs, int64_t rows, const int32_t*
 SL_CHECK_IDS(sl_check_ids_i32, int32_t)
 SL_CHECK_IDS(sl_check_ids_i64, int64_t)
 
-/* Stable LSD radix sort of (row << 32 | position) keys on the row bits. */
+/* Stable LSD radix sort of (row << 32 | payload) keys on the row bits. Digits of up to
+   log2(n) + 1 bits (at most SL_RADIX_MAXBITS), so a table with about as many rows as ids sorts in one pass. */
 static void sl_radix_sort(uint64_t* keys, uint64_t* tmp, int64_t n, int nbits) {
   if (nbits <= 0 || n <= 1) return;
-  int passes = (nbits + 10) / 11;
+  int maxbits = 8;
+  while (maxbits < SL_RADIX_MAXBITS && ((int64_t)1 << maxbits) < 2 * n) maxbits++;
+  int passes = (nbits + maxbits - 1) / maxbits;
   int db = (nbits + passes - 1) / passes;
   int64_t nb = (int64_t)1 << db;
-  int64_t* hist = (int64_t*)malloc(sizeof(int64_t) * nb);
+  uint32_t* hist = (uint32_t*)malloc(sizeof(uint32_t) * nb);
   uint64_t* src = keys; uint64_t* dst = tmp;
   int shift = 32;
   int flips = 0;
   for (int pass = 0; pass < passes; pass++, shift += db) {
-    memset(hist, 0, sizeof(int64_t) * nb);
+    memset(hist, 0, sizeof(uint32_t) * nb);
     uint64_t mask = (uint64_t)(nb - 1);
     for (int64_t i = 0; i < n; i++) hist[(src[i] >> shift) & mask]++;
-    int64_t sum = 0, nonempty = 0;
-    for (int64_t b = 0; b < nb; b++) { int64_t c = hist[b]; nonempty += c != 0; hist[b] = sum; sum += c; }
+    uint32_t sum = 0; int64_t nonempty = 0;
+    for (int64_t b = 0; b < nb; b++) { uint32_t c = hist[b]; nonempty += c != 0; hist[b] = sum; sum += c; }
     if (nonempty <= 1) continue; /* every key has this digit: the pass is the identity */
     for (int64_t i = 0; i < n; i++) { uint64_t k = src[i]; dst[hist[(k >> shift) & mask]++] = k; }
     uint64_t* t = src; src = dst; dst = t; flips ^= 1;
@@ -284,7 +289,7 @@ def _lines(*parts: Iterable[str] | str) -> str:
     return "\n".join(out)
 
 
-def _forward_fn(spec: TableSpec) -> str:
+def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH) -> str:
     d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
     ch = _chunks(d)
     row_bytes = d * (4 if st == "f32" else 2)
@@ -322,9 +327,11 @@ def _forward_fn(spec: TableSpec) -> str:
         f"    {scale_decl}",
         *acc_decl,
         "    for (int64_t p = p0; p < p1; p++) {",
-        f"      if (p + {FORWARD_PREFETCH} < nidx) {{",
-        f"        const {tt}* pr = W + (uint64_t)(int64_t)idx[p + {FORWARD_PREFETCH}] * {d}u; {pf}",
-        "      }",
+        *([
+            f"      if (p + {prefetch} < nidx) {{",
+            f"        const {tt}* pr = W + (uint64_t)(int64_t)idx[p + {prefetch}] * {d}u; {pf}",
+            "      }",
+        ] if prefetch > 0 else []),
         f"      const {tt}* r = W + (int64_t)idx[p] * {d};",
         f"      {scale_id}",
         *acc_add,
@@ -337,23 +344,26 @@ def _forward_fn(spec: TableSpec) -> str:
     )
 
 
-def _update_fn(spec: TableSpec) -> str:
+def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH) -> str:
     d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
     ch = _chunks(d)
     row_bytes = d * (4 if st == "f32" else 2)
     lines = max(1, (row_bytes + 63) // 64)
     glines = max(1, (d * 4 + 63) // 64)
-    pfw = " ".join(f"PFW((const char*)pw + {64 * i});" for i in range(lines))
+    # The sort payload: unweighted specs need only the bag (its gradient row and 1/len), weighted
+    # ones the id position (its weight).
+    per_id = spec.weighted
     if spec.weighted and spec.pooling == "mean":
-        per_bag, per_id = "const float inv = (float)(n > 0 ? n : 1);", "wts[p] / inv"
+        per_bag, scale = "const float inv = (float)(n > 0 ? n : 1);", "wts[p] / inv"
     elif spec.weighted:
-        per_bag, per_id = "", "wts[p]"
+        per_bag, scale = "", "wts[p]"
     elif spec.pooling == "mean":
-        per_bag, per_id = "const float sc = 1.0f / (float)(n > 0 ? n : 1);", "sc"
+        per_bag, scale = "", "1.0f / (float)(n > 0 ? n : 1)"
     else:
-        per_bag, per_id = "", "1.0f"
+        per_bag, scale = "", "1.0f"
+    mul_s = "" if (not spec.weighted and spec.pooling == "sum") else " * s"  # x * 1.0f == x
     g_decl = [f"    {_vt(w)} g{o} = {_zero(w)};" for o, w in ch]
-    g_add = [f"      g{o} += (ld{w}_f32(gr + {o}) * s) * gs;" for o, w in ch]
+    g_add = [f"      g{o} += (ld{w}_f32(gr + {o}){mul_s}) * gs;" for o, w in ch]
     if spec.optimizer == "sgd":
         apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * g{o});" for o, w in ch]
         pre = []
@@ -371,6 +381,17 @@ def _update_fn(spec: TableSpec) -> str:
             "    const float den = sqrtf(st) + eps;",
         ]
         apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * (g{o} / den));" for o, w in ch]
+    pf_lines = []
+    if prefetch > 0:
+        pf_lines = [
+            f"      if (e + {prefetch} < n_ids) {{",
+            f"        const uint64_t kp = keys[e + {prefetch}];",
+            f"        const {tt}* pw = W + (kp >> 32) * {d}u;",
+            *[f"        PFW((const char*)pw + {64 * q});" for q in range(lines)],
+            "        const float* pg = grad + gof[(uint32_t)kp];",
+            *[f"        PF((const char*)pg + {64 * q});" for q in range(glines)],
+            "      }",
+        ]
     return _lines(
         f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
         "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
@@ -378,58 +399,62 @@ def _update_fn(spec: TableSpec) -> str:
         "    float lr, float eps, float gs, int64_t* err) {",
         f"  {tt}* restrict W = ({tt}*)W_;",
         f"  const {it}* restrict idx = (const {it}*)idx_;",
-        "  (void)nidx; (void)eps; (void)state;",
+        "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts;",
         f"  const int64_t ldg = (int64_t){d} * nslots;",
         "  int64_t n_ids = 0;",
         "  for (int k = 0; k < nslots; k++)",
         "    for (int64_t s = 0; s < S; s++) { int64_t bag0 = (s * F + slots[k]) * B; n_ids += offs[bag0 + B] - offs[bag0]; }",
         "  if (n_ids == 0) return 0;",
-        "  if (n_ids >= ((int64_t)1 << 32) || rows > ((int64_t)1 << 32)) { err[0] = 6; err[1] = n_ids; return 6; }",
-        "  char* mem = (char*)malloc((size_t)n_ids * (2 * sizeof(uint64_t) + sizeof(int64_t) + sizeof(float)));",
+        f"  const int64_t n_pay = {'n_ids' if per_id else '(int64_t)nslots * S * B'};",
+        "  if (n_ids >= ((int64_t)1 << 32) || n_pay >= ((int64_t)1 << 32) || rows > ((int64_t)1 << 32)) {",
+        "    err[0] = 6; err[1] = n_ids; return 6;",
+        "  }",
+        "  char* mem = (char*)malloc((size_t)n_ids * 2 * sizeof(uint64_t) + (size_t)n_pay * (sizeof(int64_t) + sizeof(float)));",
         "  if (!mem) { err[0] = 4; return 4; }",
         "  uint64_t* keys = (uint64_t*)mem;",
         "  uint64_t* tmp = keys + n_ids;",
         "  int64_t* gof = (int64_t*)(tmp + n_ids);",
-        "  float* scl = (float*)(gof + n_ids);",
-        "  /* Ids in the reference's order: slot-major, then segment, sample, position. */",
-        "  int64_t j = 0;",
+        "  float* scl = (float*)(gof + n_pay);",
+        "  /* Ids in the reference's order: slot-major, then segment, sample, position; the stable",
+        "     sort keeps that order among the ids of one row. */",
+        "  int64_t j = 0, q = 0;",
         "  for (int k = 0; k < nslots; k++)",
         "    for (int64_t s = 0; s < S; s++)",
-        "      for (int64_t b = 0; b < B; b++) {",
+        "      for (int64_t b = 0; b < B; b++, q++) {",
         "        const int64_t bag = (s * F + slots[k]) * B + b;",
         "        const int64_t p0 = offs[bag], p1 = offs[bag + 1], n = p1 - p0;",
         "        (void)n;",
         f"        {per_bag}",
         f"        const int64_t go = (s * B + b) * ldg + (int64_t)k * {d};",
-        "        for (int64_t p = p0; p < p1; p++, j++) {",
-        "          keys[j] = ((uint64_t)(int64_t)idx[p] << 32) | (uint64_t)j;",
-        "          gof[j] = go;",
-        f"          scl[j] = {per_id};",
-        "        }",
+        *([
+            "        for (int64_t p = p0; p < p1; p++, j++) {",
+            "          keys[j] = ((uint64_t)(int64_t)idx[p] << 32) | (uint64_t)j;",
+            "          gof[j] = go;",
+            f"          scl[j] = {scale};",
+            "        }",
+        ] if per_id else [
+            "        gof[q] = go;",
+            f"        scl[q] = {scale};",
+            "        for (int64_t p = p0; p < p1; p++, j++) keys[j] = ((uint64_t)(int64_t)idx[p] << 32) | (uint64_t)q;",
+        ]),
         "      }",
         "  sl_radix_sort(keys, tmp, n_ids, sl_bits(rows));",
         "  const float nlr = -lr;",
-        "  int64_t i = 0;",
-        "  while (i < n_ids) {",
-        "    const int64_t row = (int64_t)(keys[i] >> 32);",
-        f"    if (i + {UPDATE_PREFETCH} < n_ids) {{",
-        f"      const {tt}* pw = W + (keys[i + {UPDATE_PREFETCH}] >> 32) * {d}u; {pfw}",
-        f"      const float* pg = grad + gof[(uint32_t)keys[i + {UPDATE_PREFETCH}]];",
-        *[f"      PF((const char*)pg + {64 * q});" for q in range(glines)],
-        "    }",
+        "  int64_t e = 0;",
+        "  while (e < n_ids) {",
+        "    const int64_t row = (int64_t)(keys[e] >> 32);",
         *g_decl,
-        "    int64_t e = i;",
         "    do {",
+        *pf_lines,
         "      const uint32_t u = (uint32_t)keys[e];",
         "      const float* gr = grad + gof[u];",
-        "      const float s = scl[u];",
+        "      const float s = scl[u]; (void)s;",
         *g_add,
         "      e++;",
         "    } while (e < n_ids && (int64_t)(keys[e] >> 32) == row);",
         f"    {tt}* wr = W + row * {d};",
         *pre,
         *apply,
-        "    i = e;",
         "  }",
         "  free(mem);",
         "  return 0;",
@@ -549,20 +574,26 @@ def kernel_numbers(specs: Iterable[TableSpec]) -> tuple[dict[TableSpec, int], di
     return {s: i for i, s in enumerate(fwd)}, {s: i for i, s in enumerate(upd)}
 
 
-def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True) -> str:
-    """One C translation unit with the kernels of `specs` and the generic entry points."""
+def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True, forward_prefetch: int = FORWARD_PREFETCH,
+                    update_prefetch: int = UPDATE_PREFETCH, radix_bits: int = RADIX_BITS) -> str:
+    """One C translation unit with the kernels of `specs` and the generic entry points.
+
+    `forward_prefetch` / `update_prefetch`: how many ids ahead rows are prefetched (0: none);
+    `radix_bits`: the widest digit of the update's radix sort.
+    """
     fwd, upd = _dedupe(specs)
     if not have_f16 and any(s.dtype == "f16" for s in fwd):
         raise ValueError("f16 storage needs a compiler with _Float16 support")
     parts = [
         "/* Generated by sparselift.codegen.ckernels: do not edit. */",
         f"#define SL_ABI_VERSION {ABI_VERSION}",
+        f"#define SL_RADIX_MAXBITS {int(radix_bits)}",
         _PRELUDE.replace("HAVE_F16_FLAG", "1" if have_f16 else "0"),
     ]
     for s in fwd:
-        parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s))
+        parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s, forward_prefetch))
     for s in upd:
-        parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s))
+        parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s, update_prefetch))
     fwd_tab = ", ".join(f"fwd_{s.tag}" for s in fwd) or "0"
     upd_tab = ", ".join(f"upd_{s.tag}" for s in upd) or "0"
     parts.append(f"#define SL_N_FWD {len(fwd)}\nstatic const sl_fwd_fn SL_FWD[] = {{{fwd_tab}}};")

@@ -184,16 +184,18 @@ _LOADED: dict[str, _Library] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = None) -> tuple[_Library, bool, float]:
+def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = None,
+                  codegen_options: Mapping[str, int] | None = None) -> tuple[_Library, bool, float]:
     """Compile (or reuse from the cache) the C kernels for `specs` and load them.
 
+    `codegen_options` go to `ckernels.generate_source` (tuning knobs such as `forward_prefetch`).
     Returns (library, rebuilt, seconds): `rebuilt` is True only when this call ran the compiler.
     """
     specs = sorted(set(specs))
     root = cache_dir(cache)
     tc = _toolchain(root)
     flags = [*_BASE_FLAGS, *(["-fopenmp"] if tc["openmp"] else [])]
-    source = ckernels.generate_source(specs, have_f16=tc["f16"])
+    source = ckernels.generate_source(specs, have_f16=tc["f16"], **dict(codegen_options or {}))
     key = ckernels.source_hash(source, [_compiler(), tc["version"], tc["cpu"], " ".join(flags)])
     so = root / f"sl_{key}.so"
     with _LOADED_LOCK:
@@ -239,6 +241,34 @@ def spec_for(table: torch.Tensor, index_dtype: torch.dtype, pooling: str, weight
     return TableSpec(int(table.shape[1]), _STORAGE[table.dtype], _INDEX[index_dtype], pooling, weighted, optimizer)
 
 
+def _on_cpu(*tensors) -> bool:
+    return all(t is None or t.device.type == "cpu" for t in tensors)
+
+
+def _device_impl(name: str):
+    """Non-CPU tensors: the Triton kernels where they run (CUDA), else the reference lowering."""
+    from sparselift.codegen import triton_kernels
+
+    if triton_kernels.AVAILABLE:
+        return getattr(triton_kernels, name)
+
+    def via_reference(tables, *args, names=None):
+        if name == "fused_lookup":
+            lengths, indices, weights, slots_per_table, fps, batch, poolings = args
+            if isinstance(poolings, str):
+                poolings = [poolings] * len(tables)
+            return [ref.lookup(t, lengths, indices, weights, sl, fps, batch, p)
+                    for t, sl, p in zip(tables, slots_per_table, poolings)]
+        states, lengths, indices, weights, grads, slots_per_table, fps, batch, poolings, kinds, lr, eps, gs = args
+        n = len(tables)
+        poolings = [poolings] * n if isinstance(poolings, str) else poolings
+        kinds = [kinds] * n if isinstance(kinds, str) else kinds
+        for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
+            ref.lookup_update(t, st, lengths, indices, weights, g, sl, fps, batch, p, k, lr, eps, gs)
+
+    return via_reference
+
+
 def _addr_array(ctype, values: Sequence[int]):
     arr = (ctype * max(len(values), 1))(*values)
     return arr, ctypes.addressof(arr)
@@ -254,8 +284,10 @@ class GeneratedKernels:
     """
 
     def __init__(self, specs: Iterable[TableSpec] = (), *, cache: str | os.PathLike | None = None,
-                 nthreads: int | None = None, table_names: Mapping[str, torch.Tensor] | None = None):
+                 nthreads: int | None = None, table_names: Mapping[str, torch.Tensor] | None = None,
+                 codegen_options: Mapping[str, int] | None = None):
         self._cache = cache
+        self._options = dict(codegen_options or {})
         self.nthreads = nthreads
         self._names: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -313,7 +345,7 @@ class GeneratedKernels:
             if lib is not None and lib.covers(specs):
                 return lib
             wanted = set(specs) | (set(lib.specs) if lib is not None else set())
-            new, rebuilt, seconds = build_library(wanted, self._cache)
+            new, rebuilt, seconds = build_library(wanted, self._cache, self._options)
             self.rebuilt = self.rebuilt or rebuilt
             self.build_seconds += seconds
             self._lib = new
@@ -359,6 +391,28 @@ class GeneratedKernels:
                     raise ValueError(f"table '{name}': slot {int(s)} is outside the {f} features of a segment")
         return lengths, indices, weights, segments
 
+    def _check_ids_torch(self, names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch):
+        """The C entry points' checks, in torch, for inputs the reference lowering handles."""
+        lengths, indices, weights, segments = self._geometry(
+            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        where = "lookup of table " + ", ".join(f"'{n}'" for n in names)
+        if lengths.numel() and int(lengths.min()) < 0:
+            bad = int(torch.nonzero(lengths < 0)[0])
+            raise ValueError(f"{where}: negative bag length {int(lengths[bad])} at bag {bad}")
+        total = int(lengths.sum()) if lengths.numel() else 0
+        if total != indices.numel():
+            raise ValueError(f"{where}: bag lengths sum to {total} but there are {indices.numel()} ids")
+        if not indices.numel() or not segments:
+            return
+        f, b = int(features_per_segment), int(batch)
+        feature = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (f * b)) // b
+        for name, t, slots in zip(names, tables, slots_per_table):
+            ids = indices[torch.isin(feature, torch.tensor([int(x) for x in slots], dtype=torch.int64))]
+            bad = (ids < 0) | (ids >= t.shape[0])
+            if ids.numel() and bool(bad.any()):
+                v = int(ids[torch.nonzero(bad)[0]])
+                raise ValueError(f"lookup of table '{name}': id {v} is out of range for a table of {t.shape[0]} rows")
+
     def _raise(self, err, names, lengths, indices, rows, op: str) -> None:
         code, pos, value, t = int(err[0]), int(err[1]), int(err[2]), int(err[3])
         who = f"table '{names[t]}'" if 0 <= t < len(names) else ("table '" + "', '".join(names) + "'")
@@ -382,6 +436,9 @@ class GeneratedKernels:
         names = list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
         if not (len(tables) == len(slots_per_table) == len(poolings) == len(names)):
             raise ValueError("fused_lookup: tables, slots_per_table and poolings must have the same length")
+        if not _on_cpu(*tables, lengths, indices, weights):
+            return _device_impl("fused_lookup")(tables, lengths, indices, weights, slots_per_table,
+                                                features_per_segment, batch, poolings, names=names)
         if indices.dtype not in _INDEX:
             raise ValueError(f"lookup of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
         specs = [spec_for(t, indices.dtype, p, weights is not None) for t, p in zip(tables, poolings)]
@@ -389,6 +446,7 @@ class GeneratedKernels:
             if p not in ("sum", "mean"):
                 raise ValueError(f"lookup of table '{n}': unknown pooling '{p}'")
         if any(s is None for s in specs):  # unsupported dtype / shape: the reference lowering
+            self._check_ids_torch(names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch)
             return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
                     for t, sl, p in zip(tables, slots_per_table, poolings)]
         lengths, indices, weights, segments = self._geometry(
@@ -447,6 +505,10 @@ class GeneratedKernels:
         for p, nm in zip(poolings, names):
             if p not in ("sum", "mean"):
                 raise ValueError(f"update of table '{nm}': unknown pooling '{p}'")
+        if not _on_cpu(*tables, *states, *grads, lengths, indices, weights):
+            return _device_impl("fused_lookup_update")(tables, states, lengths, indices, weights, grads, slots_per_table,
+                                                       features_per_segment, batch, poolings, kinds, lr, eps,
+                                                       grad_scale, names=names)
         if indices.dtype not in _INDEX:
             raise ValueError(f"update of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
         specs = [spec_for(t, indices.dtype, p, weights is not None, k) for t, p, k in zip(tables, poolings, kinds)]
@@ -454,6 +516,7 @@ class GeneratedKernels:
             if any(not t.is_contiguous() and t.dtype in _STORAGE for t in tables):
                 bad = next(nm for t, nm in zip(tables, names) if not t.is_contiguous())
                 raise ValueError(f"update of table '{bad}': the table must be contiguous to be updated in place")
+            self._check_ids_torch(names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch)
             for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
                 ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps,
                                   grad_scale)
@@ -513,7 +576,7 @@ class GeneratedKernels:
     def pack(self, members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int,
              dtype: torch.dtype) -> torch.Tensor:
         """Same signature and result as `reference.pack` (jagged layouts use the reference)."""
-        if any(off < 0 or size < 0 for seg in layout for off, size in seg):
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(*members):
             return ref.pack(members, layout, batch, dtype)
         batch = int(batch)
         widths = [sum(size for off, size in seg) for seg in layout]
@@ -550,7 +613,7 @@ class GeneratedKernels:
     def unpack(self, buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int,
                member_widths: Sequence[int]) -> list[torch.Tensor]:
         """Same signature and result as `reference.unpack` (jagged layouts use the reference)."""
-        if any(off < 0 or size < 0 for seg in layout for off, size in seg):
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(buffer):
             return ref.unpack(buffer, layout, batch, member_widths)
         batch = int(batch)
         widths = [sum(size for off, size in seg) for seg in layout]

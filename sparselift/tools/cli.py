@@ -61,6 +61,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCHES = {"dlrm": "sparselift.bench.dlrm", "quality": "sparselift.bench.quality", "kernels": "sparselift.bench.kernels"}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    return importlib.import_module(BENCHES[args.which]).main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparselift", description="SparseLift: compile the sparse path of recommendation training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--plan-json", help="also write the sharding plan as JSON")
     ex.add_argument("-v", "--verbose", action="store_true", help="print the sharding plan to stderr")
     ex.set_defaults(func=cmd_export)
+
+    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), quality, kernels")
+    bench.add_argument("which", choices=sorted(BENCHES))
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -35,7 +35,12 @@ SEED = 3
 ATOL = 2e-5
 
 TINY = DLRMConfig(
-    name="tiny", cardinalities=(100,) * 4, embedding_dim=8, bottom_mlp=(13, 16, 8), top_mlp=(16, 1), pooling=(3,) * 4
+    name="tiny",
+    cardinalities=(100,) * 4,
+    embedding_dim=8,
+    bottom_mlp=(13, 16, 8),
+    top_mlp=(16, 1),
+    pooling=(3,) * 4,
 )
 # Uneven: 5 tables on 2 ranks (3 + 2) and a 17-row global batch (9 + 8 rows).
 UNEVEN = attrs.evolve(TINY, name="uneven", cardinalities=(100, 50, 70, 30, 90), pooling=(2, 1, 3, 1, 2))
@@ -148,7 +153,9 @@ def ref() -> dict:
         "labels": [src.global_batch(i, g).labels for i in range(STEPS)],
         "nodiv": _reference(TINY, g, STEPS, emb_lr=LR * WORLD),
         "uneven": _reference(UNEVEN, UNEVEN_G, STEPS),
-        "uneven_labels": [synthetic_source(UNEVEN, seed=SEED).global_batch(i, UNEVEN_G).labels for i in range(2)],
+        "uneven_labels": [
+            synthetic_source(UNEVEN, seed=SEED).global_batch(i, UNEVEN_G).labels for i in range(2)
+        ],
     }
 
 
@@ -288,6 +295,9 @@ def test_stage_summary_is_columnwise_median():
     timer.steps.extend(recs)
     assert timer.summary(skip=1) == StageTimes(2.5, 5, 1.5, 0.5, 5)
     assert tuple(StageTimes().as_dict()) == (*STAGES, "total")
+    assert StageTimes.from_seconds({"sparse_fwd": 0.002, "other_bwd": 0.5}) == StageTimes(2, 0, 0, 500, 0)
+    with pytest.raises(ValueError):
+        StageTimes.from_seconds({"optimizer": 1.0})
 
 
 def test_get_my_slice_matches_reference_split():

@@ -12,7 +12,7 @@
 // path: route, the lengths and indices exchanges, the t1 lookup, its pack, the pooled exchange,
 // unpack, (dense regions without flops: 0), the gradient pack, exchange, the t1 unpack and update.
 // CHECK-LABEL: sched.step @two_tables
-// CHECK-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 346.224>
+// CHECK-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 396.544>
 // CHECK:         sparse.route {{.*}}cost = #sched.cost<bytes = 416, lookups = 0, est_us = 5.023>
 // CHECK:         coll.all_to_all {{.*}}role #coll.role<input_lengths> {{.*}}cost = #sched.cost<bytes = 16, lookups = 0, est_us = 70.005>
 // CHECK:         coll.all_to_all {{.*}}role #coll.role<input_indices> {{.*}}cost = #sched.cost<bytes = 96, lookups = 0, est_us = 70.032>
@@ -29,7 +29,7 @@
 // h100-nccl: the t0 lookup is 5 us + 8 us + 512 B / 1.5 TB/s = 13.0 us; the pooled exchange
 // 15 us + 1 us per peer + 256 B / 350 GB/s = 16.001 us.
 // H100-LABEL: sched.step @two_tables
-// H100-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 115.005>
+// H100-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 151.006>
 // H100:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 13.0>
 // H100:         coll.all_to_all {{.*}}role #coll.role<output_pooled> {{.*}}cost = #sched.cost<bytes = 256, lookups = 0, est_us = 16.001>
 

@@ -1,0 +1,318 @@
+"""`sparselift bench dlrm`: DLRM-Baseline vs TorchRec vs SparseLift, side by side in one run.
+
+All systems run in the same ranks (gloo on localhost), on the same synthetic Criteo-shaped data,
+from the same seeded weights, with the same batch per rank and SGD learning rate. Repeats are
+interleaved (rounds of A, B, C, ...) so drift of the machine cancels out; warmup and
+compilation are excluded from the timed steps and reported separately. The dense-only step
+(the same MLPs with the pooled embeddings given) is measured in the same rounds: it is the floor
+no sparse-path optimization can beat, and `step - dense_only` is a system's exposed sparse time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+SYSTEMS = ("baseline", "torchrec", "sparselift")
+LABELS = {"baseline": "DLRM-Baseline", "torchrec": "TorchRec", "sparselift": "SparseLift", "dense_only": "dense-only"}
+COLUMNS = ("sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other")
+
+
+@attrs.frozen
+class BenchConfig:
+    model: str = "dlrm-kaggle"
+    world_size: int = 2
+    systems: tuple[str, ...] = SYSTEMS
+    steps: int = 12  # timed steps per system (split over the rounds)
+    rounds: int = 3
+    warmup: int = 3
+    batch_size: int = 2048  # per rank
+    rows_cap: int | None = 100_000
+    lr: float = 0.1
+    seed: int = 0
+    threads: int = 1  # per rank: 2 ranks on 2 cores
+    kernels: str = "reference"
+    data_pool: int = 4  # distinct batches, generated before timing and cycled
+
+
+def dlrm_config(cfg: BenchConfig):
+    from sparselift.models import dlrm
+
+    preset = {"dlrm-kaggle": dlrm.dlrm_kaggle, "dlrm-terabyte": dlrm.dlrm_terabyte, "dlrm-bench": dlrm.dlrm_bench}
+    if cfg.model not in preset:
+        raise ValueError(f"unknown model '{cfg.model}'; use one of {', '.join(preset)}")
+    return attrs.evolve(preset[cfg.model](rows_cap=cfg.rows_cap), return_logits=True)
+
+
+def _progress(total: int, rank: int, desc: str):
+    if rank != 0:
+        return None
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+    except ImportError:  # pragma: no cover - tqdm comes with the bench extra
+        return None
+
+
+def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
+    import itertools
+
+    import torch
+    import torch.distributed as dist
+
+    from sparselift.bench.baselines import BaselineRunner, DenseOnlyRunner, TorchRecRunner, synthetic_source
+    from sparselift.bench.systems import SparseLiftRunner
+
+    torch.set_num_threads(cfg.threads)
+    config = dlrm_config(cfg)
+    source = synthetic_source(config, seed=cfg.seed)
+    global_bs = cfg.batch_size * world
+    globals_ = [source.global_batch(i, global_bs) for i in range(cfg.data_pool)]
+    locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
+               for i in range(cfg.data_pool)]
+    runners: dict[str, Any] = {}
+    setup_s: dict[str, float] = {}
+    for name in (*cfg.systems, "dense_only"):
+        start = time.perf_counter()
+        if name == "baseline":
+            runners[name] = BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
+        elif name == "torchrec":
+            runners[name] = TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
+        elif name == "sparselift":
+            runners[name] = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels)
+        elif name == "dense_only":
+            runners[name] = DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
+        else:
+            raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
+        setup_s[name] = time.perf_counter() - start
+
+    counter = itertools.count()
+
+    def step(name: str) -> float:
+        i = next(counter) % cfg.data_pool
+        runner = runners[name]
+        if name == "baseline":
+            return runner.step(globals_[i], runner.local_rows(global_bs))
+        if name == "torchrec":
+            return runner.progress()
+        return runner.step(locals_[i])
+
+    warmup_s = {}
+    for name, runner in runners.items():
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(cfg.warmup):
+            step(name)
+        warmup_s[name] = time.perf_counter() - start
+        runner.enable_stage_timing(True)
+
+    per_round = max(1, cfg.steps // cfg.rounds)
+    step_ms: dict[str, list[float]] = {n: [] for n in runners}
+    losses: dict[str, list[float]] = {n: [] for n in runners}
+    bar = _progress(cfg.rounds * per_round * len(runners), rank, f"bench {cfg.model}")
+    for _ in range(cfg.rounds):
+        for name in runners:
+            dist.barrier()
+            for _ in range(per_round):
+                start = time.perf_counter()
+                losses[name].append(step(name))
+                step_ms[name].append((time.perf_counter() - start) * 1e3)
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    breakdown = {n: [attrs.asdict(t) for t in runners[n].stage_times] for n in runners}
+    return {
+        "step_ms": step_ms,
+        "breakdown": breakdown,
+        "setup_s": setup_s,
+        "warmup_s": warmup_s,
+        "losses": losses,
+        "torchrec_pipeline": getattr(runners.get("torchrec"), "pipeline", None),
+    }
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    names = list(per_rank[0]["step_ms"])
+    systems: dict[str, Any] = {}
+    for name in names:
+        # A step ends when its slowest rank ends: combine ranks with max, step by step.
+        steps = [max(r["step_ms"][name][i] for r in per_rank) for i in range(len(per_rank[0]["step_ms"][name]))]
+        breakdown = {
+            c: statistics.median(
+                max(r["breakdown"][name][i][c] for r in per_rank) for i in range(len(per_rank[0]["breakdown"][name]))
+            ) if per_rank[0]["breakdown"][name] else float("nan")
+            for c in COLUMNS
+        }
+        median = statistics.median(steps)
+        systems[name] = {
+            "label": LABELS[name],
+            "step_ms_median": median,
+            "step_ms_p25": _pct(steps, 0.25),
+            "step_ms_p75": _pct(steps, 0.75),
+            "samples_per_s": cfg.batch_size * cfg.world_size / (median / 1e3),
+            "breakdown": breakdown,
+            "steps_ms": steps,
+            "setup_s": max(r["setup_s"][name] for r in per_rank),
+            "warmup_s": max(r["warmup_s"][name] for r in per_rank),
+        }
+    dense = systems.pop("dense_only")
+    for s in systems.values():
+        s["exposed_sparse_ms"] = s["step_ms_median"] - dense["step_ms_median"]
+    ratios: dict[str, float] = {}
+    if "sparselift" in systems:
+        for peer in ("baseline", "torchrec"):
+            if peer in systems:
+                ratios[f"sparselift_vs_{peer}"] = systems[peer]["step_ms_median"] / systems["sparselift"]["step_ms_median"]
+    if "torchrec" in systems:
+        ratios["ceiling_vs_torchrec"] = systems["torchrec"]["step_ms_median"] / dense["step_ms_median"]
+    import torch
+
+    return {
+        "systems": systems,
+        "dense_only_step_ms": dense["step_ms_median"],
+        "dense_only": dense,
+        "ratios": ratios,
+        "config": attrs.asdict(cfg),
+        "torchrec_pipeline": per_rank[0].get("torchrec_pipeline"),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": __import__("os").cpu_count(),
+            "backend": "gloo",
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        },
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    lines = [
+        f"DLRM benchmark: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
+        f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
+        "",
+        f"{'system':<14}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
+        + "".join(f"{c:>11}" for c in COLUMNS) + f"{'exposed':>10}",
+    ]
+    rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
+    for name, s in rows:
+        b = s["breakdown"]
+        exposed = s.get("exposed_sparse_ms")
+        lines.append(
+            f"{LABELS[name]:<14}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
+            f"{s['samples_per_s']:>11.0f}" + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
+            + (f"{exposed:>10.1f}" if exposed is not None else f"{'(floor)':>10}")
+        )
+    lines.append("")
+    for k, v in result["ratios"].items():
+        lines.append(f"{k:<28}{v:6.3f}x")
+    setup = ", ".join(f"{LABELS[n]} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for n, s in result["systems"].items())
+    lines.append(f"setup/warmup (excluded from timing): {setup}")
+    if result.get("torchrec_pipeline"):
+        lines.append(f"TorchRec pipeline: {result['torchrec_pipeline']}")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    cfg = result["config"]
+    global_bs = cfg["batch_size"] * cfg["world_size"]
+    items = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
+    for name, s in items:
+        tput = [global_bs / (ms / 1e3) for ms in s["steps_ms"]]
+        ax1.plot(range(1, len(tput) + 1), tput, marker="o", ms=3, label=LABELS[name])
+    ax1.axvspan(0, 0.5, color="0.85", label=f"warmup ({cfg['warmup']} steps, excluded)")
+    ax1.set_xlabel("timed step (steady state)")
+    ax1.set_ylabel("samples/s (global)")
+    ax1.set_title(f"Throughput per step: {cfg['model']}, {cfg['world_size']} ranks")
+    ax1.legend(fontsize=8)
+    bottom = [0.0] * len(items)
+    for c in COLUMNS:
+        vals = [s["breakdown"][c] for _, s in items]
+        ax2.bar([LABELS[n] for n, _ in items], vals, bottom=bottom, label=c)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax2.set_ylabel("ms per step (median per stage)")
+    ax2.set_title("Where the time goes")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(cfg: BenchConfig) -> dict[str, Any]:
+    from sparselift.runtime.distributed import launch
+
+    per_rank = launch(bench_worker, cfg.world_size, cfg, timeout_s=1800)
+    return summarize(cfg, per_rank)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: baseline,torchrec,sparselift")
+    p.add_argument("--steps", type=int, default=12, help="timed steps per system")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=2048, help="per rank")
+    p.add_argument("--rows-cap", type=int, default=100_000)
+    p.add_argument("--kernels", default="reference", choices=("reference", "generated"))
+    p.add_argument("--quick", action="store_true", help="small rows cap, batch and few steps (a few minutes)")
+    p.add_argument("--json", help="write the results as JSON")
+    p.add_argument("--plot", help="write a PNG: throughput per step and the stage breakdown")
+
+
+def config_from_args(a: argparse.Namespace) -> BenchConfig:
+    cfg = BenchConfig(
+        model=a.model, world_size=a.world_size, systems=tuple(s for s in a.systems.split(",") if s),
+        steps=a.steps, rounds=a.rounds, warmup=a.warmup, batch_size=a.batch_size, rows_cap=a.rows_cap,
+        kernels=a.kernels,
+    )
+    if a.quick:
+        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 6), rounds=min(cfg.rounds, 2), warmup=min(cfg.warmup, 2),
+                           batch_size=min(cfg.batch_size, 512), rows_cap=min(cfg.rows_cap or 10_000, 10_000))
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sparselift bench dlrm", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    a = p.parse_args(argv)
+    cfg = config_from_args(a)
+    result = run(cfg)
+    result["command"] = "sparselift bench dlrm " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(format_table(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+    if a.plot:
+        plot(result, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

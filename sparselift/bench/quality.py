@@ -1,0 +1,168 @@
+"""`sparselift bench quality`: does SparseLift train the same model as the DLRM reference?
+
+Both systems start from identical weights and see identical data (the synthetic Criteo stream,
+whose planted click signal makes AUC meaningful). Reported, as in the paper's quality table:
+ROC-AUC, AP and LogLoss on the held-out split for both, and the MAE / RMSE between the two
+training-loss curves over matched steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class QualityConfig:
+    model: str = "dlrm-kaggle"
+    world_size: int = 2
+    steps: int = 300
+    eval_batches: int = 8
+    batch_size: int = 256  # per rank
+    rows_cap: int | None = 10_000
+    lr: float = 0.1
+    seed: int = 0
+    threads: int = 1
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[float]) -> float:
+    """Rank-based ROC-AUC (Mann-Whitney U), ties get their average rank."""
+    pairs = sorted(zip(scores, labels))
+    ranks = [0.0] * len(pairs)
+    i = 0
+    while i < len(pairs):
+        j = i
+        while j + 1 < len(pairs) and pairs[j + 1][0] == pairs[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    pos = sum(1 for _, y in pairs if y > 0.5)
+    neg = len(pairs) - pos
+    if pos == 0 or neg == 0:
+        return float("nan")
+    rank_sum = sum(r for r, (_, y) in zip(ranks, pairs) if y > 0.5)
+    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg)
+
+
+def average_precision(scores: Sequence[float], labels: Sequence[float]) -> float:
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    hits, total, ap = 0, sum(1 for y in labels if y > 0.5), 0.0
+    for k, i in enumerate(order, start=1):
+        if labels[i] > 0.5:
+            hits += 1
+            ap += hits / k
+    return ap / total if total else float("nan")
+
+
+def log_loss(scores: Sequence[float], labels: Sequence[float]) -> float:
+    eps = 1e-7
+    total = 0.0
+    for s, y in zip(scores, labels):
+        p = min(max(1.0 / (1.0 + math.exp(-s)), eps), 1 - eps)
+        total -= y * math.log(p) + (1 - y) * math.log(1 - p)
+    return total / len(scores)
+
+
+def quality_worker(rank: int, world: int, cfg: QualityConfig) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from sparselift.bench.baselines import BaselineRunner, synthetic_source
+    from sparselift.bench.dlrm import BenchConfig, dlrm_config
+    from sparselift.bench.systems import SparseLiftRunner
+
+    torch.set_num_threads(cfg.threads)
+    config = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
+    source = synthetic_source(config, seed=cfg.seed)
+    global_bs = cfg.batch_size * world
+    first = next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world)))
+    baseline = BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
+    sparselift = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, first)
+    losses: dict[str, list[float]] = {"baseline": [], "sparselift": []}
+    for step in range(cfg.steps):
+        gb = source.global_batch(step, global_bs)
+        lb = next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=step)))
+        for name, loss in (
+            ("baseline", baseline.step(gb, baseline.local_rows(global_bs))),
+            ("sparselift", sparselift.step(lb)),
+        ):
+            t = torch.tensor([loss])
+            dist.all_reduce(t)
+            losses[name].append(float(t) / world)
+    scores: dict[str, list[float]] = {"baseline": [], "sparselift": []}
+    labels: list[float] = []
+    for i in range(cfg.eval_batches):
+        gb = source.global_batch(i, global_bs, split="eval")
+        lb = next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i, split="eval")))
+        scores["baseline"] += baseline.forward(gb, baseline.local_rows(global_bs)).reshape(-1).tolist()
+        scores["sparselift"] += sparselift.forward(lb).reshape(-1).tolist()
+        labels += lb.labels.tolist()
+    return {"losses": losses, "scores": scores, "labels": labels}
+
+
+def summarize(cfg: QualityConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    labels = [y for r in per_rank for y in r["labels"]]
+    out: dict[str, Any] = {"auc": {}, "ap": {}, "logloss": {}}
+    for name in ("baseline", "sparselift"):
+        scores = [s for r in per_rank for s in r["scores"][name]]
+        out["auc"][name] = roc_auc(scores, labels)
+        out["ap"][name] = average_precision(scores, labels)
+        out["logloss"][name] = log_loss(scores, labels)
+    a, b = per_rank[0]["losses"]["baseline"], per_rank[0]["losses"]["sparselift"]
+    diffs = [x - y for x, y in zip(a, b)]
+    out["loss_mae"] = sum(abs(d) for d in diffs) / len(diffs)
+    out["loss_rmse"] = math.sqrt(sum(d * d for d in diffs) / len(diffs))
+    out["losses"] = {"baseline": a, "sparselift": b}
+    out["config"] = attrs.asdict(cfg)
+    out["eval_samples"] = len(labels)
+    return out
+
+
+def format_table(r: dict[str, Any]) -> str:
+    cfg = r["config"]
+    lines = [
+        f"Training quality: {cfg['model']}, {cfg['world_size']} ranks, {cfg['steps']} steps of "
+        f"{cfg['batch_size']} per rank, eval on {r['eval_samples']} held-out samples",
+        "",
+        f"{'metric':<10}{'DLRM-Baseline':>15}{'SparseLift':>13}{'difference':>13}",
+    ]
+    for key, label in (("auc", "ROC-AUC"), ("ap", "AP"), ("logloss", "LogLoss")):
+        a, b = r[key]["baseline"], r[key]["sparselift"]
+        lines.append(f"{label:<10}{a:>15.5f}{b:>13.5f}{b - a:>13.2e}")
+    lines += ["", f"training loss over {cfg['steps']} matched steps: MAE {r['loss_mae']:.3e}, RMSE {r['loss_rmse']:.3e}"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sparselift bench quality", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--rows-cap", type=int, default=10_000)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--json", help="write the results as JSON")
+    a = p.parse_args(argv)
+    cfg = QualityConfig(model=a.model, world_size=a.world_size, steps=a.steps, eval_batches=a.eval_batches,
+                        batch_size=a.batch_size, rows_cap=a.rows_cap, lr=a.lr)
+    from sparselift.runtime.distributed import launch
+
+    result = summarize(cfg, launch(quality_worker, cfg.world_size, cfg, timeout_s=3600))
+    result["command"] = "sparselift bench quality " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(format_table(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

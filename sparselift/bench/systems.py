@@ -1,0 +1,67 @@
+"""SparseLift as a benchmarked system: a DLRM compiled with `sparselift.compile`, trained with SGD.
+
+Same interface as the peers in `sparselift.bench.baselines`: `step(local_batch) -> loss`,
+`enable_stage_timing()`, `stage_times` (one `StageTimes` per timed step, in ms).
+"""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+from sparselift.bench.timing import StageTimes
+from sparselift.data.batch import Batch
+from sparselift.models.dlrm import DLRMConfig, build_dlrm
+
+
+def dlrm_inputs(batch: Batch) -> tuple:
+    """A Batch as DLRM's forward arguments (offsets in the reference's B-entry convention)."""
+    return batch.dense, [ids for ids, _ in batch.sparse], [offsets[:-1] for _, offsets in batch.sparse]
+
+
+class SparseLiftRunner:
+    name = "SparseLift"
+
+    def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int, example: Batch,
+                 *, kernels: str = "reference", sharding: str = "auto") -> None:
+        import sparselift
+
+        model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed)
+        self._timing = False
+        start = time.perf_counter()
+        self.compiled = sparselift.compile(
+            model, dlrm_inputs(example), sharding=sharding, sparse_optimizer=sparselift.optim.SGD(lr=lr),
+            options=sparselift.CompileOptions(kernels=kernels, benchmark=True),
+        )
+        self.compile_s = time.perf_counter() - start
+        self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)
+        self._steps: list[StageTimes] = []
+
+    def enable_stage_timing(self, on: bool = True) -> None:
+        self._timing = on
+
+    @property
+    def stage_times(self) -> list[StageTimes]:
+        return list(self._steps)
+
+    def forward(self, local_batch: Batch) -> torch.Tensor:
+        with torch.no_grad():
+            return self.compiled(*dlrm_inputs(local_batch))
+
+    def step(self, local_batch: Batch) -> float:
+        start = time.perf_counter()
+        self.dense_opt.zero_grad(set_to_none=False)
+        out = self.compiled(*dlrm_inputs(local_batch))
+        loss = F.binary_cross_entropy_with_logits(out.reshape(-1), local_batch.labels)
+        loss.backward()
+        self.dense_opt.step()
+        wall = (time.perf_counter() - start) * 1e3
+        if self._timing and self.compiled.stage_times:
+            t = {k: v * 1e3 for k, v in self.compiled.stage_times[-1].items()}
+            other = max(0.0, wall - sum(t.values()))
+            self._steps.append(StageTimes(t["sparse_fwd"], t["other_fwd"], t["sparse_bwd"], t["other_bwd"], other))
+        self.compiled.stage_times.clear()
+        return float(loss.detach())

@@ -1,0 +1,360 @@
+"""Generated C kernels (sparselift.runtime.kernels) against the reference lowering."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from sparselift.codegen import ckernels
+from sparselift.runtime import kernels as K
+from sparselift.runtime import reference as ref
+from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+
+F, B, S = 3, 5, 2  # features per segment, batch, segments
+SLOTS = [2, 0]  # two features read one (shared) table
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+IDX = {"i32": torch.int32, "i64": torch.int64}
+
+
+def _specs() -> set[TableSpec]:
+    specs = set()
+    for it, p, w, o in itertools.product(IDX, ["sum", "mean"], [False, True], ["sgd", "rowwise_adagrad"]):
+        specs.add(TableSpec(13, "f32", it, p, w, o))
+    for d, p, w, o in itertools.product([4, 16], ["sum", "mean"], [False, True], ["sgd", "rowwise_adagrad"]):
+        specs.add(TableSpec(d, "f32", "i64", p, w, o))
+    for dt, p, o in itertools.product(["bf16", "f16"], ["sum", "mean"], ["sgd", "rowwise_adagrad"]):
+        specs.add(TableSpec(8, dt, "i64", p, False, o))
+    return specs
+
+
+@pytest.fixture(scope="module")
+def gk(tmp_path_factory) -> GeneratedKernels:
+    t0 = time.perf_counter()
+    k = GeneratedKernels(_specs(), cache=tmp_path_factory.mktemp("slcache"), nthreads=1)
+    assert time.perf_counter() - t0 < 30
+    return k
+
+
+def _inputs(rows, dim, *, dtype=torch.float32, index_dtype=torch.int64, weighted=False, seed=0, max_len=7,
+            segments=S, features=F, batch=B):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, max_len, (segments * features * batch,), generator=g, dtype=torch.int32)
+    lengths[::4] = 0  # empty bags
+    n = int(lengths.sum())
+    idx = torch.randint(0, rows, (n,), generator=g).to(index_dtype)  # few rows: many duplicates
+    w = torch.rand(n, generator=g) + 0.5 if weighted else None
+    table = torch.randn(rows, dim, generator=g).to(dtype)
+    return table, lengths, idx, w
+
+
+def _tol(dtype):
+    return {"atol": 1e-6, "rtol": 1e-6} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+
+
+@pytest.mark.parametrize("index", ["i32", "i64"])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lookup_matches_reference(gk, index, pooling, weighted):
+    table, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted)
+    got = gk.lookup(table, lengths, idx, w, SLOTS, F, B, pooling)
+    want = ref.lookup(table, lengths, idx, w, SLOTS, F, B, pooling)
+    assert got.shape == want.shape == (S * B, 13 * len(SLOTS))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("index", ["i32", "i64"])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad"])
+def test_lookup_update_matches_reference(gk, index, pooling, weighted, kind):
+    table, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted, seed=1)
+    assert idx.unique().numel() < idx.numel() / 3  # the point: many duplicate ids
+    grad = torch.randn(S * B, 13 * len(SLOTS), generator=torch.Generator().manual_seed(2))
+    state = torch.rand(6)
+    t1, t2, s1, s2 = table.clone(), table.clone(), state.clone(), state.clone()
+    gk.lookup_update(t1, s1, lengths, idx, w, grad, SLOTS, F, B, pooling, kind, 0.1, 1e-3, 0.5)
+    ref.lookup_update(t2, s2, lengths, idx, w, grad, SLOTS, F, B, pooling, kind, 0.1, 1e-3, 0.5)
+    assert not torch.equal(t1, table)
+    torch.testing.assert_close(t1, t2, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(s1, s2, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad"])
+def test_low_precision_storage(gk, dtype, pooling, kind):
+    table, lengths, idx, _ = _inputs(5, 8, dtype=DTYPES[dtype], seed=3, max_len=4)
+    got = gk.lookup(table, lengths, idx, None, SLOTS, F, B, pooling)
+    assert got.dtype == table.dtype
+    # f32 accumulation: compare with the reference on the upcast table.
+    want = ref.lookup(table.float(), lengths, idx, None, SLOTS, F, B, pooling).to(table.dtype)
+    torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=2e-2)
+    grad = torch.randn(S * B, 16, generator=torch.Generator().manual_seed(4))
+    state = torch.zeros(5)
+    t1, t2, s1, s2 = table.clone(), table.clone().float(), state.clone(), state.clone()
+    gk.lookup_update(t1, s1, lengths, idx, None, grad, SLOTS, F, B, pooling, kind, 0.05, 1e-3)
+    ref.lookup_update(t2, s2, lengths, idx, None, grad, SLOTS, F, B, pooling, kind, 0.05, 1e-3)
+    torch.testing.assert_close(t1.float(), t2.to(table.dtype).float(), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(s1, s2, atol=1e-5, rtol=1e-5)
+
+
+def _fused_case(weighted, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    features = 4
+    tables = [torch.randn(7, 4, generator=g), torch.randn(11, 13, generator=g), torch.randn(3, 16, generator=g)]
+    slots = [[0, 3], [1], [2]]  # table 0 is shared by two features
+    poolings = ["sum", "mean", "sum"]
+    lengths = torch.randint(0, 6, (S * features * B,), generator=g, dtype=torch.int32)
+    lengths[1::5] = 0
+    # Each feature's ids must fit its own table.
+    feat_of_bag = (torch.arange(lengths.numel()) % (features * B)) // B
+    rows_of_feature = torch.tensor([7, 11, 3, 7])
+    bag_rows = rows_of_feature[feat_of_bag].repeat_interleave(lengths.long())
+    idx = (torch.rand(bag_rows.numel(), generator=g) * bag_rows).long()
+    w = torch.rand(idx.numel(), generator=g) if weighted else None
+    return tables, lengths, idx, w, slots, poolings, features
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fused_lookup_matches_per_table(gk, weighted):
+    tables, lengths, idx, w, slots, poolings, features = _fused_case(weighted)
+    outs = gk.fused_lookup(tables, lengths, idx, w, slots, features, B, poolings)
+    for t, o, sl, p in zip(tables, outs, slots, poolings):
+        torch.testing.assert_close(o, ref.lookup(t, lengths, idx, w, sl, features, B, p), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad"])
+def test_fused_update_matches_per_table(gk, weighted, kind):
+    tables, lengths, idx, w, slots, poolings, features = _fused_case(weighted, seed=6)
+    g = torch.Generator().manual_seed(7)
+    grads = [torch.randn(S * B, t.shape[1] * len(sl), generator=g) for t, sl in zip(tables, slots)]
+    states = [torch.rand(t.shape[0], generator=g) for t in tables]
+    mine = [t.clone() for t in tables]
+    mine_st = [s.clone() for s in states]
+    gk.fused_lookup_update(mine, mine_st, lengths, idx, w, grads, slots, features, B, poolings, kind, 0.1, 1e-2, 2.0)
+    for t, st, m, mst, gr, sl, p in zip(tables, states, mine, mine_st, grads, slots, poolings):
+        t, st = t.clone(), st.clone()
+        ref.lookup_update(t, st, lengths, idx, w, gr, sl, features, B, p, kind, 0.1, 1e-2, 2.0)
+        torch.testing.assert_close(m, t, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(mst, st, atol=1e-6, rtol=1e-5)
+
+
+def test_heavy_duplicates_rowwise_adagrad(gk):
+    """Every id hits one of two rows: the row-wise Adagrad state needs the summed gradient."""
+    table, lengths, _, _ = _inputs(2, 16, seed=8, max_len=9)
+    idx = torch.randint(0, 2, (int(lengths.sum()),))
+    grad = torch.randn(S * B, 32)
+    t1, t2, s1, s2 = table.clone(), table.clone(), torch.zeros(2), torch.zeros(2)
+    gk.lookup_update(t1, s1, lengths, idx, None, grad, SLOTS, F, B, "sum", "rowwise_adagrad", 0.1, 1e-8)
+    ref.lookup_update(t2, s2, lengths, idx, None, grad, SLOTS, F, B, "sum", "rowwise_adagrad", 0.1, 1e-8)
+    torch.testing.assert_close(s1, s2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(t1, t2, atol=1e-6, rtol=1e-5)
+
+
+def test_empty_inputs(gk):
+    table = torch.randn(4, 16)
+    lengths = torch.zeros(S * F * B, dtype=torch.int32)
+    idx = torch.empty(0, dtype=torch.int64)
+    out = gk.lookup(table, lengths, idx, None, SLOTS, F, B, "mean")
+    assert torch.equal(out, torch.zeros(S * B, 32))
+    t = table.clone()
+    gk.lookup_update(t, torch.zeros(4), lengths, idx, None, torch.randn(S * B, 32), SLOTS, F, B, "sum",
+                     "rowwise_adagrad", 0.1, 1e-3)
+    assert torch.equal(t, table)
+    # batch 0: no bags at all
+    out = gk.lookup(table, torch.empty(0, dtype=torch.int32), idx, None, [0], 1, 0, "sum")
+    assert out.shape == (0, 16)
+
+
+def test_single_segment_many_features_one_slot(gk):
+    table, lengths, idx, w = _inputs(9, 4, seed=9, segments=1, features=6, batch=8)
+    for slot in range(6):
+        torch.testing.assert_close(gk.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
+                                   ref.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"), atol=1e-6, rtol=1e-6)
+
+
+def test_two_threads_match(gk, tmp_path):
+    k2 = GeneratedKernels([TableSpec(13, "f32", "i64", "sum", True, "sgd")], cache=tmp_path, nthreads=2)
+    table, lengths, idx, w = _inputs(50, 13, weighted=True, seed=10, segments=3, batch=64)
+    torch.testing.assert_close(k2.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
+                               ref.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"), atol=1e-6, rtol=1e-6)
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def _bad_case(gk):
+    table, lengths, idx, w = _inputs(6, 13, seed=11)
+    gk.name_tables({"t_users": table})
+    return table, lengths, idx
+
+
+@pytest.mark.parametrize("bad", [-1, 6, 1 << 40])
+def test_out_of_range_id_raises_naming_the_table(gk, bad):
+    table, lengths, idx = _bad_case(gk)
+    pos = int(lengths[: (0 * F + 2) * B].sum())  # first id of slot 2, segment 0
+    idx = idx.clone()
+    if pos >= idx.numel():
+        pytest.skip("no id in that slot")
+    idx[pos] = bad
+    before = table.clone()
+    with pytest.raises(ValueError, match=r"t_users.*out of range"):
+        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum")
+    state = torch.zeros(6)
+    with pytest.raises(ValueError, match="t_users"):
+        gk.lookup_update(table, state, lengths, idx, None, torch.randn(S * B, 26), SLOTS, F, B, "sum",
+                         "rowwise_adagrad", 0.1, 1e-3)
+    assert torch.equal(table, before) and torch.equal(state, torch.zeros(6))
+
+
+def test_bad_id_in_another_feature_is_not_this_tables_business(gk):
+    table, lengths, idx = _bad_case(gk)
+    # Feature 1 is not among the slots: its ids belong to another table and may be large.
+    feat = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (F * B)) // B
+    idx = torch.where(feat == 1, idx + 1000, idx)
+    torch.testing.assert_close(gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+
+
+def test_bad_lengths_and_slots(gk):
+    table, lengths, idx = _bad_case(gk)
+    neg = lengths.clone()
+    neg[3] = -1
+    with pytest.raises(ValueError, match=r"t_users.*negative bag length"):
+        gk.lookup(table, neg, idx, None, SLOTS, F, B, "sum")
+    with pytest.raises(ValueError, match=r"t_users.*sum to"):
+        gk.lookup(table, lengths, idx[:-1], None, SLOTS, F, B, "sum")
+    with pytest.raises(ValueError, match=r"t_users.*slot 3"):
+        gk.lookup(table, lengths, idx, None, [3], F, B, "sum")
+    with pytest.raises(ValueError, match="t_users"):
+        gk.lookup(table, lengths[:-1], idx, None, SLOTS, F, B, "sum")
+    with pytest.raises(ValueError, match=r"t_users.*gradient of shape"):
+        gk.lookup_update(table, None, lengths, idx, None, torch.randn(S * B, 13), SLOTS, F, B, "sum", "sgd", 0.1, 0.0)
+    with pytest.raises(ValueError, match="one weight per id"):
+        gk.lookup(table, lengths, idx, torch.ones(idx.numel() + 1), SLOTS, F, B, "sum")
+
+
+def test_fused_update_is_all_or_nothing(gk):
+    tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=12)
+    gk.name_tables({"t_a": tables[0], "t_b": tables[1], "t_c": tables[2]})
+    feat = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (features * B)) // B
+    idx = idx.clone()
+    idx[torch.nonzero(feat == 2)[0]] = 3  # table t_c has 3 rows
+    before = [t.clone() for t in tables]
+    grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
+    with pytest.raises(ValueError, match=r"table 't_c'.*id 3"):
+        gk.fused_lookup_update(tables, [None] * 3, lengths, idx, None, grads, slots, features, B, poolings, "sgd",
+                               0.1, 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(tables, before))
+
+
+# ---- pack / unpack --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_pack_unpack_match_reference(gk, dtype):
+    batch, world = 4, 3
+    # member 0: [W*B, 6] (per-peer rows), member 1: [B, 2] (same rows to every peer), member 2: [W*B, 5]
+    layout = [[(0, 6), (6, 2), (8, 5)], [(0, 6), (0, 0), (6, 5)], [(2, 6), (0, 2), (8, 0)]]
+    members = [
+        torch.arange(world * batch * 6).reshape(world * batch, 6).to(dtype),
+        (100 + torch.arange(batch * 2)).reshape(batch, 2).to(dtype),
+        (1000 + torch.arange(world * batch * 5)).reshape(world * batch, 5).to(dtype),
+    ]
+    got = gk.pack(members, layout, batch, dtype)
+    want = ref.pack(members, layout, batch, dtype)
+    assert torch.equal(got, want)
+    widths = [6, 2, 5]
+    for a, b in zip(gk.unpack(got, layout, batch, widths), ref.unpack(want, layout, batch, widths)):
+        assert a.shape == b.shape and torch.equal(a, b)
+
+
+def test_pack_converts_dtype_and_empty_layouts(gk):
+    members = [torch.ones(2, 3, dtype=torch.float64)]
+    assert torch.equal(gk.pack(members, [[(0, 3)]], 2, torch.float32), ref.pack(members, [[(0, 3)]], 2, torch.float32))
+    assert gk.pack([], [[], []], 4, torch.float32).numel() == 0
+    assert gk.unpack(torch.empty(0), [[], []], 4, []) == []
+
+
+# ---- build cache ----------------------------------------------------------------------------
+
+
+def test_build_is_cached_and_reused(tmp_path, caplog, monkeypatch):
+    specs = [TableSpec(24, "f32", "i64", "sum", False, "sgd"), TableSpec(8, "f32", "i64", "mean", True, "rowwise_adagrad")]
+    with caplog.at_level(logging.INFO, logger="sparselift.kernels"):
+        t0 = time.perf_counter()
+        first = GeneratedKernels(specs, cache=tmp_path)
+        build_s = time.perf_counter() - t0
+    assert first.rebuilt and "built C kernels" in caplog.text
+    assert build_s < 10, f"building one plan's kernels took {build_s:.1f}s"
+    so = first.library_path
+    assert so.parent == tmp_path / "ckernels" and so.exists()
+    caplog.clear()
+    # A fresh process would find the .so on disk: forget the in-process handles.
+    monkeypatch.setattr(K, "_LOADED", {})
+    with caplog.at_level(logging.INFO, logger="sparselift.kernels"):
+        second = GeneratedKernels(specs, cache=tmp_path)
+    assert not second.rebuilt and "reusing cached C kernels" in caplog.text
+    assert second.library_path == so
+    mtime = so.stat().st_mtime_ns
+    third = GeneratedKernels(list(reversed(specs)), cache=tmp_path)  # same set, same source
+    assert not third.rebuilt and so.stat().st_mtime_ns == mtime
+    # A different spec set is a different library.
+    other = GeneratedKernels([TableSpec(24, "f32", "i32", "sum", False, "sgd")], cache=tmp_path)
+    assert other.rebuilt and other.library_path != so
+
+
+def test_cache_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARSELIFT_CACHE_DIR", str(tmp_path))
+    assert K.cache_dir() == tmp_path / "ckernels"
+
+
+def test_module_level_functions_have_reference_signatures(monkeypatch, gk):
+    import inspect
+
+    for name in ("lookup", "lookup_update", "pack", "unpack"):
+        assert list(inspect.signature(getattr(K, name)).parameters) == list(
+            inspect.signature(getattr(ref, name)).parameters), name
+        assert list(inspect.signature(getattr(gk, name)).parameters) == list(
+            inspect.signature(getattr(ref, name)).parameters), name
+    monkeypatch.setattr(K, "_DEFAULT", gk)
+    table, lengths, idx, _ = _inputs(6, 13, seed=13)
+    torch.testing.assert_close(K.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+
+
+def test_unsupported_dtype_falls_back_to_reference(gk):
+    table, lengths, idx, _ = _inputs(6, 13, seed=14)
+    table = table.double()
+    torch.testing.assert_close(gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+    idx = idx.clone()
+    idx[-1] = 99
+    with pytest.raises(ValueError, match="out of range"):
+        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum")
+
+
+def test_codegen_does_not_import_torch():
+    code = ("import sys\nfrom sparselift.codegen import ckernels\n"
+            "src = ckernels.generate_source([ckernels.TableSpec(16, optimizer='sgd')])\n"
+            "assert 'sl_forward' in src and 'torch' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError):
+        TableSpec(0)
+    with pytest.raises(ValueError):
+        TableSpec(8, dtype="f64")
+    with pytest.raises(ValueError):
+        TableSpec(8, optimizer="adam")
+    assert TableSpec(8, optimizer="sgd").forward_key == TableSpec(8)
+    assert "fwd_d8_f32_i64_sum_u" in ckernels.generate_source([TableSpec(8)])
