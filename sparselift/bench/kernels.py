@@ -9,7 +9,8 @@ by a fixed permutation) and pooled gradients. Repeats are interleaved (A, B, C, 
 and the medians reported, for
 
 - `fwd`: pooled sum lookup of every table (one fused C call; one TBE call; one
-  `nn.EmbeddingBag` call per table), autograd on as in training;
+  `nn.EmbeddingBag` call per table), autograd on as in training; `fwd_nograd`: the same under
+  `torch.no_grad()` (the torch systems skip their autograd bookkeeping; the C path is the same);
 - `fwd_bwd_sgd`: forward, then backward with the optimizer update (C: one fused
   backward+SGD call; TBE: `EXACT_SGD` fused into backward; torch: sparse gradients +
   `torch.optim.SGD.step()` + `zero_grad`);
@@ -90,7 +91,18 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
 # ---- systems ---------------------------------------------------------------------------------
 
 
-class Ours:
+class _System:
+    def forward(self):
+        raise NotImplementedError
+
+    def forward_nograd(self):
+        import torch
+
+        with torch.no_grad():
+            return self.forward()
+
+
+class Ours(_System):
     name = "sparselift-c"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
@@ -120,7 +132,7 @@ def torch_zeros(n):
     return torch.zeros(n, dtype=torch.float32)
 
 
-class Fbgemm:
+class Fbgemm(_System):
     name = "fbgemm-tbe"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
@@ -154,7 +166,7 @@ class Fbgemm:
         out.backward(self.grad)
 
 
-class TorchEmbeddingBag:
+class TorchEmbeddingBag(_System):
     name = "torch-embbag"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
@@ -210,6 +222,15 @@ def _check_forward(ours: Ours, fb: Fbgemm) -> float:
     return float((a - b).abs().max())
 
 
+def _check_step(case: Case, data: dict, optimizer: str) -> float:
+    """One training step of the C kernels and of FBGEMM from the same weights: largest difference."""
+    ours, fb = Ours(case, data, optimizer), Fbgemm(case, data, optimizer)
+    ours.step()
+    fb.step()
+    diffs = [float((a - b.detach()).abs().max()) for a, b in zip(ours.tables, fb.tbe.split_embedding_weights())]
+    return max(diffs)
+
+
 def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print) -> dict:
     import torch
 
@@ -234,7 +255,12 @@ def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print)
     diff = _check_forward(systems["sparselift-c"]["sgd"], systems["fbgemm-tbe"]["sgd"]) \
         if "sgd" in systems["fbgemm-tbe"] else float("nan")
     log(f"  max |C forward - FBGEMM forward| = {diff:.3g}")
-    measures = [("fwd", "sgd", "forward"), ("fwd_bwd_sgd", "sgd", "step"),
+    upd_diff = {}
+    for opt in ("sgd", "rowwise_adagrad"):
+        if opt in systems["fbgemm-tbe"]:
+            upd_diff[opt] = _check_step(case, data, opt)
+            log(f"  max |C table - FBGEMM table| after one {opt} step = {upd_diff[opt]:.3g}")
+    measures = [("fwd", "sgd", "forward"), ("fwd_nograd", "sgd", "forward_nograd"), ("fwd_bwd_sgd", "sgd", "step"),
                 ("fwd_bwd_rowwise_adagrad", "rowwise_adagrad", "step")]
     samples: dict[str, dict[str, list[float]]] = {s: {m: [] for m, _, _ in measures} for s in systems}
     for rep in range(warmup + repeats):
@@ -264,9 +290,11 @@ def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print)
         "speedup_vs_fbgemm_fwd": speedup("fwd"),
         "speedup_vs_fbgemm_fwd_bwd": speedup("fwd_bwd_sgd"),
         "speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad": speedup("fwd_bwd_rowwise_adagrad"),
+        "speedup_vs_fbgemm_fwd_nograd": speedup("fwd_nograd"),
         "ms": ms,
         "min_max_ms": spread,
         "max_abs_diff_fwd_vs_fbgemm": diff,
+        "max_abs_diff_after_step_vs_fbgemm": upd_diff,
         "notes": notes,
     }
 
@@ -306,14 +334,16 @@ def machine_info() -> dict:
 
 
 def format_table(results: Sequence[dict]) -> str:
-    cols = [("fwd", "fwd"), ("fwd_bwd_sgd", "fwd+bwd+SGD"), ("fwd_bwd_rowwise_adagrad", "fwd+bwd+RwAdagrad")]
+    cols = [("fwd", "fwd"), ("fwd_nograd", "fwd no-grad"), ("fwd_bwd_sgd", "fwd+bwd+SGD"),
+            ("fwd_bwd_rowwise_adagrad", "fwd+bwd+RwAdagrad")]
     lines = [f"| case | system | {' | '.join(c[1] + ' ms' for c in cols)} |",
              "|---|---|" + "---:|" * len(cols)]
     for r in results:
         for system, vals in r["ms"].items():
             cells = [f"{vals[c]:.2f}" if c in vals else "-" for c, _ in cols]
             lines.append(f"| {r['name']} | {system} | {' | '.join(cells)} |")
-        sp = [r["speedup_vs_fbgemm_fwd"], r["speedup_vs_fbgemm_fwd_bwd"], r["speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad"]]
+        sp = [r["speedup_vs_fbgemm_fwd"], r["speedup_vs_fbgemm_fwd_nograd"], r["speedup_vs_fbgemm_fwd_bwd"],
+              r["speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad"]]
         cells = [f"**{s:.2f}x**" if s else "-" for s in sp]
         lines.append(f"| {r['name']} | speedup C vs FBGEMM | {' | '.join(cells)} |")
     return "\n".join(lines)

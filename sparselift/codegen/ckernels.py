@@ -59,16 +59,20 @@ ERROR_CODES = {
     4: "out of memory",
     5: "unknown kernel number",
     6: "too many ids for one table (positions must fit in 32 bits)",
+    7: "slot outside the features of a segment",
 }
 
 # Ids looked ahead for software prefetching of table rows (forward) and of rows to update.
 FORWARD_PREFETCH = 24
 UPDATE_PREFETCH = 16
+# ... and how far ahead they are first prefetched into L2 (hides the page walk and DRAM latency).
+FORWARD_PREFETCH_L2 = 128
+UPDATE_PREFETCH_L2 = 48
 # Widest radix digit of the update's sort (a 2^bits-entry histogram of uint32).
 RADIX_BITS = 18
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class TableSpec:
     """What one table's kernels are specialized to."""
 
@@ -114,6 +118,9 @@ _PRELUDE = r"""
 #include <omp.h>
 #endif
 
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
@@ -126,6 +133,7 @@ typedef uint16_t bf16_t;
 #define SL_HAVE_F16 HAVE_F16_FLAG
 #if SL_HAVE_F16
 typedef _Float16 f16_t;
+typedef _Float16 v16hf __attribute__((vector_size(32)));
 typedef _Float16 v8hf __attribute__((vector_size(16)));
 typedef _Float16 v4hf __attribute__((vector_size(8)));
 #else
@@ -136,6 +144,8 @@ typedef uint16_t f16_t;
 #define PFW(p) __builtin_prefetch((const void*)(p), 1, 3)
 
 /* ---- f32 ---- */
+static inline v16f ld16_f32(const float* p) { v16f v; memcpy(&v, p, 64); return v; }
+static inline void st16_f32(float* p, v16f v) { memcpy(p, &v, 64); }
 static inline v8f ld8_f32(const float* p) { v8f v; memcpy(&v, p, 32); return v; }
 static inline v4f ld4_f32(const float* p) { v4f v; memcpy(&v, p, 16); return v; }
 static inline float ld1_f32(const float* p) { return *p; }
@@ -144,6 +154,16 @@ static inline void st4_f32(float* p, v4f v) { memcpy(p, &v, 16); }
 static inline void st1_f32(float* p, float v) { *p = v; }
 
 /* ---- bf16 (round to nearest even, NaN -> quiet NaN, like torch) ---- */
+static inline v16f ld16_bf16(const bf16_t* p) {
+  v16h h; memcpy(&h, p, 32); v16u u = __builtin_convertvector(h, v16u) << 16; v16f f; memcpy(&f, &u, 64); return f;
+}
+static inline void st16_bf16(bf16_t* p, v16f f) {
+  v16u u; memcpy(&u, &f, 64);
+  v16u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  v16u nan = (v16u)(f != f);
+  r = (r & ~nan) | (0x7fc0u & nan);
+  v16h h = __builtin_convertvector(r, v16h); memcpy(p, &h, 32);
+}
 static inline v8f ld8_bf16(const bf16_t* p) {
   v8h h; memcpy(&h, p, 16); v8u u = __builtin_convertvector(h, v8u) << 16; v8f f; memcpy(&f, &u, 32); return f;
 }
@@ -172,6 +192,8 @@ static inline void st1_bf16(bf16_t* p, float f) {
 
 #if SL_HAVE_F16
 /* ---- f16 (IEEE half, round to nearest even) ---- */
+static inline v16f ld16_f16(const f16_t* p) { v16hf h; memcpy(&h, p, 32); return __builtin_convertvector(h, v16f); }
+static inline void st16_f16(f16_t* p, v16f f) { v16hf h = __builtin_convertvector(f, v16hf); memcpy(p, &h, 32); }
 static inline v8f ld8_f16(const f16_t* p) { v8hf h; memcpy(&h, p, 16); return __builtin_convertvector(h, v8f); }
 static inline v4f ld4_f16(const f16_t* p) { v4hf h; memcpy(&h, p, 8); return __builtin_convertvector(h, v4f); }
 static inline float ld1_f16(const f16_t* p) { return (float)*p; }
@@ -198,6 +220,8 @@ static int sl_offsets(const int32_t* lengths, int64_t nbags, int64_t nidx, int64
 #define SL_CHECK_IDS(NAME, IT)                                                                 \
 static int NAME(const IT* idx, const int64_t* offs, int64_t rows, const int32_t* slots,         \
                 int nslots, int64_t F, int64_t B, int64_t S, int64_t* err) {                    \
+  for (int k = 0; k < nslots; k++)                                                              \
+    if (slots[k] < 0 || slots[k] >= F) { err[0] = 7; err[1] = k; err[2] = slots[k]; return 7; }  \
   for (int64_t s = 0; s < S; s++)                                                               \
     for (int k = 0; k < nslots; k++) {                                                          \
       int64_t bag0 = (s * F + slots[k]) * B;                                                    \
@@ -256,9 +280,13 @@ _TYPES = {"f32": "float", "f16": "f16_t", "bf16": "bf16_t"}
 _ITYPES = {"i32": "int32_t", "i64": "int64_t"}
 
 
-def _chunks(dim: int) -> list[tuple[int, int]]:
-    """(offset, width) pieces of a row: 8-wide vectors, then a 4-wide one, then scalars."""
+def _chunks(dim: int, widest: int = 16) -> list[tuple[int, int]]:
+    """(offset, width) pieces of a row: 16-wide vectors (two 8-wide ones without AVX-512), then
+    an 8-wide one, a 4-wide one, then scalars."""
     out, off = [], 0
+    while widest >= 16 and dim - off >= 16:
+        out.append((off, 16))
+        off += 16
     while dim - off >= 8:
         out.append((off, 8))
         off += 8
@@ -272,7 +300,7 @@ def _chunks(dim: int) -> list[tuple[int, int]]:
 
 
 def _vt(width: int) -> str:
-    return {8: "v8f", 4: "v4f", 1: "float"}[width]
+    return {16: "v16f", 8: "v8f", 4: "v4f", 1: "float"}[width]
 
 
 def _zero(width: int) -> str:
@@ -289,9 +317,9 @@ def _lines(*parts: Iterable[str] | str) -> str:
     return "\n".join(out)
 
 
-def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH) -> str:
+def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH, widest: int = 16, prefetch_l2: int = 0) -> str:
     d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
-    ch = _chunks(d)
+    ch = _chunks(d, widest)
     row_bytes = d * (4 if st == "f32" else 2)
     lines = max(1, (row_bytes + 63) // 64)
     pf = " ".join(f"PF((const char*)pr + {64 * i});" for i in range(lines))
@@ -317,17 +345,30 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH) -> str:
         "  (void)rows; (void)nthreads;",
         f"  const int64_t ldo = (int64_t){d} * nslots;",
         "  const int64_t nwork = S * nslots * B;",
-        "  #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)",
-        "  for (int64_t q = 0; q < nwork; q++) {",
-        "    const int64_t b = q % B, sk = q / B, k = sk % nslots, s = sk / nslots;",
-        "    const int64_t bag = (s * F + slots[k]) * B + b;",
-        "    const int64_t p0 = offs[bag], p1 = offs[bag + 1];",
+        "  if (nwork <= 0) return 0;",
+        "  /* Each thread takes a contiguous range of (segment, slot, sample) bags and walks it",
+        "     without divisions. */",
+        "  #pragma omp parallel num_threads(nthreads) if(nthreads > 1)",
+        "  {",
+        "  int64_t nt = 1, tid = 0;",
+        "#ifdef _OPENMP",
+        "  nt = omp_get_num_threads(); tid = omp_get_thread_num();",
+        "#endif",
+        "  const int64_t q0 = nwork * tid / nt, q1 = nwork * (tid + 1) / nt;",
+        "  int64_t b = q0 % B, k = (q0 / B) % nslots, s = (q0 / B) / nslots;",
+        "  const int64_t* ob = offs + (s * F + slots[k]) * B;",
+        "  for (int64_t q = q0; q < q1; q++) {",
+        "    const int64_t p0 = ob[b], p1 = ob[b + 1];",
         "    const int64_t n = p1 - p0;",
         "    (void)n;",
         f"    {scale_decl}",
         *acc_decl,
         "    for (int64_t p = p0; p < p1; p++) {",
         *([
+            *([f"      if (p + {prefetch_l2} < nidx) {{",
+               f"        const {tt}* pr = W + (uint64_t)(int64_t)idx[p + {prefetch_l2}] * {d}u; "
+               + " ".join(f"__builtin_prefetch((const char*)pr + {64 * i}, 0, 1);" for i in range(lines)),
+               "      }"] if prefetch_l2 > 0 else []),
             f"      if (p + {prefetch} < nidx) {{",
             f"        const {tt}* pr = W + (uint64_t)(int64_t)idx[p + {prefetch}] * {d}u; {pf}",
             "      }",
@@ -338,15 +379,21 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH) -> str:
         "    }",
         f"    {tt}* o = out + (s * B + b) * ldo + k * {d};",
         *acc_st,
+        "    if (++b == B) {",
+        "      b = 0;",
+        "      if (++k == nslots) { k = 0; s++; }",
+        "      if (q + 1 < q1) ob = offs + (s * F + slots[k]) * B;",
+        "    }",
+        "  }",
         "  }",
         "  return 0;",
         "}",
     )
 
 
-def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH) -> str:
+def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16, prefetch_l2: int = 0) -> str:
     d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
-    ch = _chunks(d)
+    ch = _chunks(d, widest)
     row_bytes = d * (4 if st == "f32" else 2)
     lines = max(1, (row_bytes + 63) // 64)
     glines = max(1, (d * 4 + 63) // 64)
@@ -369,9 +416,11 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH) -> str:
         pre = []
     else:  # rowwise_adagrad: state += mean(g^2); w -= lr * g / (sqrt(state) + eps)
         # Squares summed lane-wise in vectors, then one horizontal sum.
-        sq = ["    v8f q8 = (v8f){0};", "    v4f q4 = (v4f){0};", "    float ss = 0.0f;"]
+        sq = ["    v16f q16 = (v16f){0};", "    v8f q8 = (v8f){0};", "    v4f q4 = (v4f){0};", "    float ss = 0.0f;"]
         for o, w in ch:
             sq.append(f"    q{w} += g{o} * g{o};" if w > 1 else f"    ss += g{o} * g{o};")
+        sq.append("    q8 += __builtin_shufflevector(q16, q16, 0, 1, 2, 3, 4, 5, 6, 7)"
+                  " + __builtin_shufflevector(q16, q16, 8, 9, 10, 11, 12, 13, 14, 15);")
         sq.append("    q4 += __builtin_shufflevector(q8, q8, 0, 1, 2, 3) + __builtin_shufflevector(q8, q8, 4, 5, 6, 7);")
         sq.append("    ss += (q4[0] + q4[2]) + (q4[1] + q4[3]);")
         pre = [
@@ -381,9 +430,19 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH) -> str:
             "    const float den = sqrtf(st) + eps;",
         ]
         apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * (g{o} / den));" for o, w in ch]
-    pf_lines = []
+    pf_lines: list[str] = []
+    if prefetch_l2 > 0:
+        pf_lines += [
+            f"      if (e + {prefetch_l2} < n_ids) {{",
+            f"        const uint64_t kf = keys[e + {prefetch_l2}];",
+            f"        const {tt}* pw = W + (kf >> 32) * {d}u;",
+            *[f"        __builtin_prefetch((const char*)pw + {64 * q}, 1, 1);" for q in range(lines)],
+            "        const float* pg = grad + gof[(uint32_t)kf];",
+            *[f"        __builtin_prefetch((const char*)pg + {64 * q}, 0, 1);" for q in range(glines)],
+            "      }",
+        ]
     if prefetch > 0:
-        pf_lines = [
+        pf_lines += [
             f"      if (e + {prefetch} < n_ids) {{",
             f"        const uint64_t kp = keys[e + {prefetch}];",
             f"        const {tt}* pw = W + (kp >> 32) * {d}u;",
@@ -465,7 +524,7 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH) -> str:
 _ENTRY = r"""
 /* ---- entry points ---- */
 
-/* Multi-table pooled lookup. Per table t: kernel number fn[t] (see sl_kernel_table), weights
+/* Multi-table pooled lookup. Per table t: kernel number fn[t] (an index into SL_FWD), weights
    W[t] (rows[t] x dim), slots slots[slot_off[t] .. slot_off[t+1]), output out[t]. Shared:
    lengths (S*F*B bags), indices (nidx, i64 if idx64 else i32), per-id weights or NULL. */
 int sl_forward(int ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off,
@@ -563,8 +622,8 @@ ABI_VERSION = 1
 def _dedupe(specs: Iterable[TableSpec]) -> tuple[list[TableSpec], list[TableSpec]]:
     """(forward specs, update specs), sorted and unique."""
     specs = list(specs)
-    fwd = sorted({s.forward_key for s in specs})
-    upd = sorted({s for s in specs if s.optimizer is not None})
+    fwd = sorted({s.forward_key for s in specs}, key=lambda s: s.tag)
+    upd = sorted({s for s in specs if s.optimizer is not None}, key=lambda s: s.tag)
     return fwd, upd
 
 
@@ -575,11 +634,13 @@ def kernel_numbers(specs: Iterable[TableSpec]) -> tuple[dict[TableSpec, int], di
 
 
 def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True, forward_prefetch: int = FORWARD_PREFETCH,
-                    update_prefetch: int = UPDATE_PREFETCH, radix_bits: int = RADIX_BITS) -> str:
+                    update_prefetch: int = UPDATE_PREFETCH, radix_bits: int = RADIX_BITS, vector_width: int = 16,
+                    forward_prefetch_l2: int = FORWARD_PREFETCH_L2, update_prefetch_l2: int = UPDATE_PREFETCH_L2) -> str:
     """One C translation unit with the kernels of `specs` and the generic entry points.
 
     `forward_prefetch` / `update_prefetch`: how many ids ahead rows are prefetched (0: none);
-    `radix_bits`: the widest digit of the update's radix sort.
+    `radix_bits`: the widest digit of the update's radix sort; `vector_width`: the widest
+    accumulator vector in floats (16 or 8).
     """
     fwd, upd = _dedupe(specs)
     if not have_f16 and any(s.dtype == "f16" for s in fwd):
@@ -591,9 +652,9 @@ def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True, forwar
         _PRELUDE.replace("HAVE_F16_FLAG", "1" if have_f16 else "0"),
     ]
     for s in fwd:
-        parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s, forward_prefetch))
+        parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s, forward_prefetch, vector_width, forward_prefetch_l2))
     for s in upd:
-        parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s, update_prefetch))
+        parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s, update_prefetch, vector_width, update_prefetch_l2))
     fwd_tab = ", ".join(f"fwd_{s.tag}" for s in fwd) or "0"
     upd_tab = ", ".join(f"upd_{s.tag}" for s in upd) or "0"
     parts.append(f"#define SL_N_FWD {len(fwd)}\nstatic const sl_fwd_fn SL_FWD[] = {{{fwd_tab}}};")

@@ -24,6 +24,7 @@ the table and leaves tables and states unchanged. ctypes releases the GIL during
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import json
 import logging
@@ -191,7 +192,7 @@ def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = 
     `codegen_options` go to `ckernels.generate_source` (tuning knobs such as `forward_prefetch`).
     Returns (library, rebuilt, seconds): `rebuilt` is True only when this call ran the compiler.
     """
-    specs = sorted(set(specs))
+    specs = sorted(set(specs), key=lambda s: s.tag)
     root = cache_dir(cache)
     tc = _toolchain(root)
     flags = [*_BASE_FLAGS, *(["-fopenmp"] if tc["openmp"] else [])]
@@ -292,13 +293,15 @@ class GeneratedKernels:
         self._names: dict[int, str] = {}
         self._lock = threading.Lock()
         self._lib: _Library | None = None
+        self._prepared: dict = {}
+        self._named_kinds: set[tuple[int, str]] = set()
         self.rebuilt = False
         self.build_seconds = 0.0
+        if table_names:
+            self.name_tables(table_names)
         specs = set(specs)
         if specs:
             self._ensure(specs)
-        if table_names:
-            self.name_tables(table_names)
 
     @classmethod
     def for_tables(cls, tables: Mapping[str, torch.Tensor], *, pooling: str | Mapping[str, str] = "sum",
@@ -326,8 +329,11 @@ class GeneratedKernels:
         return self._lib.path if self._lib is not None else None
 
     def name_tables(self, tables: Mapping[str, torch.Tensor]) -> None:
+        """Name tables for error messages; their (dim, dtype) also guide on-demand builds."""
         for name, t in tables.items():
             self._names[t.data_ptr()] = name
+            if t.dim() == 2 and t.dtype in _STORAGE and 1 <= t.shape[1] <= 4096:
+                self._named_kinds.add((int(t.shape[1]), _STORAGE[t.dtype]))
 
     def _name(self, table: torch.Tensor, i: int | None = None) -> str:
         name = self._names.get(table.data_ptr())
@@ -345,6 +351,10 @@ class GeneratedKernels:
             if lib is not None and lib.covers(specs):
                 return lib
             wanted = set(specs) | (set(lib.specs) if lib is not None else set())
+            # A miss usually means the plan's other tables need the same variant: build it for
+            # every named table's (dim, dtype) at once rather than one rebuild per table.
+            for s in specs:
+                wanted |= {dataclasses.replace(s, dim=d, dtype=dt) for d, dt in self._named_kinds}
             new, rebuilt, seconds = build_library(wanted, self._cache, self._options)
             self.rebuilt = self.rebuilt or rebuilt
             self.build_seconds += seconds
@@ -422,59 +432,100 @@ class GeneratedKernels:
             raise ValueError(f"{op} of {who}: bag lengths sum to {value} but there are {indices.numel()} ids")
         if code == 3:
             raise ValueError(f"{op} of {who}: id {value} at position {pos} is out of range for a table of {rows[t]} rows")
+        if code == 7:
+            raise ValueError(f"{op} of {who}: slot {value} is outside the features of a segment")
         raise RuntimeError(f"{op} of {who}: C kernel failed: {ERROR_CODES.get(code, f'error {code}')}")
 
     # -- the ops --
+
+    def _prepare(self, kind: str, tables, slots_per_table, poolings, kinds, index_dtype, weighted: bool,
+                 features_per_segment: int):
+        """The per-call constants of a multi-table call (kernel numbers, pointers, slots), cached."""
+        key = (kind, tuple((t.data_ptr(), t.shape[0], t.shape[1] if t.dim() == 2 else -1, t.dtype, t.dim())
+                           for t in tables),
+               tuple(tuple(int(x) for x in sl) for sl in slots_per_table), tuple(poolings), tuple(kinds or ()),
+               index_dtype, weighted, int(features_per_segment))
+        prep = self._prepared.get(key)
+        if prep is not None and prep[0] is self._lib:
+            return prep[1]
+        specs = [spec_for(t, index_dtype, p, weighted, k)
+                 for t, p, k in zip(tables, poolings, kinds or [None] * len(tables))]
+        if any(s is None for s in specs):
+            return None
+        lib = self._ensure(set(specs))
+        numbers = [lib.fwd_numbers[s.forward_key] if kind == "fwd" else lib.upd_numbers[s] for s in specs]
+        slot_off, flat = [0], []
+        for sl in slots_per_table:
+            flat.extend(int(x) for x in sl)
+            slot_off.append(len(flat))
+        rows = [int(t.shape[0]) for t in tables]
+        arrays = [_addr_array(ctypes.c_int32, numbers), _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables]),
+                  _addr_array(ctypes.c_int64, rows), _addr_array(ctypes.c_int32, slot_off),
+                  _addr_array(ctypes.c_int32, flat)]
+        prep = {"lib": lib, "rows": rows, "arrays": arrays, "ptrs": [a[1] for a in arrays],
+                "widths": [int(t.shape[1]) * len(sl) for t, sl in zip(tables, slots_per_table)]}
+        if len(self._prepared) > 256:
+            self._prepared.clear()
+        self._prepared[key] = (lib, prep)
+        return prep
+
+    def _check_common(self, names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch):
+        """Fast path of `_geometry`: the usual dtypes and shapes pass with attribute checks only."""
+        f, b = int(features_per_segment), int(batch)
+        if (lengths.dtype == torch.int32 and lengths.dim() == 1 and lengths.is_contiguous() and indices.dim() == 1
+                and indices.dtype in _INDEX and indices.is_contiguous() and f > 0 and b > 0
+                and lengths.numel() % (f * b) == 0
+                and (weights is None or (weights.dtype == torch.float32 and weights.dim() == 1
+                                         and weights.numel() == indices.numel() and weights.is_contiguous()))
+                and all(0 <= int(x) < f for sl in slots_per_table for x in sl)):
+            return lengths, indices, weights, lengths.numel() // (f * b)
+        return self._geometry(names_fn(), lengths, indices, weights, slots_per_table, features_per_segment, batch)
 
     def fused_lookup(self, tables: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
                      weights: torch.Tensor | None, slots_per_table: Sequence[Sequence[int]], features_per_segment: int,
                      batch: int, poolings: Sequence[str] | str, names: Sequence[str] | None = None) -> list[torch.Tensor]:
         """`reference.lookup` of several tables that read the same lengths/indices, in one C call."""
         tables = list(tables)
+        n = len(tables)
         if isinstance(poolings, str):
-            poolings = [poolings] * len(tables)
-        names = list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
-        if not (len(tables) == len(slots_per_table) == len(poolings) == len(names)):
-            raise ValueError("fused_lookup: tables, slots_per_table and poolings must have the same length")
+            poolings = [poolings] * n
+
+        def names_fn():
+            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
+
+        if not (n == len(slots_per_table) == len(poolings)) or (names is not None and len(names) != n):
+            raise ValueError("fused_lookup: tables, slots_per_table, poolings (and names) must have the same length")
+        for p, nm in zip(poolings, range(n)):
+            if p not in ("sum", "mean"):
+                raise ValueError(f"lookup of table '{names_fn()[nm]}': unknown pooling '{p}'")
         if not _on_cpu(*tables, lengths, indices, weights):
             return _device_impl("fused_lookup")(tables, lengths, indices, weights, slots_per_table,
-                                                features_per_segment, batch, poolings, names=names)
+                                                features_per_segment, batch, poolings, names=names_fn())
         if indices.dtype not in _INDEX:
-            raise ValueError(f"lookup of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
-        specs = [spec_for(t, indices.dtype, p, weights is not None) for t, p in zip(tables, poolings)]
-        for p, n in zip(poolings, names):
-            if p not in ("sum", "mean"):
-                raise ValueError(f"lookup of table '{n}': unknown pooling '{p}'")
-        if any(s is None for s in specs):  # unsupported dtype / shape: the reference lowering
-            self._check_ids_torch(names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+            raise ValueError(f"lookup of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
+                             f"got {indices.dtype}")
+        if not all(t.is_contiguous() for t in tables):
+            tables = [t.contiguous() for t in tables]
+        lengths, indices, weights, segments = self._check_common(
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        prep = self._prepare("fwd", tables, slots_per_table, poolings, None, indices.dtype, weights is not None,
+                             features_per_segment) if n else None
+        if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
+            self._check_ids_torch(names_fn(), tables, lengths, indices, weights, slots_per_table,
+                                  features_per_segment, batch)
             return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
                     for t, sl, p in zip(tables, slots_per_table, poolings)]
-        lengths, indices, weights, segments = self._geometry(
-            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
-        lib = self._ensure(set(specs))
-        tables = [t.contiguous() for t in tables]
-        outs = [torch.empty(segments * int(batch), t.shape[1] * len(sl), dtype=t.dtype)
-                for t, sl in zip(tables, slots_per_table)]
-        if not tables:
-            return outs
-        rows = [int(t.shape[0]) for t in tables]
-        slot_off, flat = [0], []
-        for sl in slots_per_table:
-            flat.extend(int(s) for s in sl)
-            slot_off.append(len(flat))
-        fn, fn_p = _addr_array(ctypes.c_int32, [lib.fwd_numbers[s.forward_key] for s in specs])
-        w, w_p = _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables])
-        r, r_p = _addr_array(ctypes.c_int64, rows)
-        so, so_p = _addr_array(ctypes.c_int32, slot_off)
-        sf, sf_p = _addr_array(ctypes.c_int32, flat)
+        nrows = segments * int(batch)
+        outs = [torch.empty(nrows, w, dtype=t.dtype) for t, w in zip(tables, prep["widths"])]
         o, o_p = _addr_array(ctypes.c_void_p, [x.data_ptr() for x in outs])
         err = (ctypes.c_int64 * 4)()
-        rc = lib.lib.sl_forward(len(tables), fn_p, w_p, r_p, so_p, sf_p, o_p, lengths.data_ptr(), lengths.numel(),
-                                indices.data_ptr(), int(indices.dtype == torch.int64), indices.numel(),
-                                weights.data_ptr() if weights is not None else None,
-                                int(features_per_segment), int(batch), self._threads(), ctypes.addressof(err))
+        fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
+        rc = prep["lib"].lib.sl_forward(
+            n, fn_p, w_p, r_p, so_p, sf_p, o_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
+            int(features_per_segment), int(batch), self._threads(), ctypes.addressof(err))
         if rc:
-            self._raise(err, names, lengths, indices, rows, "lookup")
+            self._raise(err, names_fn(), lengths, indices, prep["rows"], "lookup")
         return outs
 
     def lookup(self, table: torch.Tensor, lengths: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None,
@@ -496,69 +547,69 @@ class GeneratedKernels:
         if isinstance(kinds, str):
             kinds = [kinds] * n
         states = list(states) if states is not None else [None] * n
-        names = list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
-        if not (n == len(states) == len(grads) == len(slots_per_table) == len(poolings) == len(kinds) == len(names)):
+
+        def names_fn():
+            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
+
+        if not (n == len(states) == len(grads) == len(slots_per_table) == len(poolings) == len(kinds)) or (
+                names is not None and len(names) != n):
             raise ValueError("fused_lookup_update: per-table arguments must have the same length")
-        for k, nm in zip(kinds, names):
+        for i, (k, p) in enumerate(zip(kinds, poolings)):
             if k not in ckernels.OPTIMIZERS:
-                raise ValueError(f"update of table '{nm}': unknown optimizer '{k}'")
-        for p, nm in zip(poolings, names):
+                raise ValueError(f"update of table '{names_fn()[i]}': unknown optimizer '{k}'")
             if p not in ("sum", "mean"):
-                raise ValueError(f"update of table '{nm}': unknown pooling '{p}'")
+                raise ValueError(f"update of table '{names_fn()[i]}': unknown pooling '{p}'")
         if not _on_cpu(*tables, *states, *grads, lengths, indices, weights):
             return _device_impl("fused_lookup_update")(tables, states, lengths, indices, weights, grads, slots_per_table,
                                                        features_per_segment, batch, poolings, kinds, lr, eps,
-                                                       grad_scale, names=names)
+                                                       grad_scale, names=names_fn())
         if indices.dtype not in _INDEX:
-            raise ValueError(f"update of table '{names[0] if names else '?'}': indices must be int32 or int64, got {indices.dtype}")
-        specs = [spec_for(t, indices.dtype, p, weights is not None, k) for t, p, k in zip(tables, poolings, kinds)]
-        if any(s is None for s in specs) or any(not t.is_contiguous() for t in tables):
-            if any(not t.is_contiguous() and t.dtype in _STORAGE for t in tables):
-                bad = next(nm for t, nm in zip(tables, names) if not t.is_contiguous())
-                raise ValueError(f"update of table '{bad}': the table must be contiguous to be updated in place")
-            self._check_ids_torch(names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+            raise ValueError(f"update of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
+                             f"got {indices.dtype}")
+        for i, t in enumerate(tables):
+            if not t.is_contiguous():
+                raise ValueError(f"update of table '{names_fn()[i]}': the table must be contiguous to be updated in place")
+        lengths, indices, weights, segments = self._check_common(
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        prep = self._prepare("upd", tables, slots_per_table, poolings, kinds, indices.dtype, weights is not None,
+                             features_per_segment) if n else None
+        nrows = segments * int(batch)
+        gs, sp = [], []
+        for i, (t, st, g, sl, k) in enumerate(zip(tables, states, grads, slots_per_table, kinds)):
+            want = (nrows, t.shape[1] * len(sl))
+            if g.dim() != 2 or g.shape[0] != want[0] or g.shape[1] != want[1]:
+                raise ValueError(f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}")
+            if g.dtype != torch.float32 or not g.is_contiguous():
+                g = g.to(torch.float32).contiguous()
+            gs.append(g)
+            if k == "rowwise_adagrad":
+                if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
+                    raise ValueError(f"update of table '{names_fn()[i]}': row-wise Adagrad needs a contiguous float32 "
+                                     f"state of {t.shape[0]} entries")
+                sp.append(st.data_ptr())
+            else:
+                sp.append(0)
+        if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
+            self._check_ids_torch(names_fn(), tables, lengths, indices, weights, slots_per_table,
+                                  features_per_segment, batch)
             for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
                 ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps,
                                   grad_scale)
             return
-        lengths, indices, weights, segments = self._geometry(
-            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
-        gs, sp = [], []
-        for t, st, g, sl, k, nm in zip(tables, states, grads, slots_per_table, kinds, names):
-            want = (segments * int(batch), t.shape[1] * len(sl))
-            if tuple(g.shape) != want:
-                raise ValueError(f"update of table '{nm}': gradient of shape {tuple(g.shape)}, expected {want}")
-            gs.append(g.to(torch.float32).contiguous())
-            if k == "rowwise_adagrad":
-                if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
-                    raise ValueError(f"update of table '{nm}': row-wise Adagrad needs a contiguous float32 state of "
-                                     f"{t.shape[0]} entries")
-                sp.append(st.data_ptr())
-            else:
-                sp.append(0)
-        if not tables:
-            return
-        lib = self._ensure(set(specs))
-        rows = [int(t.shape[0]) for t in tables]
-        slot_off, flat = [0], []
-        for sl in slots_per_table:
-            flat.extend(int(s) for s in sl)
-            slot_off.append(len(flat))
-        fn, fn_p = _addr_array(ctypes.c_int32, [lib.upd_numbers[s] for s in specs])
-        w, w_p = _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables])
+        threads = self._threads()
+        if threads > 1 and len({t.data_ptr() for t in tables}) < n:
+            threads = 1  # one table listed twice: update in order, never concurrently
         stt, st_p = _addr_array(ctypes.c_void_p, sp)
-        r, r_p = _addr_array(ctypes.c_int64, rows)
-        so, so_p = _addr_array(ctypes.c_int32, slot_off)
-        sf, sf_p = _addr_array(ctypes.c_int32, flat)
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
         err = (ctypes.c_int64 * 4)()
-        rc = lib.lib.sl_update(n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(),
-                               indices.data_ptr(), int(indices.dtype == torch.int64), indices.numel(),
-                               weights.data_ptr() if weights is not None else None,
-                               int(features_per_segment), int(batch), float(lr), float(eps), float(grad_scale),
-                               self._threads(), ctypes.addressof(err))
+        fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
+        rc = prep["lib"].lib.sl_update(
+            n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
+            int(features_per_segment), int(batch), float(lr), float(eps), float(grad_scale), threads,
+            ctypes.addressof(err))
         if rc:
-            self._raise(err, names, lengths, indices, rows, "update")
+            self._raise(err, names_fn(), lengths, indices, prep["rows"], "update")
 
     def lookup_update(self, table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
                       kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:

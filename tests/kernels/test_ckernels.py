@@ -358,3 +358,8 @@ def test_spec_validation():
         TableSpec(8, optimizer="adam")
     assert TableSpec(8, optimizer="sgd").forward_key == TableSpec(8)
     assert "fwd_d8_f32_i64_sum_u" in ckernels.generate_source([TableSpec(8)])
+
+
+def test_forward_only_and_update_specs_mix(tmp_path):
+    k = GeneratedKernels([TableSpec(8), TableSpec(8, optimizer="sgd"), TableSpec(4, pooling="mean")], cache=tmp_path)
+    assert TableSpec(8, optimizer="sgd") in k.specs
