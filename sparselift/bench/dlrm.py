@@ -40,7 +40,7 @@ class BenchConfig:
     lr: float = 0.1
     seed: int = 0
     threads: int = 1  # per rank: 2 ranks on 2 cores
-    kernels: str = "reference"
+    kernels: str = "generated"
     data_pool: int = 4  # distinct batches, generated before timing and cycled
 
 
@@ -280,7 +280,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
     p.add_argument("--rows-cap", type=int, default=100_000)
-    p.add_argument("--kernels", default="reference", choices=("reference", "generated"))
+    p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
     p.add_argument("--quick", action="store_true", help="small rows cap, batch and few steps (a few minutes)")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: throughput per step and the stage breakdown")

@@ -26,7 +26,7 @@ class SparseLiftRunner:
     name = "SparseLift"
 
     def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int, example: Batch,
-                 *, kernels: str = "reference", sharding: str = "auto") -> None:
+                 *, kernels: str = "generated", sharding: str = "auto") -> None:
         import sparselift
 
         model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed)

@@ -330,9 +330,11 @@ class _Emitter:
             srcs = ", ".join(n(op.inputs[j]) for j in order)
             return [f"{self.names_of(op.outputs)}{',' if len(order) == 1 else ''} = {srcs}{',' if len(order) == 1 else ''}"]
         if isinstance(op, ReduceScatterOp):
-            return [f"{n(op.result)} = rt.reduce_scatter(self, {n(op.input)}, reduction={op.reduction.data!r})"]
+            return [f"{n(op.result)} = rt.reduce_scatter(self, {n(op.input)}, reduction={str(op.reduction.data)!r})"]
         if isinstance(op, AllReduceOp):
-            return [f"{n(op.result)} = rt.all_reduce(self, {n(op.input)}, reduction={op.reduction.data!r})"]
+            outs = self.names_of(op.outputs)
+            return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
+                    f"reduction={str(op.reduction.data)!r})"]
         raise EmitError(f"plan-module cannot emit {op.name} yet")
 
     def module_text(self, body: list[str], segments: list[_Segment]) -> str:

@@ -295,7 +295,10 @@ class FoldSingleRankCollective(RewritePattern):
             if op.inputs[0].type != op.outputs[0].type:
                 return
             rewriter.replace_op(op, [], [op.inputs[0]])
-        elif isinstance(op, AllReduceOp | ReduceScatterOp):
+        elif isinstance(op, AllReduceOp):
+            if op.group.size == 1:
+                rewriter.replace_op(op, [], list(op.inputs))
+        elif isinstance(op, ReduceScatterOp):
             if op.group.size != 1 or op.input.type != op.result.type:
                 return
             rewriter.replace_op(op, [], [op.input])
@@ -401,15 +404,46 @@ class _ReduceBase(IRDLOperation):
 
 
 @irdl_op_definition
-class AllReduceOp(_ReduceBase):
-    """Reduce a tensor across the group; every rank gets the result."""
+class AllReduceOp(IRDLOperation):
+    """Reduce tensors across the group; every rank gets the results.
+
+    Several operands make one aggregated collective (one message per peer for all of them);
+    result `i` is the reduction of operand `i`.
+    """
 
     name = "coll.all_reduce"
 
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    group = prop_def(GroupAttr)
+    role = prop_def(RoleAttr)
+    reduction = prop_def(StringAttr)
+
+    traits = traits_def(CollectiveCanonicalization())
+
+    assembly_format = (
+        "$inputs `on` qualified($group) `role` qualified($role) `reduce` $reduction attr-dict "
+        "`:` type($inputs) `->` type($outputs)"
+    )
+
     def verify_(self) -> None:
-        super().verify_()
-        if self.input.type != self.result.type:
-            raise VerifyException("coll.all_reduce: result type must equal input type")
+        _verify_group_in_world(self, self.group)
+        if self.reduction.data not in set(Reduction):
+            raise VerifyException(
+                f"{self.name}: unknown reduction '{self.reduction.data}'; expected one of {', '.join(Reduction)}"
+            )
+        if not self.inputs or len(self.inputs) != len(self.outputs):
+            raise VerifyException(
+                f"coll.all_reduce: needs one result per operand (and at least one), got {len(self.inputs)} "
+                f"operands and {len(self.outputs)} results"
+            )
+        for i, (a, r) in enumerate(zip(self.inputs, self.outputs)):
+            t = tensor_type(a, f"{self.name} input")
+            if a.type != r.type:
+                raise VerifyException(
+                    "coll.all_reduce: result type must equal input type" + (f" (operand {i})" if i else "")
+                )
+            self.role.check_element_type(t.element_type, self.name)
 
 
 @irdl_op_definition

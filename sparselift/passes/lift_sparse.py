@@ -11,8 +11,8 @@ Per sharding group (world size W > 1):
   shard and `coll.reduce_scatter` sums the partial pools onto the sample's rank. Backward: every
   shard owner receives all pooled gradients of every rank.
 - data_parallel: local lookups; backward computes each table's dense gradient
-  (`sparse.lookup_grad`), `coll.all_reduce`s it and applies it (`sparse.lookup_update` in its
-  dense-gradient form).
+  (`sparse.lookup_grad`), all-reduces the group's gradients in one `coll.all_reduce` and applies
+  them (`sparse.lookup_update` in its dense-gradient form).
 
 World size 1 emits no collective at all. Afterwards no opaque op is left and every table is
 looked up once and updated once per step; the pass checks both.
@@ -359,6 +359,7 @@ class _GroupLifter:
                                   self._layout([seg] * segments, len(seg)))
             table_grads = dict(zip(self.table_order, unpack.members))
 
+        dense_grads: dict[str, SSAValue] = {}
         for name in self.table_order:
             lookup = lookups[name]
             use_weights = lookup.weights is not None
@@ -367,25 +368,30 @@ class _GroupLifter:
             if W > 1 and self.kind == "data_parallel":
                 table = self.tables[name]
                 dense_type = TensorType(self.dtype, [table.rows.data, table.dim.data])
-                tg = self._insert(LookupGradOp.create(
+                dense_grads[name] = self._insert(LookupGradOp.create(
                     operands=operands, result_types=[dense_type],
                     properties=common | {"operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
-                ), self._next())
-                reduced = self._insert(AllReduceOp.create(
-                    operands=[tg.table_grad], result_types=[dense_type],
-                    properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
-                ), self._next())
-                self._insert(LookupUpdateOp.create(
-                    operands=[reduced.result],
-                    properties=common | {"optimizer": self.optimizer,
-                                         "operandSegmentSizes": _segments(0, 0, 0, 1)},
-                ), self._next())
+                ), self._next()).table_grad
             else:
                 self._insert(LookupUpdateOp.create(
                     operands=operands,
                     properties=common | {"optimizer": self.optimizer,
                                          "operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
                 ), self._next())
+        if dense_grads:
+            # Replicated tables: one all-reduce for the whole group's dense gradients, then the updates.
+            reduced = self._insert(AllReduceOp.create(
+                operands=list(dense_grads.values()), result_types=[v.type for v in dense_grads.values()],
+                properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
+            ), self._next())
+            for name, grad in zip(dense_grads, reduced.outputs):
+                lookup = lookups[name]
+                self._insert(LookupUpdateOp.create(
+                    operands=[grad],
+                    properties={"table": lookup.table, "placement": lookup.placement, "slots": lookup.slots,
+                                "optimizer": self.optimizer, "operandSegmentSizes": _segments(0, 0, 0, 1)},
+                ), self._next())
+
 
     def _save_received(self) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """Thread the received lengths/indices/weights from forward to backward as saved values."""

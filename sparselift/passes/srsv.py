@@ -467,7 +467,8 @@ class Sizer:
                 return None
             return pick([max(row[p] for row in m) for p in range(len(m[0]))]) * B * eb
         if isinstance(op, AllReduceOp):
-            return self.value_bytes(op.input, rank)
+            sizes = [self.value_bytes(v, rank) for v in op.inputs]
+            return None if any(b is None for b in sizes) else sum(sizes)
         return None
 
     def buffer_bytes(self, op: PackOp | UnpackOp) -> float:
@@ -594,7 +595,7 @@ def value_label(value: SSAValue) -> str:
 
 
 def _layout_slots(op: Operation) -> tuple[LayoutSlot, ...]:
-    inputs = op.inputs if isinstance(op, AllToAllOp | AllToAllStartOp) else [op.input]
+    inputs = op.inputs if isinstance(op, AllToAllOp | AllToAllStartOp | AllReduceOp) else [op.input]
     slots: list[LayoutSlot] = []
     for value in inputs:
         pack = value.owner
@@ -623,13 +624,18 @@ def _collective_entry(op: Operation, index: int, phase: str, sizer: Sizer) -> Co
         else:
             matrix = [[round(elems[s][p] * B * eb) for p in range(g)] for s in range(g)]
     else:
-        data_type = op.input.type
+        inputs = list(op.inputs) if isinstance(op, AllReduceOp) else [op.input]
+        data_type = inputs[0].type
         eb = elem_bytes(data_type)
         matrix = [[0] * g for _ in range(g)]
-        elems = sizer.elems(op.input)
-        total = sizer.value_bytes(op.input)
-        static_shape = all(d >= 0 for d in data_type.get_shape())
-        sizing = "static" if static_shape or (total is not None and not _is_estimate(op.input)) else "estimated"
+        elems = sizer.elems(inputs[0]) if len(inputs) == 1 else None
+        sizes = [sizer.value_bytes(v) for v in inputs]
+        total = None if any(b is None for b in sizes) else sum(sizes)
+        static_shape = all(d >= 0 for v in inputs for d in v.type.get_shape())
+        sizing = (
+            "static" if static_shape or (total is not None and not any(_is_estimate(v) for v in inputs))
+            else "estimated"
+        )
         if total is None:
             sizing = "unknown"
         if isinstance(op, ReduceScatterOp):

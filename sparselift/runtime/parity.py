@@ -116,7 +116,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
 
 
 def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
-                 batch: int = 8, rows_cap: int = 200, kernels: str = "reference", atol: float = 1e-5) -> None:
+                 batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference."""
     from sparselift.runtime.distributed import launch
 

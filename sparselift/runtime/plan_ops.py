@@ -260,7 +260,14 @@ def reduce_scatter(plan: PlanBase, x, *, reduction: str):
     return summed / plan.world if reduction == "mean" else summed
 
 
-def all_reduce(plan: PlanBase, x, *, reduction: str):
-    x = x.clone()
-    dist.all_reduce(x, group=plan.pg)
-    return x / plan.world if reduction == "mean" else x
+def all_reduce(plan: PlanBase, inputs, *, reduction: str):
+    """One all-reduce for all operands: flattened into one buffer, reduced, split back."""
+    flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
+    dist.all_reduce(flat, group=plan.pg)
+    if reduction == "mean":
+        flat /= plan.world
+    out, offset = [], 0
+    for x in inputs:
+        out.append(flat[offset : offset + x.numel()].view_as(x).to(x.dtype))
+        offset += x.numel()
+    return out

@@ -186,7 +186,7 @@ def test_role_must_fit_element_type():
             properties={"group": GroupAttr([0, 1]), "role": RoleAttr("dense_grad"), "reduction": StringAttr("sum")},
         )
         block.add_op(ar)
-        return [ar.result]
+        return [ar.outputs[0]]
 
     with pytest.raises(VerifyException, match="role 'dense_grad' needs float data"):
         _step(2, build).verify()

@@ -7,7 +7,7 @@ import pytest
 from sparselift.runtime.parity import check_parity
 
 CASES = [
-    # model, world, sharding, optimizer, rows_cap: what the case covers
+    # model, world, sharding, optimizer, rows_cap: what the case covers (generated C kernels)
     pytest.param("two-tower", 1, "auto", ("sgd", 0.05, 0.0), 200, id="ws1-two-tower"),
     pytest.param("dlrm-kaggle", 2, "auto", ("sgd", 0.05, 0.0), 20000, id="ws2-kaggle-auto-tw+dp"),
     pytest.param("two-tower", 2, "table_wise", ("sgd", 0.05, 0.0), 200, id="ws2-mixed-dims-mean-weighted"),
@@ -23,3 +23,15 @@ CASES = [
 @pytest.mark.parametrize("model, world, sharding, optimizer, rows_cap", CASES)
 def test_training_matches_single_process(model, world, sharding, optimizer, rows_cap):
     check_parity(model, world, sharding=sharding, optimizer=optimizer, steps=3, batch=8, rows_cap=rows_cap)
+
+
+@pytest.mark.parametrize(
+    "model, world, sharding, optimizer",
+    [
+        pytest.param("two-tower", 2, "auto", ("rowwise_adagrad", 0.1, 1e-8), id="ws2-reference-lowering"),
+        pytest.param("dlrm-kaggle", 1, "auto", ("sgd", 0.05, 0.0), id="ws1-reference-lowering"),
+    ],
+)
+def test_reference_lowering_matches_single_process(model, world, sharding, optimizer):
+    check_parity(model, world, sharding=sharding, optimizer=optimizer, steps=3, batch=8, rows_cap=2000,
+                 kernels="reference")

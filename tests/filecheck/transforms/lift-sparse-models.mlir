@@ -32,7 +32,9 @@
 // KAGGLE2-NOT:      coll.
 // KAGGLE2:          sched.yield %{{[0-9]+}}, %[[RL]], %[[RI]], %[[DL]], %[[DI]] :
 // KAGGLE2-NEXT:     } backward {
-// KAGGLE2-COUNT-11: coll.all_reduce %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "emb_l/data_parallel"}
+// KAGGLE2-COUNT-11: sparse.lookup_grad
+// KAGGLE2-NEXT:     coll.all_reduce %{{[0-9]+}}, {{.*}} on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "emb_l/data_parallel"}
+// KAGGLE2-NOT:      coll.all_reduce
 // KAGGLE2:          coll.all_to_all {{.*}} role #coll.role<grad_pooled> splits #coll.splits<{{\[\[}}112, 128], [112, 128]]> {group = "emb_l/table_wise"}
 // KAGGLE2-NEXT:     sparse.unpack {{.*}} on_rank 0
 // KAGGLE2-NEXT:     sparse.unpack {{.*}} on_rank 1
@@ -68,7 +70,8 @@
 // KAGGLE3-COUNT-11: sparse.lookup {{.*}} data_parallel>
 // KAGGLE3-NOT:      sparse.lookup {{.*}} table =
 // KAGGLE3:          } backward {
-// KAGGLE3-COUNT-11: coll.all_reduce {{.*}} on #coll.group<[0, 1, 2]> role #coll.role<sparse_grad>
+// KAGGLE3:          coll.all_reduce {{.*}} on #coll.group<[0, 1, 2]> role #coll.role<sparse_grad>
+// KAGGLE3-NOT:      coll.all_reduce
 // KAGGLE3:          coll.all_to_all {{.*}} role #coll.role<grad_pooled> splits #coll.splits<{{\[\[}}80, 80, 80], [80, 80, 80], [80, 80, 80]]>
 // KAGGLE3-COUNT-15: sparse.lookup_update %{{[0-9]+}}, %{{[0-9]+}} grad
 // KAGGLE3-NOT:      sparse.lookup_update
@@ -136,7 +139,7 @@
 // TWOTOWER-TOTAL-NOT:     sparse.lookup_update
 
 // torchrec-ebc, world size 2: two EBC modules (one weighted), all tables tiny, so data-parallel:
-// no all-to-all, one all_reduce per table.
+// no all-to-all, one aggregated all_reduce per group.
 // RUN: sparselift-opt %S/../inputs/torchrec-ebc-ws2.mlir -p lift-sparse | filecheck %s --check-prefix=TORCHREC
 // TORCHREC-NOT:     sparse.embedding_bag_collection
 // TORCHREC-NOT:     coll.all_to_all
@@ -150,6 +153,7 @@
 // TORCHREC:         sparse.lookup_grad {{.*}} weights
 // TORCHREC-NEXT:    coll.all_reduce {{.*}} role #coll.role<sparse_grad> {{.*}} {group = "weighted_ebc/data_parallel"}
 // TORCHREC-NEXT:    sparse.lookup_update grad
-// TORCHREC-COUNT-3: coll.all_reduce {{.*}} role #coll.role<sparse_grad> {{.*}} {group = "ebc/data_parallel"}
+// TORCHREC:         coll.all_reduce %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}} on {{.*}} role #coll.role<sparse_grad> {{.*}} {group = "ebc/data_parallel"}
+// TORCHREC-NOT:     coll.all_reduce
 // TORCHREC-NOT:     coll.all_to_all
 // TORCHREC-NOT:     sparse.embedding_bag_collection
