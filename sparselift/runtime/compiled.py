@@ -65,6 +65,66 @@ class Plan:
         return "\n".join(lines)
 
 
+class _GradBuckets:
+    """DDP-style dense gradient averaging that overlaps backward.
+
+    Parameters are bucketed in reverse registration order (roughly the order backward produces
+    their gradients); when every gradient of a bucket has been accumulated, the bucket's flat
+    all-reduce starts asynchronously, so the exchange overlaps the rest of backward (the sparse
+    backward included). Autograd runs in the same order on every rank, so buckets start in the
+    same order everywhere. `finish()` waits and writes the averages back.
+    """
+
+    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20):
+        self.pg, self.world = pg, world
+        self.buckets: list[list[nn.Parameter]] = [[]]
+        size = 0
+        for p in reversed(params):
+            if size and size + p.numel() * p.element_size() > bucket_bytes:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel() * p.element_size()
+        self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        self.pending = [0] * len(self.buckets)
+        self.works: dict[int, tuple] = {}
+        self.reset()
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._ready)
+
+    def reset(self) -> None:
+        self.pending = [len(b) for b in self.buckets]
+        self.works = {}
+
+    def _ready(self, p: nn.Parameter) -> None:
+        i = self.bucket_of[id(p)]
+        self.pending[i] -= 1
+        if self.pending[i] == 0:
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        grads = []
+        for p in self.buckets[i]:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.works[i] = (dist.all_reduce(flat, group=self.pg, async_op=True), flat, grads)
+
+    def finish(self) -> None:
+        for i in range(len(self.buckets)):
+            if i not in self.works:  # a bucket with gradients that never arrived: zeros, same on every rank
+                self._start(i)
+        for work, flat, grads in self.works.values():
+            work.wait()
+            flat /= self.world
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self.reset()
+
+
 class CompiledModel(nn.Module):
     """One rank's view of a compiled model."""
 
@@ -100,6 +160,7 @@ class CompiledModel(nn.Module):
             kernels=self.kernels,
         )
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
+        self._buckets = _GradBuckets(self._dense_params, pg, world) if world > 1 and options.dense_sync else None
         self._sync_queued = False
         self._backward_start = 0.0
         self.stage_times: list[dict[str, float]] = []  # benchmark mode: seconds per stage, per step
@@ -149,19 +210,8 @@ class CompiledModel(nn.Module):
             timing["other_bwd"] = time.perf_counter() - self._backward_start - timing["sparse_bwd"]
 
     def _sync_dense_grads(self) -> None:
-        """Average dense gradients over ranks in one flat all-reduce (same order on every rank)."""
-        grads = []
-        for p in self._dense_params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self.pg)
-        flat /= self.world
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+        """Finish the dense-gradient averaging that the buckets started during backward."""
+        self._buckets.finish()
 
     # -- checkpoints -----------------------------------------------------------------------
     def dense_named_parameters(self):

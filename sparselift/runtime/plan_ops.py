@@ -235,8 +235,15 @@ def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slot
 
 
 def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, grad):
-    return ref.lookup_grad(plan.tables[table], lengths, indices, weights, grad, slots, features_per_segment,
-                           plan.batch, pooling)
+    t = plan.tables[table]
+    if plan.kernels is not None and t.dtype == torch.float32:
+        # The fused update kernel with SGD at lr = -1 on a zero table accumulates exactly the
+        # table's gradient (duplicates summed), without a COO gradient in between.
+        dense = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
+        plan.kernels.lookup_update(dense, None, lengths, indices, weights, grad, slots, features_per_segment,
+                                   plan.batch, pooling, "sgd", -1.0, 0.0, 1.0)
+        return dense
+    return ref.lookup_grad(t, lengths, indices, weights, grad, slots, features_per_segment, plan.batch, pooling)
 
 
 def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
