@@ -217,3 +217,23 @@ def test_cost_attr():
     assert c.measured == 11.0 and CostAttr(1, 1, 1.0).measured is None
     with pytest.raises(VerifyException, match="non-negative"):
         CostAttr(-1, 0, 0.0)
+
+
+def test_verifier_messages_only_reachable_from_python():
+    """Messages the text parsers can never produce (they reject the input first)."""
+    from xdsl.dialects.builtin import FloatData, IntAttr
+
+    from sparselift.ir._syntax import int_array
+
+    with pytest.raises(VerifyException, match="a collective needs at least one role"):
+        RoleAttr()
+    with pytest.raises(VerifyException, match="all-to-all splits must be 2x2"):
+        SplitsAttr.new((int_array([1, 2, 3]), IntAttr(2)))
+    with pytest.raises(VerifyException, match="weighted must be 0 or 1"):
+        FeatureAttr.new((StringAttr("f"), StringAttr("t"), FloatData(1.0), IntAttr(2)))
+    with pytest.raises(VerifyException, match="table_wise needs exactly one rank"):
+        PlacementAttr("t", "table_wise", [0, 1])
+    with pytest.raises(VerifyException, match="data_parallel takes no ranks"):
+        PlacementAttr("t", "data_parallel", [0])
+    with pytest.raises(VerifyException, match="layout entries do not form whole segments"):
+        LayoutAttr.new((int_array([0, 1, 2]), IntAttr(1), IntAttr(1)))
