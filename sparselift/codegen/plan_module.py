@@ -4,8 +4,10 @@ The module has a header (plan hash and summary), constants for every op's static
 `Plan` class whose `forward` runs the step's forward part in IR order. Runs of sparse ops
 between dense regions become *segments*: `_segment_K_forward` returns the segment's outputs and
 the values saved for backward, `_segment_K_backward` runs the IR's backward ops that belong to
-that segment. The runtime wraps each segment in an autograd-aware custom op, so dense regions
-train with ordinary autograd. Rank-specific ops are guarded by `self.rank`; collectives go
+that segment; its exchanges start asynchronously and the segment backward yields there, so
+autograd carries on with the dense backward while the gradients travel, and the rest (wait,
+unpack, table updates) runs when backward ends. The runtime wraps each segment in an
+autograd-aware custom op, so dense regions train with ordinary autograd. Rank-specific ops are guarded by `self.rank`; collectives go
 through `sparselift.runtime.plan_ops` (torch.distributed with async handles). Generated fused
 kernels are referenced by name from `sched.kernel` ops.
 
@@ -38,6 +40,7 @@ from sparselift.ir.sparse import (
     UnpackOp,
 )
 
+INPUT_ROLES = {"input_splits", "input_lengths", "input_indices", "input_weights"}
 _DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16", "f64": "torch.float64"}
 
 
@@ -171,11 +174,23 @@ class _Emitter:
         body.append(f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs")
         seg_of_op = {op: seg for seg in segments for op in seg.ops}
         done: set[int] = set()
-        for op in self.step.forward.block.ops:
+        ops = list(self.step.forward.block.ops)
+        prefetch_after: dict[Operation, list[_Segment]] = {}
+        for seg in segments:
+            producers = [v.owner for v in seg.inputs if isinstance(v.owner, Operation)]
+            last = max(producers, key=ops.index) if producers else None
+            first = ops.index(seg.ops[0])
+            between = ops[(ops.index(last) + 1 if last is not None else 0) : first]
+            if last is not None and any(isinstance(op, DenseOp) for op in between):
+                prefetch_after.setdefault(last, []).append(seg)
+        for op in ops:
             if isinstance(op, DenseOp):
                 outs = self.names_of(op.res)
                 call = f'self.dense("{op.callee.root_reference.data}", {self.names_of(op.args)})'
                 body.append(f"        ({outs},) = {call}" if op.res else f"        {call}")
+                for seg in prefetch_after.get(op, []):
+                    # Start the segment's input exchanges now; the dense regions in between overlap them.
+                    body.append(f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}])")
             elif isinstance(op, YieldOp):
                 outs = op.values[:n_out]
                 body.append(f"        return ({self.names_of(outs)}{',' if len(outs) == 1 else ''})")
@@ -198,8 +213,24 @@ class _Emitter:
             "",
             f"    def _segment_{seg.index}_forward(self, {self.names_of(seg.inputs)}):",
         ]
+        # Input exchanges start asynchronously; the segment yields once they are all in flight,
+        # so a prefetch (see `forward`) can run the dense regions that don't need them meanwhile.
+        pending: list[tuple[Operation, str]] = []
         for op in seg.ops:
-            out += ["        " + line for line in self.emit_op(op)]
+            if pending and any(v.owner in {p for p, _ in pending} for v in op.operands):
+                out.append("        yield")
+                for p, line in pending:
+                    out.append("        " + line)
+                pending = []
+            if isinstance(op, AllToAllOp) and self.world > 1 and set(op.role.role_list) <= INPUT_ROLES:
+                start, wait = self.emit_async(op)[::2]
+                out.append("        " + start)
+                pending.append((op, wait))
+            else:
+                out += ["        " + line for line in self.emit_op(op)]
+        if pending:
+            out.append("        yield")
+            out += ["        " + line for _, line in pending]
         out.append(f"        return [{self.names_of(seg.outputs)}], [{self.names_of(seg.saved)}]")
         saved_args = [self.saved_arg[v] for v in seg.saved]
         grads = ", ".join(self.name(g) if g is not None else "_" for g in seg.grad_of)
@@ -209,10 +240,26 @@ class _Emitter:
             f"        ({grads}{',' if len(seg.grad_of) == 1 else ''}) = grads",
             f"        ({self.names_of(saved_args)}{',' if len(saved_args) == 1 else ''}) = saved",
         ]
+        deferred = False
         for op in seg.backward_ops:
-            out += ["        " + line for line in self.emit_op(op)]
-        out.append("        return None")
+            if isinstance(op, AllToAllOp | AllReduceOp) and self.world > 1:
+                # Start the exchange, let autograd run the rest of the dense backward, and finish
+                # (wait, unpack, update the tables) when backward is done.
+                out += ["        " + line for line in self.emit_async(op)]
+                deferred = True
+            else:
+                out += ["        " + line for line in self.emit_op(op)]
+        if not deferred:
+            out.append("        return None")
         return out
+
+    def emit_async(self, op: Operation) -> list[str]:
+        """An exchange in backward: start it, yield to autograd, then wait for its results."""
+        lines = self.emit_op(op)
+        assert len(lines) == 1
+        outs, call = lines[0].split(" = ", 1)
+        handle = f"h_{self.name(op.results[0])}"
+        return [f"{handle} = {call[:-1]}, async_op=True)", "yield", f"{outs} = {handle}.wait()"]
 
     def _fake_spec(self, seg: _Segment):
         """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D."""

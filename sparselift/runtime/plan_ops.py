@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,7 @@ class PlanBase:
         self.batch = 0
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
+        self._prefetched: dict[int, types.GeneratorType] = {}
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -106,16 +108,46 @@ class PlanBase:
         result += [inputs[0].new_empty(ctx.new_dynamic_size(), dtype=getattr(torch, dt)) for dt in saved]
         return result
 
+    def prefetch(self, index: int, inputs: Sequence[torch.Tensor]) -> None:
+        """Run segment `index` up to the point where its input exchanges are in flight."""
+        start = time.perf_counter() if self.timing is not None else 0.0
+        result = getattr(self, f"_segment_{index}_forward")(*inputs)
+        if isinstance(result, types.GeneratorType):
+            self._prefetched[index] = result
+            next(result, None)
+        if self.timing is not None:
+            self.timing["sparse_fwd"] += time.perf_counter() - start
+
     # Called by the custom op.
     def run_segment_forward(self, index: int, inputs: list[torch.Tensor]):
-        return getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
+        result = self._prefetched.pop(index, None)
+        if result is None:
+            result = getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
+        if not isinstance(result, types.GeneratorType):
+            return result
+        try:
+            while True:
+                next(result)
+        except StopIteration as stop:
+            return stop.value
 
     def run_segment_backward(self, index: int, grads: list[torch.Tensor | None], saved: list[torch.Tensor]):
+        """Run a segment's backward; a generator (one with async exchanges) runs up to its first
+        exchange now and finishes when autograd's backward pass ends."""
         start = time.perf_counter() if self.timing is not None else 0.0
         result = getattr(self, f"_segment_{index}_backward")(grads, saved)
+        if isinstance(result, types.GeneratorType):
+            if next(result, StopIteration) is not StopIteration:
+                torch.autograd.Variable._execution_engine.queue_callback(lambda: self._finish_backward(result))
         if self.timing is not None:
             self.timing["sparse_bwd"] += time.perf_counter() - start
-        return result
+
+    def _finish_backward(self, pending) -> None:
+        start = time.perf_counter() if self.timing is not None else 0.0
+        for _ in pending:  # each step waits for an exchange started in the previous one
+            pass
+        if self.timing is not None:
+            self.timing["sparse_bwd"] += time.perf_counter() - start
 
 
 # ---- the custom op --------------------------------------------------------------------------
@@ -267,14 +299,19 @@ def reduce_scatter(plan: PlanBase, x, *, reduction: str):
     return summed / plan.world if reduction == "mean" else summed
 
 
-def all_reduce(plan: PlanBase, inputs, *, reduction: str):
+def all_reduce(plan: PlanBase, inputs, *, reduction: str, async_op: bool = False):
     """One all-reduce for all operands: flattened into one buffer, reduced, split back."""
     flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
-    dist.all_reduce(flat, group=plan.pg)
-    if reduction == "mean":
-        flat /= plan.world
-    out, offset = [], 0
-    for x in inputs:
-        out.append(flat[offset : offset + x.numel()].view_as(x).to(x.dtype))
-        offset += x.numel()
-    return out
+    work = dist.all_reduce(flat, group=plan.pg, async_op=True)
+
+    def finish():
+        if reduction == "mean":
+            flat.div_(plan.world)
+        out, offset = [], 0
+        for x in inputs:
+            out.append(flat[offset : offset + x.numel()].view_as(x).to(x.dtype))
+            offset += x.numel()
+        return out
+
+    pending = _Pending([work], finish)
+    return pending if async_op else pending.wait()

@@ -16,14 +16,21 @@
 // CHECK:         self.dense("dense_post"
 // CHECK:       def _segment_0_forward(self
 // CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
-// CHECK:         rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths')
-// CHECK:         rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, None, role='input_indices')
+// Input exchanges start asynchronously; the segment yields while they are in flight.
+// CHECK:         [[L:h_v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', async_op=True)
+// CHECK-NEXT:    [[I:h_v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, None, role='input_indices', async_op=True)
+// CHECK-NEXT:    yield
+// CHECK-NEXT:    {{v[0-9]+}}, = [[L]].wait()
+// CHECK-NEXT:    {{v[0-9]+}}, {{v[0-9]+}} = [[I]].wait()
 // CHECK:         if self.rank in (0,):
 // CHECK-NEXT:      {{v[0-9]+}} = rt.lookup(self, 't0'
 // CHECK:         rt.all_to_all(self, [{{v[0-9]+}}, {{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
 // CHECK:         rt.unpack(self
 // CHECK:       def _segment_0_backward(self, grads, saved):
-// CHECK:         role='grad_pooled'
+// The gradient exchange overlaps the rest of the dense backward; updates run when it ends.
+// CHECK:         [[G:h_v[0-9]+]] = rt.all_to_all(self, {{.*}} role='grad_pooled', async_op=True)
+// CHECK-NEXT:    yield
+// CHECK-NEXT:    {{v[0-9]+}}, = [[G]].wait()
 // CHECK:         rt.lookup_update(self, 't0'
 // CHECK-SAME:      optimizer='sgd', lr=0.01
 // CHECK:         rt.lookup_update(self, 't1'
