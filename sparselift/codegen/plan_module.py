@@ -219,7 +219,7 @@ class _Emitter:
         for op in seg.ops:
             if pending and any(v.owner in {p for p, _ in pending} for v in op.operands):
                 out.append("        yield")
-                for p, line in pending:
+                for _, line in pending:
                     out.append("        " + line)
                 pending = []
             if isinstance(op, AllToAllOp) and self.world > 1 and set(op.role.role_list) <= INPUT_ROLES:
