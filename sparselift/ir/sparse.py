@@ -531,6 +531,17 @@ def _check_pooled(type_: Attribute, table: TableAttr, what: str) -> None:
         )
 
 
+def _check_slots_width(type_: Attribute, table: TableAttr, slots: int, what: str) -> None:
+    """A table-local pooled value (or its gradient): [bags, dim * slots] in the table's dtype."""
+    _check_pooled(type_, table, what)
+    width = dim(tensor_type(type_, what), 1)
+    want = table.dim.data * slots
+    if width not in (DYNAMIC, want):
+        raise VerifyException(
+            f"{what} has width {width}, expected dim {table.dim.data} x {slots} slots = {want}"
+        )
+
+
 def enclosing_world_size(op: IRDLOperation) -> int | None:
     """The world size of the enclosing `sched.step`, if any (lazy import: sched imports sparse)."""
     from sparselift.ir.sched import StepOp
@@ -791,14 +802,7 @@ class LookupOp(IRDLOperation):
 
     def verify_(self) -> None:
         table = _verify_lookup_common(self)
-        _check_pooled(self.pooled.type, table, f"pooled result of table '{table.name_str}'")
-        width = dim(tensor_type(self.pooled, ""), 1)
-        want = table.dim.data * len(self.slots)
-        if width not in (DYNAMIC, want):
-            raise VerifyException(
-                f"pooled result of table '{table.name_str}' has width {width}, expected dim {table.dim.data} "
-                f"x {len(self.slots)} slots = {want}"
-            )
+        _check_slots_width(self.pooled.type, table, len(self.slots), f"pooled result of table '{table.name_str}'")
 
 
 @irdl_op_definition
@@ -908,14 +912,7 @@ class LookupUpdateOp(IRDLOperation):
         if self.indices is None:
             raise VerifyException(f"sparse.lookup_update of table '{table.name_str}': lengths need indices")
         _verify_lookup_common(self)
-        _check_pooled(self.grad.type, table, f"gradient of table '{table.name_str}'")
-        width = dim(tensor_type(self.grad, ""), 1)
-        want = table.dim.data * len(self.slots)
-        if width not in (DYNAMIC, want):
-            raise VerifyException(
-                f"gradient of table '{table.name_str}' has width {width}, expected dim {table.dim.data} "
-                f"x {len(self.slots)} slots = {want}"
-            )
+        _check_slots_width(self.grad.type, table, len(self.slots), f"gradient of table '{table.name_str}'")
 
 
 def _check_table_grad(type_: Attribute, table: TableAttr, what: str) -> None:
@@ -953,7 +950,7 @@ class LookupGradOp(IRDLOperation):
 
     def verify_(self) -> None:
         table = _verify_lookup_common(self)
-        _check_pooled(self.grad.type, table, f"gradient of table '{table.name_str}'")
+        _check_slots_width(self.grad.type, table, len(self.slots), f"gradient of table '{table.name_str}'")
         _check_table_grad(self.table_grad.type, table, f"table gradient of '{table.name_str}'")
 
 
