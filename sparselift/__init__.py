@@ -22,6 +22,7 @@ _LAZY = {
     "compile": ("sparselift.compiler", "compile"),
     "CompileOptions": ("sparselift.runtime.compiled", "CompileOptions"),
     "launch": ("sparselift.runtime.distributed", "launch"),
+    "TrainPipeline": ("sparselift.runtime.pipeline", "TrainPipeline"),
     "init_from_env": ("sparselift.runtime.distributed", "init_from_env"),
     "ShardingPlan": ("sparselift.passes.sharding", "ShardingPlan"),
     "optim": ("sparselift.optim", None),

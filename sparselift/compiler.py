@@ -34,16 +34,21 @@ def _load_module(path: Path, name: str):
     return module
 
 
-def _shared_stats_and_plan(model, example_inputs, world, sharding, pg):
-    """Decide on rank 0 (stats and placement) and broadcast, so every rank builds the same plan."""
+def _export_same_on_every_rank(model, example_inputs, world, sharding, pg):
+    """Rank 0 decides (workload statistics and placement from its example inputs) and broadcasts;
+    the other ranks export with those decisions, so every rank builds the same plan."""
     payload = [None]
+    program = None
     if world == 1 or dist.get_rank(pg) == 0:
         program = export(model, example_inputs, world_size=world, sharding=sharding)
         payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
     if world > 1:
         dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
-    plan_json, stats = payload[0]
-    return ShardingPlan.from_json(plan_json), stats
+    if program is None:
+        plan_json, stats = payload[0]
+        program = export(model, example_inputs, world_size=world, sharding=ShardingPlan.from_json(plan_json),
+                         stats=stats)
+    return program
 
 
 def compile(  # noqa: A001 - the public API mirrors torch.compile
@@ -63,8 +68,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size(process_group) if distributed else 1
     rank = dist.get_rank(process_group) if distributed else 0
-    plan_choice, stats = _shared_stats_and_plan(model, example_inputs, world, sharding, process_group)
-    program = export(model, example_inputs, world_size=world, sharding=plan_choice, stats=stats)
+    program = _export_same_on_every_rank(model, example_inputs, world, sharding, process_group)
 
     from xdsl.passes import PassPipeline
 

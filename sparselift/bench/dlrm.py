@@ -89,7 +89,8 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         elif name == "torchrec":
             runners[name] = TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
         elif name == "sparselift":
-            runners[name] = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels)
+            runners[name] = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels,
+                                             batches=itertools.cycle(locals_))
         elif name == "dense_only":
             runners[name] = DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
         else:
@@ -103,7 +104,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         runner = runners[name]
         if name == "baseline":
             return runner.step(globals_[i], runner.local_rows(global_bs))
-        if name == "torchrec":
+        if name in ("torchrec", "sparselift"):  # both train through their pipelines
             return runner.progress()
         return runner.step(locals_[i])
 

@@ -1,7 +1,9 @@
 """SparseLift as a benchmarked system: a DLRM compiled with `sparselift.compile`, trained with SGD.
 
-Same interface as the peers in `sparselift.bench.baselines`: `step(local_batch) -> loss`,
-`enable_stage_timing()`, `stage_times` (one `StageTimes` per timed step, in ms).
+Same interface as the peers in `sparselift.bench.baselines`: `progress() -> loss` (one step of
+`sparselift.TrainPipeline` over the runner's data, like TorchRec's pipeline), `step(local_batch)`
+(one unpipelined step), `enable_stage_timing()`, `stage_times` (one `StageTimes` per timed step,
+in ms).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class SparseLiftRunner:
     name = "SparseLift"
 
     def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int, example: Batch,
-                 *, kernels: str = "generated", sharding: str = "auto") -> None:
+                 *, kernels: str = "generated", sharding: str = "auto", batches=None) -> None:
         import sparselift
 
         model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed)
@@ -39,6 +41,13 @@ class SparseLiftRunner:
         self.compile_s = time.perf_counter() - start
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)
         self._steps: list[StageTimes] = []
+        self.pipeline = None
+        if batches is not None:
+            from sparselift.runtime.pipeline import TrainPipeline
+
+            self.pipeline = TrainPipeline(
+                self.compiled, self.dense_opt, ((dlrm_inputs(b), b.labels) for b in batches), _bce
+            )
 
     def enable_stage_timing(self, on: bool = True) -> None:
         self._timing = on
@@ -51,17 +60,29 @@ class SparseLiftRunner:
         with torch.no_grad():
             return self.compiled(*dlrm_inputs(local_batch))
 
+    def progress(self) -> float:
+        start = time.perf_counter()
+        loss = self.pipeline.progress()
+        self._record((time.perf_counter() - start) * 1e3)
+        return float(loss)
+
     def step(self, local_batch: Batch) -> float:
         start = time.perf_counter()
         self.dense_opt.zero_grad(set_to_none=False)
         out = self.compiled(*dlrm_inputs(local_batch))
-        loss = F.binary_cross_entropy_with_logits(out.reshape(-1), local_batch.labels)
+        loss = _bce(out, local_batch.labels)
         loss.backward()
         self.dense_opt.step()
-        wall = (time.perf_counter() - start) * 1e3
+        self._record((time.perf_counter() - start) * 1e3)
+        return float(loss.detach())
+
+    def _record(self, wall: float) -> None:
         if self._timing and self.compiled.stage_times:
             t = {k: v * 1e3 for k, v in self.compiled.stage_times[-1].items()}
             other = max(0.0, wall - sum(t.values()))
             self._steps.append(StageTimes(t["sparse_fwd"], t["other_fwd"], t["sparse_bwd"], t["other_bwd"], other))
         self.compiled.stage_times.clear()
-        return float(loss.detach())
+
+
+def _bce(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(out.reshape(-1), labels)

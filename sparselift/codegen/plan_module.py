@@ -175,22 +175,28 @@ class _Emitter:
         seg_of_op = {op: seg for seg in segments for op in seg.ops}
         done: set[int] = set()
         ops = list(self.step.forward.block.ops)
+        # Each segment's input exchanges start right after its inputs exist (a prefetch), so the
+        # dense regions in between overlap them; `start` runs the same prefix ahead of time for
+        # the next batch (cross-step pipelining, see runtime/pipeline.py).
         prefetch_after: dict[Operation, list[_Segment]] = {}
         for seg in segments:
             producers = [v.owner for v in seg.inputs if isinstance(v.owner, Operation)]
-            last = max(producers, key=ops.index) if producers else None
-            first = ops.index(seg.ops[0])
-            between = ops[(ops.index(last) + 1 if last is not None else 0) : first]
-            if last is not None and any(isinstance(op, DenseOp) for op in between):
-                prefetch_after.setdefault(last, []).append(seg)
+            if producers:
+                prefetch_after.setdefault(max(producers, key=ops.index), []).append(seg)
+        start_body: list[str] = []
         for op in ops:
             if isinstance(op, DenseOp):
                 outs = self.names_of(op.res)
                 call = f'self.dense("{op.callee.root_reference.data}", {self.names_of(op.args)})'
-                body.append(f"        ({outs},) = {call}" if op.res else f"        {call}")
-                for seg in prefetch_after.get(op, []):
-                    # Start the segment's input exchanges now; the dense regions in between overlap them.
-                    body.append(f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}])")
+                line = f"        ({outs},) = {call}" if op.res else f"        {call}"
+                body.append(line)
+                prefetches = [
+                    f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}])"
+                    for seg in prefetch_after.get(op, [])
+                ]
+                body += prefetches
+                if prefetches or any(op in prefetch_after for op in ops[ops.index(op) + 1 :]):
+                    start_body += [line, *(p.replace("])", "], ahead=True)") for p in prefetches)]
             elif isinstance(op, YieldOp):
                 outs = op.values[:n_out]
                 body.append(f"        return ({self.names_of(outs)}{',' if len(outs) == 1 else ''})")
@@ -204,6 +210,13 @@ class _Emitter:
                     f"        ({outs}{',' if len(seg.outputs) == 1 else ''}) = "
                     f"self.segment({seg.index}, [{self.names_of(seg.inputs)}])"
                 )
+        body += [
+            "",
+            "    def start(self, *inputs):",
+            '        """Start the next batch\'s input exchanges before its forward (pipelining)."""',
+            f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs",
+            *(start_body or ["        pass"]),
+        ]
         for seg in segments:
             body += self.emit_segment(seg)
         return self.module_text(body, segments)

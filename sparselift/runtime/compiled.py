@@ -194,6 +194,12 @@ class CompiledModel(nn.Module):
             return pytree.tree_unflatten(list(outputs), self.program.out_spec)
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def start(self, *inputs) -> None:
+        """Start the input distribution of a batch whose forward comes next (see TrainPipeline)."""
+        flat = pytree.tree_leaves((inputs, {}))
+        with torch.no_grad():
+            self.runner.start(*[flat[i] for i in self.program.tensor_inputs])
+
     def _on_backward_start(self, grad):
         if not self._sync_queued:
             self._sync_queued = True

@@ -88,7 +88,8 @@ def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap:
 
 
 def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: int, rows_cap: int,
-                    sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference") -> dict[str, Any]:
+                    sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference",
+                    pipeline: bool = False) -> dict[str, Any]:
     import sparselift
     from sparselift.optim import SGD, RowWiseAdagrad
 
@@ -103,7 +104,19 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
     batches = local_batches(model_name, world, steps, batch, rows_cap, seed)
     outputs, grads = [], {}
-    for step_batches in batches:
+    if pipeline:
+        from sparselift.runtime.pipeline import TrainPipeline
+
+        def loss_fn(out, _target):
+            outputs.append(out.detach().clone())
+            return _loss(out)
+
+        pipe = TrainPipeline(compiled, dense_opt, ((b[rank], None) for b in batches), loss_fn)
+        for _ in batches:
+            pipe.progress()
+        grads = {n: p.grad.clone() for n, p in compiled.dense_named_parameters() if p.grad is not None}
+        # progress() already stepped: undo nothing, the reference's last grads are compared below.
+    for step_batches in ([] if pipeline else batches):
         dense_opt.zero_grad()
         out = compiled(*step_batches[rank])
         outputs.append(out.detach().clone())
@@ -116,15 +129,16 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
 
 
 def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
-                 batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5) -> None:
+                 batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5,
+                 pipeline: bool = False) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference."""
     from sparselift.runtime.distributed import launch
 
     if world == 1:
-        results = [compiled_worker_local(model_name, steps, batch, rows_cap, sharding, optimizer, kernels)]
+        results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline)]
     else:
         results = launch(compiled_worker, world, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels,
-                         timeout_s=120)
+                         pipeline, timeout_s=120)
     ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"])
     for rank, res in enumerate(results):
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):
@@ -136,7 +150,3 @@ def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimiz
         for name, want in ref["grads"].items():
             torch.testing.assert_close(res["grads"][name], want, atol=atol, rtol=1e-4,
                                        msg=lambda m, n=name, r=rank: f"dense grad {n} on rank {r}: {m}")
-
-
-def compiled_worker_local(model_name, steps, batch, rows_cap, sharding, optimizer, kernels):
-    return compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels)

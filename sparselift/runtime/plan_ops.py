@@ -69,6 +69,7 @@ class PlanBase:
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self._prefetched: dict[int, types.GeneratorType] = {}
+        self._ahead: dict[int, types.GeneratorType] = {}  # started by `start` for the next batch
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -108,12 +109,19 @@ class PlanBase:
         result += [inputs[0].new_empty(ctx.new_dynamic_size(), dtype=getattr(torch, dt)) for dt in saved]
         return result
 
-    def prefetch(self, index: int, inputs: Sequence[torch.Tensor]) -> None:
-        """Run segment `index` up to the point where its input exchanges are in flight."""
+    def prefetch(self, index: int, inputs: Sequence[torch.Tensor], ahead: bool = False) -> None:
+        """Run segment `index` up to the point where its input exchanges are in flight.
+
+        `ahead=True` (from `start`) does it for the next batch; that batch's forward then takes
+        over the running segment instead of starting another.
+        """
+        if not ahead and index in self._ahead:
+            self._prefetched[index] = self._ahead.pop(index)
+            return
         start = time.perf_counter() if self.timing is not None else 0.0
         result = getattr(self, f"_segment_{index}_forward")(*inputs)
         if isinstance(result, types.GeneratorType):
-            self._prefetched[index] = result
+            (self._ahead if ahead else self._prefetched)[index] = result
             next(result, None)
         if self.timing is not None:
             self.timing["sparse_fwd"] += time.perf_counter() - start
