@@ -294,7 +294,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         kernels=a.kernels,
     )
     if a.quick:
-        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 6), rounds=min(cfg.rounds, 2), warmup=min(cfg.warmup, 2),
+        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 12), rounds=min(cfg.rounds, 3), warmup=min(cfg.warmup, 2),
                            batch_size=min(cfg.batch_size, 512), rows_cap=min(cfg.rows_cap or 10_000, 10_000))
     return cfg
 
