@@ -115,7 +115,6 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         for _ in batches:
             pipe.progress()
         grads = {n: p.grad.clone() for n, p in compiled.dense_named_parameters() if p.grad is not None}
-        # progress() already stepped: undo nothing, the reference's last grads are compared below.
     for step_batches in ([] if pipeline else batches):
         dense_opt.zero_grad()
         out = compiled(*step_batches[rank])

@@ -66,3 +66,14 @@ def test_quality_bench_reports_the_paper_metrics(tmp_path):
     assert abs(result["auc"]["baseline"] - result["auc"]["sparselift"]) < 1e-3
     assert result["loss_rmse"] < 1e-4
     assert "ROC-AUC" in proc.stdout and "LogLoss" in proc.stdout
+
+
+def test_kernel_bench_reports_speedups_over_fbgemm(tmp_path):
+    cmd = CLI + ["bench", "kernels", "--quick", "--cases", "kaggle-onehot", "--no-torch", "--repeats", "1",
+                 "--warmup", "0", "--json", str(tmp_path / "k.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "k.json").read_text())
+    (case,) = result["cases"]
+    assert case["name"] == "kaggle-onehot"
+    assert case["speedup_vs_fbgemm_fwd"] > 0 and case["speedup_vs_fbgemm_fwd_bwd"] > 0
