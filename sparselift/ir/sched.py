@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolNameConstraint,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, Region
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -138,6 +138,28 @@ class YieldOp(IRDLOperation):
         super().__init__(operands=[list(values)])
 
 
+def _check_defined_before_use(region: Region, where: str) -> None:
+    """Within a block, a value is used only after the op that defines it (a schedule that moves a
+    use above its definition, e.g. before a collective's wait, is rejected)."""
+    for block in region.blocks:
+        seen: set = set()
+        for op in block.ops:
+            for operand in op.operands:
+                owner = operand.owner
+                if isinstance(owner, Operation) and owner.parent_block() is block and owner not in seen:
+                    raise VerifyException(f"{where}: {op.name} uses a value of {owner.name} before it is defined")
+            for inner in op.walk():
+                if inner is op:
+                    continue
+                for operand in inner.operands:
+                    owner = operand.owner
+                    if isinstance(owner, Operation) and owner.parent_block() is block and owner not in seen:
+                        raise VerifyException(
+                            f"{where}: {inner.name} uses a value of {owner.name} before it is defined"
+                        )
+            seen.add(op)
+
+
 def _yield_of(region: Region, what: str) -> YieldOp:
     block = region.block
     term = block.last_op
@@ -202,6 +224,8 @@ class StepOp(IRDLOperation):
     def verify_(self) -> None:
         if self.world_size.data < 1:
             raise VerifyException(f"sched.step @{self.sym_name.data}: world_size must be at least 1")
+        for region in (self.forward, self.backward):
+            _check_defined_before_use(region, f"sched.step @{self.sym_name.data}")
         fwd_yield = _yield_of(self.forward, "the forward region")
         _yield_of(self.backward, "the backward region")
         n_out = self.num_outputs.data

@@ -29,6 +29,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeadCodeElimination
 
+    def aggregate_comm() -> type[ModulePass]:
+        from sparselift.passes.aggregate_comm import AggregateComm
+
+        return AggregateComm
+
     def lift_sparse() -> type[ModulePass]:
         from sparselift.passes.lift_sparse import LiftSparse
 
@@ -46,6 +51,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
     return {
         "lift-sparse": lift_sparse,
+        "aggregate-comm": aggregate_comm,
         "print-srsv": print_srsv,
         "annotate-cost": annotate_cost,
         "canonicalize": canonicalize,

@@ -41,6 +41,7 @@ class CompileOptions:
     kernels: str = attrs.field(default="generated", validator=attrs.validators.in_(("reference", "generated")))
     cache_dir: str | None = None  # default: $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift
     benchmark: bool = False  # record per-stage times (sparse/other x fwd/bwd); off: no timing at all
+    passes: str = ""  # extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax)
 
 
 def cache_dir(options: CompileOptions) -> Path:

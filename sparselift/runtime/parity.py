@@ -89,7 +89,7 @@ def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap:
 
 def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: int, rows_cap: int,
                     sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference",
-                    pipeline: bool = False) -> dict[str, Any]:
+                    pipeline: bool = False, passes: str = "") -> dict[str, Any]:
     import sparselift
     from sparselift.optim import SGD, RowWiseAdagrad
 
@@ -99,7 +99,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
     opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
     compiled = sparselift.compile(
         model, example, sharding=sharding, sparse_optimizer=opt,
-        options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels),
+        options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
     batches = local_batches(model_name, world, steps, batch, rows_cap, seed)
@@ -129,15 +129,16 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
 
 def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
                  batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5,
-                 pipeline: bool = False) -> None:
+                 pipeline: bool = False, passes: str = "") -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference."""
     from sparselift.runtime.distributed import launch
 
     if world == 1:
-        results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline)]
+        results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline,
+                                   passes)]
     else:
         results = launch(compiled_worker, world, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels,
-                         pipeline, timeout_s=120)
+                         pipeline, passes, timeout_s=120)
     ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"])
     for rank, res in enumerate(results):
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):

@@ -47,3 +47,9 @@ def test_reference_lowering_matches_single_process(model, world, sharding, optim
 def test_train_pipeline_matches_single_process(model, world, sharding):
     # The next batch's input exchange runs during this batch's backward: training is unchanged.
     check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True)
+
+
+def test_aggregated_all_reduce_matches_single_process():
+    # Two embedding modules with replicated tables: aggregate-comm merges their gradient all-reduces.
+    check_parity("torchrec-ebc", 2, sharding="data_parallel", optimizer=("rowwise_adagrad", 0.1, 1e-8),
+                 passes="aggregate-comm")

@@ -196,3 +196,18 @@ func.func @parallel_missing_result(%a: tensor<?x16xf32>) {
   }
   func.return
 }
+
+// -----
+
+// A value used before the op that defines it (e.g. a schedule that moved a use above its wait).
+// CHECK: sched.step @use_before_def: sparse.permute uses a value of coll.wait before it is defined
+sched.step @use_before_def world_size = 2 outputs = 1 {
+^bb0(%x: tensor<?xi64>):
+  %h = coll.all_to_all_start %x on #coll.group<[0, 1]> role #coll.role<input_indices> splits #coll.splits<[[1, 1], [1, 1]]> : tensor<?xi64> -> !coll.handle<tensor<?xi64>>
+  %p = "sparse.permute"(%y) <{order = array<i64: 0>}> : (tensor<?xi64>) -> tensor<?xi64>
+  %y = coll.wait %h : !coll.handle<tensor<?xi64>> -> tensor<?xi64>
+  sched.yield %p : tensor<?xi64>
+} backward {
+^bb0(%g: tensor<?xi64>):
+  sched.yield
+}
