@@ -1,18 +1,24 @@
 """`aggregate-comm{roles=... max-bytes=...}`: merge collectives with matching roles into one.
 
-This version merges `coll.all_reduce` ops (roles `sparse_grad`, `dense_grad`) within one region
-(forward or backward) of a step: ops of the same group, reduction and element type become one
-all-reduce with several operands (one flat buffer, one message per peer on the wire), e.g. the
-replicated tables' gradients of several embedding modules. Merging all-to-alls (pooled outputs
-and gradients across groups, through merged pack/unpack layouts) is the next step and not done
-here.
+Within one region (forward or backward) of a step, pairs of collectives are folded together:
+
+- `coll.all_reduce` ops of the same group, reduction and element type become one all-reduce
+  with several operands (one flat buffer, one message per peer), e.g. the replicated tables'
+  gradients of several embedding modules.
+- Static-split `coll.all_to_all` ops (pooled outputs, pooled gradients) whose send buffers are
+  made by `sparse.pack` and whose received buffers are only read by `sparse.unpack` become one
+  all-to-all: per sender (rank) the two packs become one whose segments hold the first
+  collective's columns and then the second's, the splits add up, and per receiver (rank) the
+  unpacks become one reading both sides' members at shifted columns. Nothing is copied twice.
+  Lengths and indices exchanges (jagged, route-made buffers) are not merged yet.
 
 Feasibility checks, each refusal leaving a `remark` attribute on the op that names the check:
-same group, same element type and reduction, no dependency between the two collectives
-(networkx, on the step's def-use graph), a consistent order (the merged collective takes the
-later one's place; ops between them that use the earlier one's results move after it, which
-is only possible when none of them feeds the later one), and the merged buffer under
-`max-bytes`.
+same group, same element type (and reduction), layout mapping computable (static splits,
+pack-made send buffers, unpack-only receivers in compatible per-rank or uniform forms), no
+dependency between the two collectives (networkx, on the step's def-use graph), a consistent
+order (the merged collective takes the later one's place; ops between them that use the earlier
+one's results move after it, which is only possible when none of them feeds the later one), and
+the merged buffer under `max-bytes` (per rank: elements per sample x `batch` x element size).
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from sparselift.ir.coll import AllReduceOp, RoleAttr
+from sparselift.ir._syntax import DYNAMIC
+from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
+from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
 
-MERGEABLE_ROLES = ("sparse_grad", "dense_grad")
+MERGEABLE_ROLES = ("output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
 _ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "i64": 8}
 
 
@@ -57,6 +65,7 @@ class AggregateComm(ModulePass):
 
     roles: tuple[str, ...] = MERGEABLE_ROLES
     max_bytes: int = 1 << 30
+    batch: int = 0  # local batch for the byte estimate; 0: the step's `batch` attribute (else 1)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         unknown = [r for r in self.roles if r not in MERGEABLE_ROLES]
@@ -67,18 +76,26 @@ class AggregateComm(ModulePass):
                 f"aggregate-comm: cannot aggregate role '{unknown[0]}'; supported: {', '.join(MERGEABLE_ROLES)}"
             )
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
+            batch = self.batch or _step_batch(step)
             for region in (step.forward, step.backward):
-                _Merger(region.block, set(self.roles), self.max_bytes).run()
+                _Merger(region.block, set(self.roles), self.max_bytes, batch).run()
+
+
+def _step_batch(step: StepOp) -> int:
+    attr = step.attributes.get("batch")
+    if isinstance(attr, StringAttr) and attr.data.isdigit():
+        return int(attr.data)
+    return 1
 
 
 class _Merger:
-    def __init__(self, block: Block, roles: set[str], max_bytes: int):
-        self.block, self.roles, self.max_bytes = block, roles, max_bytes
+    def __init__(self, block: Block, roles: set[str], max_bytes: int, batch: int):
+        self.block, self.roles, self.max_bytes, self.batch = block, roles, max_bytes, batch
 
-    def candidates(self) -> list[AllReduceOp]:
+    def candidates(self) -> list[Operation]:
         return [
             op for op in self.block.ops
-            if isinstance(op, AllReduceOp) and set(op.role.role_list) <= self.roles
+            if isinstance(op, AllReduceOp | AllToAllOp) and set(op.role.role_list) <= self.roles
         ]
 
     def run(self) -> None:
@@ -89,6 +106,8 @@ class _Merger:
             ops = self.candidates()
             for i, first in enumerate(ops):
                 for second in ops[i + 1 :]:
+                    if type(first) is not type(second):
+                        continue
                     reason = self.refusal(first, second)
                     if reason is not None:
                         _remark(second, reason)
@@ -100,15 +119,22 @@ class _Merger:
                     break
 
     # -- feasibility ----------------------------------------------------------------------
-    def refusal(self, a: AllReduceOp, b: AllReduceOp) -> str | None:
+    def refusal(self, a: Operation, b: Operation) -> str | None:
         if a.group != b.group:
             return "not merged with an earlier collective: different groups"
         ta, tb = a.inputs[0].type, b.inputs[0].type
         if not isinstance(ta, TensorType) or not isinstance(tb, TensorType) or ta.element_type != tb.element_type:
             return "not merged with an earlier collective: element types differ"
-        if a.reduction != b.reduction:
-            return "not merged with an earlier collective: reductions differ"
-        bytes_ = sum(_static_bytes(v.type) for v in (*a.inputs, *b.inputs))
+        if isinstance(a, AllToAllOp):
+            reason = _a2a_refusal(a) or _a2a_refusal(b) or _contexts_refusal(a, b)
+            if reason is not None:
+                return reason
+            elems = max(sum(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a.splits.matrix, b.splits.matrix))
+            bytes_ = elems * self.batch * _ELEM_BYTES.get(str(ta.element_type), 4)
+        else:
+            if a.reduction != b.reduction:
+                return "not merged with an earlier collective: reductions differ"
+            bytes_ = sum(_static_bytes(v.type) for v in (*a.inputs, *b.inputs))
         if bytes_ > self.max_bytes:
             return f"not merged: the merged buffer would hold {bytes_} bytes, over max-bytes {self.max_bytes}"
         graph = _def_use_graph(self.block)
@@ -131,7 +157,10 @@ class _Merger:
         graph = _def_use_graph(self.block)
         return [op for op in self._between(a, b) if nx.has_path(graph, a, op)]
 
-    def merge(self, a: AllReduceOp, b: AllReduceOp) -> None:
+    def merge(self, a: Operation, b: Operation) -> None:
+        if isinstance(a, AllToAllOp):
+            self._merge_a2a(a, b)
+            return
         dependents = self._dependents_between(a, b)  # before `a`'s uses move to the merged op
         merged = AllReduceOp.create(
             operands=[*a.inputs, *b.inputs],
@@ -145,13 +174,137 @@ class _Merger:
         Rewriter.insert_op(merged, InsertPoint.before(b))
         for old, new in zip((*a.outputs, *b.outputs), merged.outputs):
             old.replace_all_uses_with(new)
-        point: Operation = merged
-        for op in dependents:  # they now read the merged op's results: they follow it
-            op.detach()
-            Rewriter.insert_op(op, InsertPoint.after(point))
-            point = op
+        _move_after(dependents, merged)
         Rewriter.erase_op(a)
         Rewriter.erase_op(b)
+
+    def _merge_a2a(self, a: AllToAllOp, b: AllToAllOp) -> None:
+        g = a.group.size
+        sa, sb = a.splits.matrix, b.splits.matrix
+        dependents = self._dependents_between(a, b)
+        packs_a = [v.owner for v in a.inputs]
+        packs_b = [v.owner for v in b.inputs]
+        per_rank = len(packs_a) > 1 or len(packs_b) > 1
+        new_packs = []
+        for r in range(g) if per_rank else [None]:
+            pa = packs_a[r if len(packs_a) > 1 else 0]
+            pb = packs_b[r if len(packs_b) > 1 else 0]
+            props = {"layout": _concat(pa.layout, pb.layout)}
+            rank_attr = pa.rank if pa.rank is not None else pb.rank
+            if rank_attr is not None:
+                props["rank"] = rank_attr
+            pack = PackOp.create(operands=[*pa.members, *pb.members], result_types=[pa.buffer.type],
+                                 properties=props, attributes=_merged_attrs(pa, pb))
+            Rewriter.insert_op(pack, InsertPoint.before(b))
+            new_packs.append(pack)
+        merged = AllToAllOp.create(
+            operands=[p.buffer for p in new_packs],
+            result_types=[a.outputs[0].type],
+            properties={
+                "group": a.group,
+                "role": _union_roles(a, b),
+                "splits": SplitsAttr([[sa[s][p] + sb[s][p] for p in range(g)] for s in range(g)]),
+                "operandSegmentSizes": a.properties["operandSegmentSizes"].from_list(
+                    a.properties["operandSegmentSizes"].elt_type, [len(new_packs), 0, 0]
+                ),
+            },
+            attributes=_merged_attrs(a, b),
+        )
+        Rewriter.insert_op(merged, InsertPoint.before(b))
+        # One unpack per receiving context (a rank, or every rank): `a`'s members, then `b`'s.
+        point: Operation = merged
+        unpacks_a = _unpacks_by_context(a)
+        unpacks_b = _unpacks_by_context(b)
+        for ctx in dict.fromkeys([*unpacks_a, *unpacks_b]):
+            ua, ub = unpacks_a.get(ctx), unpacks_b.get(ctx)
+            la = ua.layout if ua is not None else _empty_layout(g)
+            lb = ub.layout if ub is not None else _empty_layout(g)
+            members = [*(ua.members if ua else []), *(ub.members if ub else [])]
+            props = {"layout": _concat(la, lb)} | ({} if ctx is None else {"rank": (ua or ub).rank})
+            unpack = UnpackOp.create(operands=[merged.outputs[0]], result_types=[m.type for m in members],
+                                     properties=props, attributes=_merged_attrs(ua or ub, ub or ua))
+            Rewriter.insert_op(unpack, InsertPoint.after(point))
+            point = unpack
+            for old, new in zip(members, unpack.members):
+                old.replace_all_uses_with(new)
+            for old in (ua, ub):
+                if old is not None:
+                    dependents = [op for op in dependents if op is not old]
+                    Rewriter.erase_op(old)
+        _move_after(dependents, point)
+        Rewriter.erase_op(a)
+        Rewriter.erase_op(b)
+        for pack in dict.fromkeys([*packs_a, *packs_b]):
+            if not pack.buffer.uses:
+                Rewriter.erase_op(pack)
+
+
+def _move_after(ops: list[Operation], anchor: Operation) -> None:
+    """Move `ops` (in order) right after `anchor`: they read results defined there."""
+    point = anchor
+    for op in ops:
+        op.detach()
+        Rewriter.insert_op(op, InsertPoint.after(point))
+        point = op
+
+
+def _merged_attrs(a: Operation, b: Operation) -> dict:
+    attrs = {k: v for k, v in a.attributes.items() if k not in ("remark", "group")}
+    groups = [op.attributes["group"].data for op in (a, b) if isinstance(op.attributes.get("group"), StringAttr)]
+    if groups:
+        attrs["group"] = StringAttr("+".join(dict.fromkeys(g for x in groups for g in x.split("+"))))
+    return attrs
+
+
+def _a2a_refusal(op: AllToAllOp) -> str | None:
+    if op.splits is None:
+        return "not merged: dynamic split sizes (layout mapping not computable)"
+    if not all(isinstance(v.owner, PackOp) for v in op.inputs):
+        return "not merged: a send buffer is not made by sparse.pack (layout mapping not computable)"
+    if any(len(list(v.uses)) != 1 for v in op.inputs):
+        return "not merged: a send buffer has other users (layout mapping not computable)"
+    for v in op.inputs:
+        if any(off == DYNAMIC for seg in v.owner.layout.segments for off, _ in seg):
+            return "not merged: jagged members (layout mapping not computable)"
+    if any(not isinstance(u.operation, UnpackOp) for u in op.outputs[0].uses):
+        return "not merged: the received buffer is read by something other than sparse.unpack"
+    contexts = [u.operation.rank.value.data if u.operation.rank is not None else None for u in op.outputs[0].uses]
+    if len(set(contexts)) != len(contexts):
+        return "not merged: two unpacks read the received buffer in the same context"
+    return None
+
+
+def _unpacks_by_context(op: AllToAllOp) -> dict:
+    return {
+        (u.operation.rank.value.data if u.operation.rank is not None else None): u.operation
+        for u in op.outputs[0].uses
+    }
+
+
+def _contexts_refusal(a: AllToAllOp, b: AllToAllOp) -> str | None:
+    """Both sides must be read in the same kind of context (every rank, or rank by rank), and a
+    rank that reads only one side must receive nothing of the other."""
+    ca, cb = set(_unpacks_by_context(a)), set(_unpacks_by_context(b))
+    if (None in ca or None in cb) and ca != cb:
+        return "not merged: received buffers are unpacked per rank on one side and on every rank on the other"
+    for ctx in ca ^ cb:
+        other = b if ctx in ca else a
+        if any(row[ctx] for row in other.splits.matrix):
+            return f"not merged: rank {ctx} receives data it does not unpack (layout mapping not computable)"
+    return None
+
+
+def _empty_layout(segments: int) -> LayoutAttr:
+    return LayoutAttr([[] for _ in range(segments)])
+
+
+def _concat(la: LayoutAttr, lb: LayoutAttr) -> LayoutAttr:
+    """Per segment: `la`'s members, then `lb`'s shifted right by `la`'s width in that segment."""
+    segments = []
+    for sa, sb in zip(la.segments, lb.segments):
+        width = sum(size for off, size in sa if off != DYNAMIC)
+        segments.append([*sa, *[(off + width if size else 0, size) for off, size in sb]])
+    return LayoutAttr(segments)
 
 
 def _union_roles(a: Operation, b: Operation) -> RoleAttr:

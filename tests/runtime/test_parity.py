@@ -49,7 +49,16 @@ def test_train_pipeline_matches_single_process(model, world, sharding):
     check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True)
 
 
-def test_aggregated_all_reduce_matches_single_process():
-    # Two embedding modules with replicated tables: aggregate-comm merges their gradient all-reduces.
-    check_parity("torchrec-ebc", 2, sharding="data_parallel", optimizer=("rowwise_adagrad", 0.1, 1e-8),
-                 passes="aggregate-comm")
+@pytest.mark.parametrize(
+    "model, world, sharding",
+    [
+        # Two embedding modules with replicated tables: their gradient all-reduces merge.
+        pytest.param("torchrec-ebc", 2, "data_parallel", id="ws2-all-reduces"),
+        # Two towers, table-wise: pooled outputs and pooled gradients merge across the towers.
+        pytest.param("two-tower", 2, "table_wise", id="ws2-all-to-alls"),
+        pytest.param("two-tower", 3, "auto", id="ws3-mixed"),
+    ],
+)
+def test_aggregate_comm_matches_single_process(model, world, sharding):
+    check_parity(model, world, sharding=sharding, optimizer=("rowwise_adagrad", 0.1, 1e-8), passes="aggregate-comm",
+                 pipeline=True)

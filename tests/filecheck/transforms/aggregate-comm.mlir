@@ -3,8 +3,9 @@
 // RUN: sparselift-opt %s --split-input-file -p 'aggregate-comm{max-bytes=100}' | filecheck %s --check-prefix=CAP
 // RUN: not sparselift-opt %s -p 'aggregate-comm{roles=input_indices}' 2>&1 | filecheck %s --check-prefix=BADROLE
 // RUN: sparselift-opt %S/../inputs/torchrec-ebc-ws2.mlir -p lift-sparse,aggregate-comm | filecheck %s --check-prefix=TORCHREC
+// RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p lift-sparse,aggregate-comm | filecheck %s --check-prefix=TOWERS
 
-// BADROLE: aggregate-comm: cannot aggregate role 'input_indices'; supported: sparse_grad, dense_grad
+// BADROLE: aggregate-comm: cannot aggregate role 'input_indices'; supported: output_pooled, grad_pooled, sparse_grad, dense_grad
 
 // Two replicated groups' gradient all-reduces become one; the update that used the first
 // one's result moves after the merged collective.
@@ -101,3 +102,52 @@ sched.step @ordering world_size = 2 outputs = 0 {
 // TORCHREC:      } backward {
 // TORCHREC:      coll.all_reduce %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "weighted_ebc/data_parallel+ebc/data_parallel"}
 // TORCHREC-NOT:  coll.all_reduce
+
+// -----
+
+// Pooled outputs of two groups: one all-to-all, per-rank packs merged member-wise, one unpack
+// reading both groups' members at shifted columns.
+// CHECK-LABEL: sched.step @pooled_outputs
+// CHECK:       %[[P0:[0-9a-z_]+]] = sparse.pack %a0, %b0 layout = #sparse.layout<{{\[\[}}0 : 8, 8 : 4], [0 : 8, 8 : 4]]> on_rank 0 {group = "ga+gb"}
+// CHECK-NEXT:  %[[P1:[0-9a-z_]+]] = sparse.pack %a1, %b1 layout = #sparse.layout<{{\[\[}}0 : 16, 16 : 4], [0 : 16, 16 : 4]]> on_rank 1 {group = "ga+gb"}
+// CHECK-NEXT:  %[[X:[0-9a-z_]+]] = coll.all_to_all %[[P0]], %[[P1]] on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<{{\[\[}}12, 12], [20, 20]]> {group = "ga+gb"}
+// CHECK-NEXT:  %{{.*}} = sparse.unpack %[[X]] layout = #sparse.layout<{{\[\[}}0 : 8, 0 : 0, 8 : 4, 0 : 0], [0 : 0, 0 : 16, 0 : 0, 16 : 4]]>
+// CHECK-NOT:   coll.all_to_all
+sched.step @pooled_outputs world_size = 2 outputs = 4 {
+^bb0(%a0: tensor<?x8xf32>, %a1: tensor<?x16xf32>, %b0: tensor<?x4xf32>, %b1: tensor<?x4xf32>):
+  %pa0 = sparse.pack %a0 layout = #sparse.layout<[[0 : 8], [0 : 8]]> on_rank 0 {group = "ga"} : tensor<?x8xf32> -> tensor<?xf32>
+  %pa1 = sparse.pack %a1 layout = #sparse.layout<[[0 : 16], [0 : 16]]> on_rank 1 {group = "ga"} : tensor<?x16xf32> -> tensor<?xf32>
+  %xa = coll.all_to_all %pa0, %pa1 on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[8, 8], [16, 16]]> {group = "ga"} : tensor<?xf32>, tensor<?xf32> -> tensor<?xf32>
+  %fa0, %fa1 = sparse.unpack %xa layout = #sparse.layout<[[0 : 8, 0 : 0], [0 : 0, 0 : 16]]> {group = "ga"} : tensor<?xf32> -> tensor<?x8xf32>, tensor<?x16xf32>
+  %pb0 = sparse.pack %b0 layout = #sparse.layout<[[0 : 4], [0 : 4]]> on_rank 0 {group = "gb"} : tensor<?x4xf32> -> tensor<?xf32>
+  %pb1 = sparse.pack %b1 layout = #sparse.layout<[[0 : 4], [0 : 4]]> on_rank 1 {group = "gb"} : tensor<?x4xf32> -> tensor<?xf32>
+  %xb = coll.all_to_all %pb0, %pb1 on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[4, 4], [4, 4]]> {group = "gb"} : tensor<?xf32>, tensor<?xf32> -> tensor<?xf32>
+  %fb0, %fb1 = sparse.unpack %xb layout = #sparse.layout<[[0 : 4, 0 : 0], [0 : 0, 0 : 4]]> {group = "gb"} : tensor<?xf32> -> tensor<?x4xf32>, tensor<?x4xf32>
+  sched.yield %fa0, %fa1, %fb0, %fb1 : tensor<?x8xf32>, tensor<?x16xf32>, tensor<?x4xf32>, tensor<?x4xf32>
+} backward {
+^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x16xf32>, %g2: tensor<?x4xf32>, %g3: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// A send buffer that no sparse.pack made has no layout to merge.
+// CHECK-LABEL: sched.step @not_packed
+// CHECK:       coll.all_to_all %x {{.*}} {remark = "aggregate-comm: not merged: a send buffer is not made by sparse.pack (layout mapping not computable)"}
+sched.step @not_packed world_size = 2 outputs = 2 {
+^bb0(%x: tensor<?xf32>, %y: tensor<?x4xf32>):
+  %py = sparse.pack %y layout = #sparse.layout<[[0 : 4], [0 : 4]]> : tensor<?x4xf32> -> tensor<?xf32>
+  %a = coll.all_to_all %py on #coll.group<[0, 1]> role #coll.role<grad_pooled> splits #coll.splits<[[4, 4], [4, 4]]> : tensor<?xf32> -> tensor<?xf32>
+  %ua = sparse.unpack %a layout = #sparse.layout<[[0 : 4], [0 : 4]]> : tensor<?xf32> -> tensor<?x4xf32>
+  %b = coll.all_to_all %x on #coll.group<[0, 1]> role #coll.role<grad_pooled> splits #coll.splits<[[4, 4], [4, 4]]> : tensor<?xf32> -> tensor<?xf32>
+  sched.yield %ua, %b : tensor<?x4xf32>, tensor<?xf32>
+} backward {
+^bb0(%g0: tensor<?x4xf32>, %g1: tensor<?xf32>):
+  sched.yield
+}
+
+// TOWERS:        coll.all_to_all %{{[0-9]+}}, %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
+// TOWERS-NOT:    role #coll.role<output_pooled>
+// TOWERS:        } backward {
+// TOWERS:        coll.all_to_all %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<grad_pooled> {{.*}} {group = "item/table_wise+user/table_wise"}
+// TOWERS-NOT:    role #coll.role<grad_pooled>
