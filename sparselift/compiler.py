@@ -78,6 +78,8 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     spec = (
         f"lift-sparse{{optimizer={optimizer.kind} lr={format_float(optimizer.lr)} eps={format_float(optimizer.eps)}}}"
     )
+    if options.kernels == "generated":
+        spec += ",generate-kernels"
     if options.passes:
         spec += "," + options.passes
     PassPipeline.parse_spec(get_all_passes(), spec).apply(_ctx(), program.module)

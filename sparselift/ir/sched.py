@@ -278,11 +278,45 @@ class KernelOp(IRDLOperation):
     assembly_format = "$callee `(` $args `)` `kind` $kind attr-dict `:` functional-type($args, $res)"
 
     def verify_(self) -> None:
+        where = f"sched.kernel @{self.callee.root_reference.data}"
         if self.kind.data not in set(KernelKind):
-            raise VerifyException(
-                f"sched.kernel @{self.callee.root_reference.data}: unknown kind '{self.kind.data}'; "
-                f"expected one of {', '.join(KernelKind)}"
-            )
+            raise VerifyException(f"{where}: unknown kind '{self.kind.data}'; expected one of {', '.join(KernelKind)}")
+        if self.kind.data in (KernelKind.LOOKUP, KernelKind.LOOKUP_UPDATE):
+            self._verify_table_kernel(where)
+
+    def _verify_table_kernel(self, where: str) -> None:
+        """Fused table kernels: lengths, indices[, weights] then (updates) one gradient per table."""
+        from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase
+
+        from sparselift.ir.sparse import OptimizerAttr, PlacementAttr, TableAttr
+
+        tables, placements, slots = (self.attributes.get(k) for k in ("tables", "placements", "slots"))
+        if not (isinstance(tables, ArrayAttr) and isinstance(placements, ArrayAttr) and isinstance(slots, ArrayAttr)):
+            raise VerifyException(f"{where}: a fused table kernel needs 'tables', 'placements' and 'slots' attributes")
+        n = len(tables.data)
+        if not n or len(placements.data) != n or len(slots.data) != n:
+            raise VerifyException(f"{where}: 'tables', 'placements' and 'slots' must list the same tables")
+        if not all(isinstance(t, TableAttr) for t in tables.data) or not all(
+            isinstance(p, PlacementAttr) for p in placements.data
+        ) or not all(isinstance(sl, DenseArrayBase) for sl in slots.data):
+            raise VerifyException(f"{where}: malformed 'tables', 'placements' or 'slots'")
+        for t, p in zip(tables.data, placements.data):
+            if p.table.data != t.name_str:
+                raise VerifyException(f"{where}: placement is for table '{p.table.data}' but the kernel reads '{t.name_str}'")
+        if self.kind.data == KernelKind.LOOKUP:
+            if len(self.res) != n or len(self.args) not in (2, 3):
+                raise VerifyException(f"{where}: a fused lookup takes lengths, indices[, weights] and returns one value per table")
+            for t, sl, r in zip(tables.data, slots.data, self.res):
+                shape = r.type.get_shape()
+                if len(shape) != 2 or (shape[1] >= 0 and shape[1] != t.dim.data * len(sl)):
+                    raise VerifyException(
+                        f"{where}: result for table '{t.name_str}' must be [bags, {t.dim.data * len(sl)}], got {r.type}"
+                    )
+        else:
+            if self.res or len(self.args) - n not in (2, 3):
+                raise VerifyException(f"{where}: a fused update takes lengths, indices[, weights] and one gradient per table")
+            if not isinstance(self.attributes.get("optimizer"), OptimizerAttr):
+                raise VerifyException(f"{where}: a fused update needs an 'optimizer' attribute")
 
 
 @irdl_op_definition

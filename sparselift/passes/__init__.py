@@ -34,6 +34,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return AggregateComm
 
+    def generate_kernels() -> type[ModulePass]:
+        from sparselift.passes.generate_kernels import GenerateKernels
+
+        return GenerateKernels
+
     def lift_sparse() -> type[ModulePass]:
         from sparselift.passes.lift_sparse import LiftSparse
 
@@ -52,6 +57,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     return {
         "lift-sparse": lift_sparse,
         "aggregate-comm": aggregate_comm,
+        "generate-kernels": generate_kernels,
         "print-srsv": print_srsv,
         "annotate-cost": annotate_cost,
         "canonicalize": canonicalize,

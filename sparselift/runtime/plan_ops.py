@@ -31,6 +31,8 @@ __all__ = [
     "lookup",
     "lookup_update",
     "lookup_grad",
+    "fused_lookup",
+    "fused_lookup_update",
     "dense_update",
     "pack",
     "unpack",
@@ -272,6 +274,30 @@ def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slot
         plan.tables[table], plan.states.get(table), lengths, indices, weights, grad, slots, features_per_segment,
         plan.batch, pooling, optimizer, lr, eps, plan.grad_scale,
     )
+
+
+def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings):
+    """Several tables' lookups over the same received buffers: one generated-kernel call."""
+    tables = [plan.tables[n] for n in names]
+    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup"):
+        return plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
+                                         list(poolings), names=list(names))
+    return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, plan.batch, p)
+            for t, sl, p in zip(tables, slots, poolings)]
+
+
+def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
+                        grads, optimizer, lr, eps):
+    tables = [plan.tables[n] for n in names]
+    states = [plan.states.get(n) for n in names]
+    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):
+        plan.kernels.fused_lookup_update(tables, states, lengths, indices, weights, grads, slots, features_per_segment,
+                                         plan.batch, list(poolings), optimizer, lr, eps, plan.grad_scale,
+                                         names=list(names))
+        return
+    for t, st, g, sl, p in zip(tables, states, grads, slots, poolings):
+        ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, plan.batch, p, optimizer, lr,
+                          eps, plan.grad_scale)
 
 
 def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, grad):

@@ -211,3 +211,21 @@ sched.step @use_before_def world_size = 2 outputs = 1 {
 ^bb0(%g: tensor<?xi64>):
   sched.yield
 }
+
+// -----
+
+// A fused lookup kernel needs its tables' description.
+// CHECK: sched.kernel @k: a fused table kernel needs 'tables', 'placements' and 'slots' attributes
+func.func @kernel_without_tables(%l: tensor<?xi32>, %i: tensor<?xi64>) {
+  %p = sched.kernel @k(%l, %i) kind "lookup" : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x8xf32>
+  func.return
+}
+
+// -----
+
+// A fused lookup returns [bags, dim x slots] per table.
+// CHECK: sched.kernel @k: result for table 't' must be [bags, 16], got tensor<?x8xf32>
+func.func @kernel_result_width(%l: tensor<?xi32>, %i: tensor<?xi64>) {
+  %p = sched.kernel @k(%l, %i) kind "lookup" {tables = [#sparse.table<"t", rows = 10, dim = 8, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0, 1>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x8xf32>
+  func.return
+}

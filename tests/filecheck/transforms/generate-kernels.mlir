@@ -1,0 +1,47 @@
+// RUN: sparselift-opt %s --split-input-file -p generate-kernels | filecheck %s
+// RUN: sparselift-opt %s --split-input-file -p 'generate-kernels{min-tables=3}' | filecheck %s --check-prefix=MIN3
+// RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p lift-sparse,generate-kernels | filecheck %s --check-prefix=KAGGLE
+
+// Two tables on rank 1 reading the same received buffers: one fused lookup and one fused update.
+// The table on rank 0 stays a per-table op (a fused call of one table gains nothing).
+// CHECK-LABEL: sched.step @two_on_one_rank
+// CHECK:       sparse.lookup %l, %i table = #sparse.table<"t0"
+// CHECK-NEXT:  %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}} = sched.kernel @lookup_g_0(%l, %i) kind "lookup" {tables = [#sparse.table<"t1", {{.*}}>, #sparse.table<"t2", {{.*}}>], placements = [#sparse.placement<"t1", table_wise, rank = 1>, #sparse.placement<"t2", table_wise, rank = 1>], slots = [array<i64: 0>, array<i64: 1>], group = "g"} : (tensor<?xi32>, tensor<?xi64>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
+// CHECK-NOT:   sparse.lookup {{.*}}"t1"
+// CHECK:       } backward {
+// CHECK:       sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0"
+// CHECK:       sched.kernel @lookup_update_g_1(%sl, %si, %g1, %g2) kind "lookup_update" {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.1>
+// MIN3-LABEL:  sched.step @two_on_one_rank
+// MIN3-NOT:    sched.kernel
+sched.step @two_on_one_rank world_size = 2 outputs = 3 {
+^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>):
+  %p0 = sparse.lookup %l, %i table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
+  %p1 = sparse.lookup %l, %i table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
+  %p2 = sparse.lookup %l, %i table = #sparse.table<"t2", rows = 10, dim = 4, f32, mean> placement = #sparse.placement<"t2", table_wise, rank = 1> slots = [1] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p0, %p1, %p2, %l, %i : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
+} backward {
+^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x8xf32>, %g2: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
+  sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g1 table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g2 table = #sparse.table<"t2", rows = 10, dim = 4, f32, mean> placement = #sparse.placement<"t2", table_wise, rank = 1> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+  sched.yield
+}
+
+// -----
+
+// Weighted and unweighted lookups read different operands: not fused together.
+// CHECK-LABEL: sched.step @weights_differ
+// CHECK-NOT:   sched.kernel
+sched.step @weights_differ world_size = 1 outputs = 2 {
+^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>):
+  %p0 = sparse.lookup %l, %i weights %w : tensor<?xf32> table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
+  %p1 = sparse.lookup %l, %i table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [1] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
+  sched.yield %p0, %p1 : tensor<?x8xf32>, tensor<?x8xf32>
+} backward {
+^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x8xf32>):
+  sched.yield
+}
+
+// Kaggle, 2 ranks: the table-wise lookups of each owner rank fuse into one kernel per rank.
+// KAGGLE-COUNT-2: sched.kernel @lookup_emb_l_table_wise_{{[0-9]+}}
+// KAGGLE-NOT:     sparse.lookup {{.*}}table_wise
