@@ -365,7 +365,8 @@ class _Emitter:
             weights = "[" + self.names_of(op.weights) + "]"
             return [
                 f"{n(outs[0])}, {n(outs[1])}, {n(outs[2])}, {n(outs[3]) if outs[3] is not None else '_'} = "
-                f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], {weights})"
+                f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], {weights}, "
+                f"index_dtype=torch.{'int32' if str(op.indices.type.element_type) == 'i32' else 'int64'})"
             ]
         if isinstance(op, AllToAllOp | AllToAllStartOp):
             inputs = f"[{self.names_of(op.inputs)}]"

@@ -204,7 +204,7 @@ _segment.register_autograd(_backward, setup_context=_setup_context)
 # ---- ops ------------------------------------------------------------------------------------
 
 
-def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights):
+def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
     plan.batch = offsets[0].numel() - 1
     for f, i, o in zip(spec, ids, offsets):
         ref.validate_feature(f.name, f.table, f.rows, i, o, plan.batch)
@@ -213,7 +213,8 @@ def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights):
     for f in weighted:
         if wmap[f.name].numel() != ids[spec.index(f)].numel():
             raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
-    return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted))
+    return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted),
+                     index_dtype=index_dtype)
 
 
 class _Pending:

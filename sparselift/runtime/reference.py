@@ -59,10 +59,10 @@ def route(
     rank: int,
     world: int,
     with_weights: bool,
+    index_dtype: torch.dtype = torch.int64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bucket a group's local ids by destination rank (see `sparse.route`)."""
     lengths_out, ids_out, w_out, splits = [], [], [], []
-    index_dtype = torch.int64
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
         seg_ids = 0
