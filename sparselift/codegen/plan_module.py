@@ -237,24 +237,49 @@ class _Emitter:
             "",
             f"    def _segment_{seg.index}_forward(self, {self.names_of(seg.inputs)}):",
         ]
-        # Input exchanges start asynchronously; the segment yields once they are all in flight,
-        # so a prefetch (see `forward`) can run the dense regions that don't need them meanwhile.
+        # Input exchanges start asynchronously in two stages: the lengths first (`yield
+        # "lengths"`), then, once they have arrived, the indices and weights, whose receive sizes
+        # the lengths give (no separate sizes exchange; `yield "indices"`). A prefetch (see
+        # `forward`) runs these stages early so dense regions or the previous step overlap them.
         pending: list[tuple[Operation, str]] = []
+        lengths_exchange: dict[SSAValue, Operation] = {}  # route lengths -> their exchange
+        recv_splits: dict[SSAValue, str] = {}  # route splits -> receive sizes variable
+
+        def flush(stage: str) -> None:
+            out.append(f"        yield {stage!r}")
+            for _, line in pending:
+                out.append("        " + line)
+            pending.clear()
+
         for op in seg.ops:
             if pending and any(v.owner in {p for p, _ in pending} for v in op.operands):
-                out.append("        yield")
-                for _, line in pending:
-                    out.append("        " + line)
-                pending = []
-            if isinstance(op, AllToAllOp) and self.world > 1 and set(op.role.role_list) <= INPUT_ROLES:
+                flush("indices" if any(p.send_splits is not None for p, _ in pending) else "lengths")
+            is_input = isinstance(op, AllToAllOp) and self.world > 1 and set(op.role.role_list) <= INPUT_ROLES
+            if is_input and op.send_splits is not None and op.recv_splits is None and isinstance(op.send_splits.owner, RouteOp):
+                route = op.send_splits.owner
+                exchange = lengths_exchange.get(route.lengths)
+                if exchange is not None and op.send_splits not in recv_splits:
+                    if any(p is exchange for p, _ in pending):
+                        flush("lengths")
+                    recv_splits[op.send_splits] = f"rs_{self.name(op.send_splits)}"
+                    out.append(f"        {recv_splits[op.send_splits]} = rt.recv_splits(self, {self.name(exchange.outputs[0])})")
+                if op.send_splits in recv_splits:
+                    start, wait = self.emit_async(op)[::2]
+                    start = start.replace(f"{self.name(op.send_splits)}, None,",
+                                          f"{self.name(op.send_splits)}, {recv_splits[op.send_splits]},")
+                    out.append("        " + start)
+                    pending.append((op, wait))
+                    continue
+            if is_input:
                 start, wait = self.emit_async(op)[::2]
                 out.append("        " + start)
                 pending.append((op, wait))
+                if isinstance(op.inputs[0].owner, RouteOp) and op.inputs[0] is op.inputs[0].owner.lengths:
+                    lengths_exchange[op.inputs[0]] = op
             else:
                 out += ["        " + line for line in self.emit_op(op)]
         if pending:
-            out.append("        yield")
-            out += ["        " + line for _, line in pending]
+            flush("indices" if any(p.send_splits is not None for p, _ in pending) else "lengths")
         out.append(f"        return [{self.names_of(seg.outputs)}], [{self.names_of(seg.saved)}]")
         saved_args = [self.saved_arg[v] for v in seg.saved]
         grads = ", ".join(self.name(g) if g is not None else "_" for g in seg.grad_of)

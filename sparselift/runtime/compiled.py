@@ -201,6 +201,10 @@ class CompiledModel(nn.Module):
         with torch.no_grad():
             self.runner.start(*[flat[i] for i in self.program.tensor_inputs])
 
+    def advance(self) -> None:
+        """Move the next batch's input distribution along (see TrainPipeline)."""
+        self.runner.advance()
+
     def _on_backward_start(self, grad):
         if not self._sync_queued:
             self._sync_queued = True

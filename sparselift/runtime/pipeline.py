@@ -53,5 +53,6 @@ class TrainPipeline:
         self._next = self._fetch()  # batch i+1's input exchange overlaps batch i's backward
         loss = self.loss_fn(out, target)
         loss.backward()
+        self.compiled.advance()  # batch i+1's lengths have arrived: start its indices exchange
         self.optimizer.step()
         return loss.detach()

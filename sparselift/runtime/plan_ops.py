@@ -28,6 +28,7 @@ __all__ = [
     "all_to_all",
     "all_to_all_dynamic",
     "wait",
+    "recv_splits",
     "lookup",
     "lookup_update",
     "lookup_grad",
@@ -72,6 +73,8 @@ class PlanBase:
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self._prefetched: dict[int, types.GeneratorType] = {}
         self._ahead: dict[int, types.GeneratorType] = {}  # started by `start` for the next batch
+        self._stage: dict[int, str | None] = {}  # the stage a started segment has reached
+        self._finished: dict[int, object] = {}  # results of segments a prefetch ran to the end
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -112,24 +115,51 @@ class PlanBase:
         return result
 
     def prefetch(self, index: int, inputs: Sequence[torch.Tensor], ahead: bool = False) -> None:
-        """Run segment `index` up to the point where its input exchanges are in flight.
+        """Run segment `index` until its input exchanges are in flight.
 
-        `ahead=True` (from `start`) does it for the next batch; that batch's forward then takes
-        over the running segment instead of starting another.
+        The lengths go first; in the same step (`ahead=False`, dense regions follow) the segment
+        also starts the indices exchange, which needs the lengths. `ahead=True` (from `start`, for
+        the next batch) starts only the lengths; `advance()` starts the indices later, and that
+        batch's forward takes the running segment over instead of starting another.
         """
         if not ahead and index in self._ahead:
             self._prefetched[index] = self._ahead.pop(index)
+            self._advance(index, self._prefetched[index])
             return
         start = time.perf_counter() if self.timing is not None else 0.0
         result = getattr(self, f"_segment_{index}_forward")(*inputs)
         if isinstance(result, types.GeneratorType):
             (self._ahead if ahead else self._prefetched)[index] = result
-            next(result, None)
+            stage = self._step(index, result)
+            if not ahead and stage == "lengths":
+                self._advance(index, result)
         if self.timing is not None:
             self.timing["sparse_fwd"] += time.perf_counter() - start
 
+    def advance(self) -> None:
+        """Start the next batch's indices exchanges (their lengths have had time to arrive)."""
+        for index, gen in self._ahead.items():
+            self._advance(index, gen)
+
+    def _advance(self, index: int, gen) -> None:
+        if self._stage.get(index) == "lengths":
+            self._step(index, gen)
+
+    def _step(self, index: int, gen):
+        """Run a segment generator to its next stage; remember where it is (or its result)."""
+        try:
+            self._stage[index] = next(gen)
+        except StopIteration as stop:
+            self._stage[index] = None
+            self._finished[index] = stop.value
+        return self._stage[index]
+
     # Called by the custom op.
     def run_segment_forward(self, index: int, inputs: list[torch.Tensor]):
+        self._stage.pop(index, None)
+        if index in self._finished:
+            self._prefetched.pop(index, None)
+            return self._finished.pop(index)
         result = self._prefetched.pop(index, None)
         if result is None:
             result = getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
@@ -251,6 +281,11 @@ def all_to_all_dynamic(plan: PlanBase, inputs, send_splits, recv_splits=None, *,
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out, recv_splits))
     return pending if async_op else pending.wait()
+
+
+def recv_splits(plan: PlanBase, lengths: torch.Tensor) -> torch.Tensor:
+    """Ids each source sends, from the received lengths (every source segment holds as many)."""
+    return lengths.reshape(plan.world, -1).sum(dim=1, dtype=torch.int64)
 
 
 def wait(pending: _Pending):

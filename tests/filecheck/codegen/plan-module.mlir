@@ -16,11 +16,14 @@
 // CHECK:         self.dense("dense_post"
 // CHECK:       def _segment_0_forward(self
 // CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
-// Input exchanges start asynchronously; the segment yields while they are in flight.
+// Input exchanges start asynchronously in two stages: lengths, then indices with receive sizes
+// taken from the received lengths (no separate sizes exchange).
 // CHECK:         [[L:h_v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', async_op=True)
-// CHECK-NEXT:    [[I:h_v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, None, role='input_indices', async_op=True)
-// CHECK-NEXT:    yield
-// CHECK-NEXT:    {{v[0-9]+}}, = [[L]].wait()
+// CHECK-NEXT:    yield 'lengths'
+// CHECK-NEXT:    [[LV:v[0-9]+]], = [[L]].wait()
+// CHECK-NEXT:    [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
+// CHECK-NEXT:    [[I:h_v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices', async_op=True)
+// CHECK-NEXT:    yield 'indices'
 // CHECK-NEXT:    {{v[0-9]+}}, {{v[0-9]+}} = [[I]].wait()
 // CHECK:         if self.rank in (0,):
 // CHECK-NEXT:      {{v[0-9]+}} = rt.lookup(self, 't0'
