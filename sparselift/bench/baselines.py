@@ -238,7 +238,23 @@ class _AllToAllWait(Function):
         return None, send
 
 
-class BaselineRunner:
+class _StageTiming:
+    """Stage timing shared by the runners: off (and costless) until `enable_stage_timing()`."""
+
+    stage_timer: StageTimer | None = None
+
+    def enable_stage_timing(self, on: bool = True) -> None:
+        self.stage_timer = StageTimer() if on else None
+
+    @property
+    def stage_times(self) -> list[StageTimes]:
+        return list(self.stage_timer.steps) if self.stage_timer is not None else []
+
+    def stage_summary(self, skip: int = 0) -> StageTimes:
+        return StageTimes.median(self.stage_times[skip:])
+
+
+class BaselineRunner(_StageTiming):
     """DLRM-Baseline: the DLRM reference's distributed training path (see module docstring).
 
     ``step(global_batch, local_rows)`` runs forward + backward + SGD and returns this rank's
@@ -279,18 +295,6 @@ class BaselineRunner:
         self.emb_opt = torch.optim.SGD(self.emb_l.parameters(), lr=lr)
         self.dense_opt = torch.optim.SGD([*self.bot_l.parameters(), *self.top_l.parameters()], lr=lr)
         self.stage_timer: StageTimer | None = None
-
-    # -- timing --------------------------------------------------------------------------------
-
-    def enable_stage_timing(self, on: bool = True) -> None:
-        self.stage_timer = StageTimer() if on else None
-
-    @property
-    def stage_times(self) -> list[StageTimes]:
-        return list(self.stage_timer.steps) if self.stage_timer is not None else []
-
-    def stage_summary(self, skip: int = 0) -> StageTimes:
-        return StageTimes.median(self.stage_times[skip:])
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -484,7 +488,7 @@ def _timed_pipeline_class(base: type) -> type:
     return Timed
 
 
-class TorchRecRunner:
+class TorchRecRunner(_StageTiming):
     """TorchRec DMP (table-wise, fused TBE + in-backward SGD) driven by a train pipeline.
 
     ``batches`` yields this rank's *local* :class:`Batch` es (e.g.
@@ -624,16 +628,9 @@ class TorchRecRunner:
     # -- timing --------------------------------------------------------------------------------
 
     def enable_stage_timing(self, on: bool = True) -> None:
-        self.stage_timer = StageTimer() if on else None
+        super().enable_stage_timing(on)
         self.net.timer = self.stage_timer
         self._pipe.timer = self.stage_timer
-
-    @property
-    def stage_times(self) -> list[StageTimes]:
-        return list(self.stage_timer.steps) if self.stage_timer is not None else []
-
-    def stage_summary(self, skip: int = 0) -> StageTimes:
-        return StageTimes.median(self.stage_times[skip:])
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -682,7 +679,7 @@ class _DenseNet(nn.Module):
         return self.top_l(interact(self.bot_l(dense), pooled, self.li, self.lj))
 
 
-class DenseOnlyRunner:
+class DenseOnlyRunner(_StageTiming):
     """The dense part alone: ``step(local_batch)`` = bottom MLP + interaction with random
     pooled embeddings ``[B, F*D]`` (requiring grad, so the interaction backward is complete) +
     top MLP + BCE + backward (DDP all-reduce) + SGD. No lookups, no embedding communication."""
@@ -701,15 +698,6 @@ class DenseOnlyRunner:
         self._pooled: Tensor | None = None
         self.stage_timer: StageTimer | None = None
 
-    def enable_stage_timing(self, on: bool = True) -> None:
-        self.stage_timer = StageTimer() if on else None
-
-    @property
-    def stage_times(self) -> list[StageTimes]:
-        return list(self.stage_timer.steps) if self.stage_timer is not None else []
-
-    def stage_summary(self, skip: int = 0) -> StageTimes:
-        return StageTimes.median(self.stage_times[skip:])
 
     def _embeddings(self, b: int) -> Tensor:
         width = self.config.num_tables * self.config.embedding_dim
