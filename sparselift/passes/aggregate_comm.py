@@ -36,9 +36,9 @@ from sparselift.ir._syntax import DYNAMIC
 from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
 from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
+from sparselift.passes.srsv import elem_bytes
 
 MERGEABLE_ROLES = ("output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
-_ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "i64": 8}
 
 
 def _remark(op: Operation, text: str) -> None:
@@ -130,7 +130,7 @@ class _Merger:
             if reason is not None:
                 return reason
             elems = max(sum(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a.splits.matrix, b.splits.matrix))
-            bytes_ = elems * self.batch * _ELEM_BYTES.get(str(ta.element_type), 4)
+            bytes_ = elems * self.batch * elem_bytes(ta)
         else:
             if a.reduction != b.reduction:
                 return "not merged with an earlier collective: reductions differ"
@@ -312,10 +312,9 @@ def _union_roles(a: Operation, b: Operation) -> RoleAttr:
     return RoleAttr(*roles)
 
 
-def _static_bytes(t) -> int:
-    if not isinstance(t, TensorType):
-        return 0
+def _static_bytes(t: TensorType) -> int:
+    """Bytes of a tensor whose shape is static (a `?` dimension counts as 1)."""
     n = 1
     for d in t.get_shape():
         n *= max(d, 1)
-    return n * _ELEM_BYTES.get(str(t.element_type), 4)
+    return n * elem_bytes(t)
