@@ -45,16 +45,13 @@ Stage timing (``enable_stage_timing()``; off by default and then costless): see
 the column-wise median.
 
 All runners are built inside an initialized default process group (e.g. by
-:func:`sparselift.runtime.distributed.launch`); :func:`bench_worker` is a module-level entry
-point for ``launch`` that measures one system.
+:func:`sparselift.runtime.distributed.launch`); `sparselift bench dlrm`
+(:mod:`sparselift.bench.dlrm`) runs them side by side.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import statistics
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -74,9 +71,6 @@ __all__ = [
     "BaselineRunner",
     "DenseOnlyRunner",
     "TorchRecRunner",
-    "SYSTEMS",
-    "bench_interleaved",
-    "bench_worker",
     "dense_only_step",
     "get_my_slice",
     "get_split_lengths",
@@ -760,124 +754,3 @@ def synthetic_source(config: DLRMConfig, seed: int = 0, zipf_alpha: float = 1.05
             num_dense=config.dense_in,
         )
     )
-
-
-SYSTEMS: tuple[str, ...] = ("baseline", "torchrec", "torchrec-base", "dense")
-
-
-def _build_system(
-    system: str, rank: int, world: int, config: DLRMConfig, batch_size: int, total: int, lr: float, seed: int
-) -> tuple[Any, list[Any], dict[str, Any]]:
-    """(runner, one zero-argument step callable per step, info) with the batches pre-generated."""
-    src = synthetic_source(config, seed=seed)
-    g = batch_size * world
-    info: dict[str, Any] = {"system": system, "rank": rank, "world": world, "batch_size": batch_size}
-    if system == "baseline":
-        gbs = [src.global_batch(i, g) for i in range(total)]
-        runner: Any = BaselineRunner(config, rank, world, lr, seed)
-        rows = runner.local_rows(g)
-        return runner, [lambda b=b: runner.step(b, rows) for b in gbs], info
-    if system in ("torchrec", "torchrec-base"):
-        local = list(src.batches(batch_size, total, rank=rank, world_size=world))
-        runner = TorchRecRunner(
-            config, rank, world, lr, seed, local,
-            pipeline="base" if system == "torchrec-base" else "sparse_dist", batch_size_hint=batch_size,
-        )  # fmt: skip
-        info["pipeline"] = runner.pipeline
-        return runner, [runner.progress] * total, info
-    if system == "dense":
-        local = list(src.batches(batch_size, total, rank=rank, world_size=world))
-        runner = DenseOnlyRunner(config, rank, world, lr, seed)
-        return runner, [lambda b=b: runner.step(b) for b in local], info
-    raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS}")
-
-
-def _set_threads(threads: int | None, world: int) -> None:
-    # Ranks share the machine's cores: more intra-op threads than cores per rank makes every
-    # op spin (on 2 cores, 2 ranks x 2 threads run ~20x slower than 1 thread each).
-    torch.set_num_threads(threads if threads is not None else max(1, (os.cpu_count() or 1) // world))
-
-
-def _finish(
-    info: dict[str, Any], runner: Any, times: list[float], losses: list[float], warmup: int, timing: bool
-):
-    timed = times[warmup:]
-    info["step_ms"] = timed
-    info["median_ms"] = statistics.median(timed) if timed else float("nan")
-    info["losses"] = losses
-    if timing and timed:
-        info["stages"] = runner.stage_summary().as_dict()
-    return info
-
-
-def bench_worker(
-    rank: int,
-    world: int,
-    system: str,
-    config: DLRMConfig,
-    batch_size: int,
-    steps: int = 8,
-    warmup: int = 2,
-    lr: float = 0.1,
-    seed: int = 0,
-    timing: bool = False,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """``launch(bench_worker, W, system, config, B, ...)``: time ``steps`` steps after ``warmup``.
-
-    ``system``: one of :data:`SYSTEMS` ("baseline", "torchrec", "torchrec-base", "dense").
-    Batches are generated before timing (data generation is not part of a step; TorchRec's
-    Batch -> KJT conversion is, inside its pipeline's data step). Returns per-step wall times
-    (ms), their median, the losses, the TorchRec pipeline used, and (with ``timing``) the stage
-    summary (column-wise median over the timed steps). ``threads`` defaults to
-    ``cpu_count // world`` intra-op threads per rank.
-    """
-    _set_threads(threads, world)
-    total = warmup + steps
-    runner, run, info = _build_system(system, rank, world, config, batch_size, total, lr, seed)
-    times: list[float] = []
-    losses: list[float] = []
-    dist.barrier()
-    for i, fn in enumerate(run):
-        if i == warmup and timing:
-            runner.enable_stage_timing(True)
-        t0 = time.perf_counter()
-        losses.append(fn())
-        times.append((time.perf_counter() - t0) * 1e3)
-    return _finish(info, runner, times, losses, warmup, timing)
-
-
-def bench_interleaved(
-    rank: int,
-    world: int,
-    systems: Sequence[str],
-    config: DLRMConfig,
-    batch_size: int,
-    steps: int = 8,
-    warmup: int = 2,
-    lr: float = 0.1,
-    seed: int = 0,
-    timing: bool = False,
-    threads: int | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Like :func:`bench_worker` for several systems at once, their steps interleaved
-    (step i of every system, then step i+1, ...), so that drift in machine load (a shared
-    machine) hits every system alike. Returns ``{system: info}``."""
-    _set_threads(threads, world)
-    total = warmup + steps
-    built = {s: _build_system(s, rank, world, config, batch_size, total, lr, seed) for s in systems}
-    times: dict[str, list[float]] = {s: [] for s in systems}
-    losses: dict[str, list[float]] = {s: [] for s in systems}
-    dist.barrier()
-    for i in range(total):
-        for s, (runner, run, _) in built.items():
-            if i == warmup and timing:
-                runner.enable_stage_timing(True)
-            dist.barrier()  # each system's step starts together on all ranks
-            t0 = time.perf_counter()
-            losses[s].append(run[i]())
-            times[s].append((time.perf_counter() - t0) * 1e3)
-    return {
-        s: _finish(info, runner, times[s], losses[s], warmup, timing)
-        for s, (runner, _, info) in built.items()
-    }

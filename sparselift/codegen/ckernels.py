@@ -524,6 +524,25 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
 _ENTRY = r"""
 /* ---- entry points ---- */
 
+/* Shared prologue of the multi-table entry points: bag offsets from the lengths, then every
+   table's kernel number and ids checked, before anything is read or written. `*offs` is NULL
+   only when its allocation failed; the caller frees it. */
+static int sl_prepare(int ntab, const int32_t* fn, int nfn, const int64_t* rows, const int32_t* slot_off,
+                      const int32_t* slots, const int32_t* lengths, int64_t nbags, const void* idx, int idx64,
+                      int64_t nidx, int64_t F, int64_t B, int64_t S, int64_t** offs, int64_t* err) {
+  err[0] = err[1] = err[2] = 0; err[3] = -1;
+  *offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)(nbags + 1));
+  if (!*offs) { err[0] = 4; return 4; }
+  int rc = sl_offsets(lengths, nbags, nidx, *offs, err);
+  for (int t = 0; t < ntab && !rc; t++) {
+    if (fn[t] < 0 || fn[t] >= nfn) { err[0] = 5; err[3] = t; return 5; }
+    rc = idx64 ? sl_check_ids_i64((const int64_t*)idx, *offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err)
+               : sl_check_ids_i32((const int32_t*)idx, *offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err);
+    if (rc) err[3] = t;
+  }
+  return rc;
+}
+
 /* Multi-table pooled lookup. Per table t: kernel number fn[t] (an index into SL_FWD), weights
    W[t] (rows[t] x dim), slots slots[slot_off[t] .. slot_off[t+1]), output out[t]. Shared:
    lengths (S*F*B bags), indices (nidx, i64 if idx64 else i32), per-id weights or NULL. */
@@ -531,17 +550,10 @@ int sl_forward(int ntab, const int32_t* fn, void* const* W, const int64_t* rows,
                const int32_t* slots, void* const* out, const int32_t* lengths, int64_t nbags,
                const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
                int nthreads, int64_t* err) {
-  err[0] = err[1] = err[2] = 0; err[3] = -1;
   int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
-  int64_t* offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)(nbags + 1));
-  if (!offs) { err[0] = 4; return 4; }
-  int rc = sl_offsets(lengths, nbags, nidx, offs, err);
-  for (int t = 0; t < ntab && !rc; t++) {
-    if (fn[t] < 0 || fn[t] >= SL_N_FWD) { err[0] = 5; err[3] = t; rc = 5; break; }
-    rc = idx64 ? sl_check_ids_i64((const int64_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err)
-               : sl_check_ids_i32((const int32_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err);
-    if (rc) err[3] = t;
-  }
+  int64_t* offs = NULL;
+  int rc = sl_prepare(ntab, fn, SL_N_FWD, rows, slot_off, slots, lengths, nbags, idx, idx64, nidx, F, B, S, &offs, err);
+  if (!offs) return rc;
   for (int t = 0; t < ntab && !rc; t++)
     SL_FWD[fn[t]](W[t], rows[t], lengths, offs, idx, nidx, wts, slots + slot_off[t],
                   slot_off[t + 1] - slot_off[t], F, B, S, out[t], nthreads);
@@ -556,17 +568,10 @@ int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, 
               const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int32_t* lengths,
               int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
               float lr, float eps, float gscale, int nthreads, int64_t* err) {
-  err[0] = err[1] = err[2] = 0; err[3] = -1;
   int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
-  int64_t* offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)(nbags + 1));
-  if (!offs) { err[0] = 4; return 4; }
-  int rc = sl_offsets(lengths, nbags, nidx, offs, err);
-  for (int t = 0; t < ntab && !rc; t++) {
-    if (fn[t] < 0 || fn[t] >= SL_N_UPD) { err[0] = 5; err[3] = t; rc = 5; break; }
-    rc = idx64 ? sl_check_ids_i64((const int64_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err)
-               : sl_check_ids_i32((const int32_t*)idx, offs, rows[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, err);
-    if (rc) err[3] = t;
-  }
+  int64_t* offs = NULL;
+  int rc = sl_prepare(ntab, fn, SL_N_UPD, rows, slot_off, slots, lengths, nbags, idx, idx64, nidx, F, B, S, &offs, err);
+  if (!offs) return rc;
   if (!rc) {
     int failed = 0;
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && ntab > 1) reduction(|:failed)
