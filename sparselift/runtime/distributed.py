@@ -5,6 +5,7 @@ Every process group gets a timeout, so a dead peer turns into an error, never a 
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import io
 import multiprocessing as mp
@@ -31,7 +32,24 @@ def init_from_env(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT
     if not dist.is_initialized():
         backend = backend or ("nccl" if _cuda() else "gloo")
         dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
+        atexit.register(_leave_process_group)
     return dist.get_rank(), dist.get_world_size()
+
+
+def _leave_process_group() -> None:
+    """Tear the group down together at exit.
+
+    A rank that exits while its peers still hold connections to it can make their gloo threads
+    abort the process ("terminate called without an active exception"), so ranks meet at a
+    barrier first; the group's timeout bounds the wait when a peer is already gone.
+    """
+    if not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    except Exception:  # a dead peer: nothing left to synchronise with
+        pass
+    dist.destroy_process_group()
 
 
 def _cuda() -> bool:
@@ -51,6 +69,7 @@ def _worker(rank, world_size, port, backend, timeout_s, fn, args, results):
         buffer = io.BytesIO()
         torch.save(out, buffer)
         results.put((rank, "ok", buffer.getvalue()))
+        _leave_process_group()
     except BaseException as e:  # report, then exit non-zero so the parent stops the others
         results.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         raise SystemExit(1) from None
@@ -96,7 +115,7 @@ def launch(
                     errors.append(f"rank {rank} failed: {payload}")
                     break
                 continue
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            dead = [p for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in outputs]
             if dead and results.empty():
                 errors.append(f"rank {procs.index(dead[0])} exited with code {dead[0].exitcode}")
                 break
