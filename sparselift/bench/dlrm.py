@@ -186,8 +186,6 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
                 ratios[f"sparselift_vs_{peer}"] = systems[peer]["step_ms_median"] / systems["sparselift"]["step_ms_median"]
     if "torchrec" in systems:
         ratios["ceiling_vs_torchrec"] = systems["torchrec"]["step_ms_median"] / dense["step_ms_median"]
-    import torch
-
     return {
         "systems": systems,
         "dense_only_step_ms": dense["step_ms_median"],
@@ -195,14 +193,23 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
         "ratios": ratios,
         "config": attrs.asdict(cfg),
         "torchrec_pipeline": per_rank[0].get("torchrec_pipeline"),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpus": __import__("os").cpu_count(),
-            "backend": "gloo",
-            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        },
+        "machine": machine_info(),
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    """Where a benchmark ran (recorded with every result)."""
+    import os
+
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "backend": "gloo",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 

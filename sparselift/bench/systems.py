@@ -28,7 +28,9 @@ class SparseLiftRunner:
     name = "SparseLift"
 
     def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int, example: Batch,
-                 *, kernels: str = "generated", sharding: str = "auto", batches=None) -> None:
+                 *, kernels: str = "generated", sharding: str = "auto", batches=None,
+                 passes: str | None = None) -> None:
+        """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides."""
         import sparselift
 
         model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed)
@@ -36,7 +38,8 @@ class SparseLiftRunner:
         start = time.perf_counter()
         self.compiled = sparselift.compile(
             model, dlrm_inputs(example), sharding=sharding, sparse_optimizer=sparselift.optim.SGD(lr=lr),
-            options=sparselift.CompileOptions(kernels=kernels, benchmark=True),
+            options=sparselift.CompileOptions(kernels=kernels, benchmark=True, passes=passes or "",
+                                              plan="none" if passes is not None else "auto"),
         )
         self.compile_s = time.perf_counter() - start
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)

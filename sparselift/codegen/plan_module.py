@@ -16,31 +16,42 @@ No torch here: this file only writes text.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
+import networkx as nx
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.target import Target
 
-from sparselift.ir.coll import AllReduceOp, AllToAllOp, AllToAllStartOp, ReduceScatterOp, WaitOp
-from sparselift.ir.sched import DenseOp, KernelOp, StepOp, YieldOp
+from sparselift.ir.coll import (
+    INPUT_ROLES,
+    AllReduceOp,
+    AllReduceStartOp,
+    AllToAllOp,
+    AllToAllStartOp,
+    ReduceScatterOp,
+    WaitOp,
+)
+from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
+    PackIdsOp,
     PackOp,
     PermuteOp,
     RouteOp,
+    UnpackIdsOp,
     UnpackOp,
 )
 
-INPUT_ROLES = {"input_splits", "input_lengths", "input_indices", "input_weights"}
 _DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16", "f64": "torch.float64"}
 
 
@@ -53,6 +64,13 @@ def _tables_read(step: StepOp) -> list:
         elif isinstance(op, KernelOp) and op.kind.data == "lookup":
             tables += list(op.attributes["tables"].data)
     return tables
+
+
+def _outer(op: Operation, block) -> Operation:
+    """The op of `block` that is `op` or holds it (a use inside a lane belongs to the parallel)."""
+    while op.parent_block() is not block and op.parent_op() is not None:
+        op = op.parent_op()
+    return op
 
 
 def plan_hash(module: ModuleOp) -> str:
@@ -74,6 +92,18 @@ class _Segment:
     saved: list[SSAValue]
     backward_ops: list[Operation]
     grad_of: list[SSAValue]  # backward values that are gradients of `outputs` (same order)
+    stages: list[list[Operation]] = dataclasses.field(default_factory=list)
+
+
+def _used_values(op: Operation):
+    """Operands of `op` and the values its nested regions use from outside them."""
+    yield from op.operands
+    for region in op.regions:
+        for inner in region.walk():
+            for v in inner.operands:
+                parent = v.owner if isinstance(v.owner, Operation) else v.owner.parent_op()
+                if parent is None or not op.is_ancestor(parent):
+                    yield v
 
 
 class _Emitter:
@@ -107,16 +137,15 @@ class _Emitter:
 
     # -- structure ---------------------------------------------------------------------------
     def segments(self) -> list[_Segment]:
-        fwd = list(self.step.forward.block.ops)
-        runs: list[list[Operation]] = []
-        for op in fwd:
-            if isinstance(op, DenseOp | YieldOp):
-                runs.append([])
-            else:
-                if not runs:
-                    runs.append([])
-                runs[-1].append(op)
-        runs = [r for r in runs if r]
+        """Sparse segments: the connected groups of forward sparse ops.
+
+        Two sparse ops share a segment when one reads the other's value, or when a backward op
+        reads values of both. A segment may straddle dense regions that do not read it (after
+        `hide-latency`, e.g. an input exchange started before the bottom MLP and waited on
+        after it): those dense regions split it into *stages*.
+        """
+        fwd = [op for op in self.step.forward.block.ops if not isinstance(op, YieldOp)]
+        position = {op: i for i, op in enumerate(fwd)}
         fwd_yield = self.step.forward.block.last_op
         n_out = self.step.num_outputs.data
         saved_values = list(fwd_yield.values[n_out:])
@@ -131,42 +160,69 @@ class _Emitter:
                 grad_source.update(zip(op.res, twin.args))
         grad_source.update(zip(bwd.args[:n_out], fwd_yield.values[:n_out]))
 
-        segments = []
-        for k, ops in enumerate(runs):
-            defined = {r for op in ops for r in op.results}
-            inputs = []
-            for op in ops:
-                for v in op.operands:
-                    if v not in defined and v not in inputs:
-                        inputs.append(v)
-            outputs = [
-                r for r in defined
-                if any(not isinstance(u.operation, YieldOp) or u.index < n_out for u in r.uses
-                       if u.operation.parent_block() is not None and u.operation not in ops)
-            ]
-            outputs.sort(key=lambda r: (fwd.index(r.owner), r.index))
-            saved = [v for v in saved_values if v in defined]
-            segments.append(_Segment(k, ops, inputs, outputs, saved, [], []))
-        owner = {r: seg for seg in segments for op in seg.ops for r in op.results}
-        # Backward non-dense ops belong to the segment whose values they read.
-        bwd_owner: dict[SSAValue, _Segment] = {}
-        for arg, value in saved_arg.items():
-            bwd_owner[arg] = owner[value]
-        for grad, value in grad_source.items():
-            if value in owner:
-                bwd_owner[grad] = owner[value]
+        sparse = [op for op in fwd if not isinstance(op, DenseOp)]
+        groups = nx.utils.UnionFind(sparse)
+        for op in sparse:
+            for v in _used_values(op):
+                if v.owner in position and not isinstance(v.owner, DenseOp):
+                    groups.union(op, v.owner)
+        # Backward ops tie together the forward ops whose values they read.
+        forward_of: dict[SSAValue, Operation] = {}
+        for arg, value in {**saved_arg, **grad_source}.items():
+            if isinstance(value.owner, Operation) and value.owner in position and not isinstance(value.owner, DenseOp):
+                forward_of[arg] = value.owner
         for op in bwd.ops:
             if isinstance(op, DenseOp | YieldOp):
                 continue
-            segs = {bwd_owner[v].index for v in op.operands if v in bwd_owner}
+            owners = [forward_of[v] for v in _used_values(op) if v in forward_of]
+            for result in op.results:
+                if owners:
+                    forward_of[result] = owners[0]
+            if owners:
+                groups.union(*owners)
+        components = sorted((sorted(c, key=position.__getitem__) for c in groups.to_sets()), key=lambda c: position[c[0]])
+
+        segments = []
+        for k, ops in enumerate(components):
+            defined = {r for op in ops for r in op.results}
+            inputs: list[SSAValue] = []
+            for op in ops:
+                for v in _used_values(op):
+                    if v not in defined and v not in inputs:
+                        inputs.append(v)
+            for v in inputs:
+                if isinstance(v.owner, Operation) and position[v.owner] > position[ops[0]]:
+                    raise EmitError(
+                        f"sparse segment {k} ({ops[0].name} ...) reads a value of {v.owner.name} computed after it "
+                        "starts; plan-module needs a segment's inputs to exist when it starts"
+                    )
+            outputs = [
+                r for r in defined
+                if any(not isinstance(u.operation, YieldOp) or u.index < n_out for u in r.uses
+                       if u.operation.parent_block() is not None
+                       and _outer(u.operation, self.step.forward.block) not in ops)
+            ]
+            outputs.sort(key=lambda r: (position[r.owner], r.index))
+            last = position[ops[-1]]
+            for r in outputs:
+                for u in r.uses:
+                    if u.operation in position and position[u.operation] < last:
+                        raise EmitError(
+                            f"{u.operation.name} reads a result of sparse segment {k} before the segment's last op; "
+                            "plan-module runs a segment's outputs out at its end"
+                        )
+            saved = [v for v in saved_values if v in defined]
+            segments.append(_Segment(k, ops, inputs, outputs, saved, [], []))
+        owner = {op: seg for seg in segments for op in seg.ops}
+        for op in bwd.ops:
+            if isinstance(op, DenseOp | YieldOp):
+                continue
+            segs = {owner[forward_of[v]].index for v in _used_values(op) if v in forward_of}
             if len(segs) != 1:
                 raise EmitError(f"{op.name} in backward reads values of {len(segs)} sparse segments; expected one")
-            seg = segments[segs.pop()]
-            seg.backward_ops.append(op)
-            for r in op.results:
-                bwd_owner[r] = seg
+            segments[segs.pop()].backward_ops.append(op)
         for seg in segments:
-            used = {v for op in seg.backward_ops for v in op.operands}
+            used = {v for op in seg.backward_ops for v in _used_values(op)}
             seg.grad_of = [None] * len(seg.outputs)
             for grad, value in grad_source.items():
                 if grad in used and value in seg.outputs:
@@ -175,111 +231,98 @@ class _Emitter:
         self.saved_value = dict(saved_arg)
         return segments
 
+    @staticmethod
+    def _stages(ops: Sequence[Operation], block_ops: Sequence[Operation]) -> list[list[Operation]]:
+        """`ops` (in block order) split wherever a dense op of the block lies between two of them."""
+        position = {op: i for i, op in enumerate(block_ops)}
+        dense = [position[op] for op in block_ops if isinstance(op, DenseOp)]
+        stages = [[ops[0]]]
+        for prev, op in zip(ops, ops[1:]):
+            if any(position[prev] < d < position[op] for d in dense):
+                stages.append([])
+            stages[-1].append(op)
+        return stages
+
     # -- emission ----------------------------------------------------------------------------
     def emit(self) -> str:
         segments = self.segments()
         body: list[str] = []
         n_out = self.step.num_outputs.data
         fwd_args = list(self.step.forward.block.args)
+        ops = list(self.step.forward.block.ops)
         body.append("    def forward(self, *inputs):")
         body.append(f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs")
-        seg_of_op = {op: seg for seg in segments for op in seg.ops}
-        done: set[int] = set()
-        ops = list(self.step.forward.block.ops)
-        # Each segment's input exchanges start right after its inputs exist (a prefetch), so the
-        # dense regions in between overlap them; `start` runs the same prefix ahead of time for
-        # the next batch (cross-step pipelining, see runtime/pipeline.py).
-        prefetch_after: dict[Operation, list[_Segment]] = {}
+        # Where each segment's stages begin: the first stage starts with `prefetch` (or runs
+        # whole with `segment` when the segment has one stage), middle stages `resume`, and the
+        # last stage runs inside the autograd-aware `segment` call, which returns the outputs.
+        calls: dict[Operation, str] = {}
+        ahead: list[_Segment] = []  # segments whose input exchanges `start` can run for the next batch
         for seg in segments:
-            producers = [v.owner for v in seg.inputs if isinstance(v.owner, Operation)]
-            if producers:
-                prefetch_after.setdefault(max(producers, key=ops.index), []).append(seg)
+            stages = self._stages(seg.ops, ops)
+            seg.stages = stages
+            inputs = f"[{self.names_of(seg.inputs)}]"
+            outs = self.names_of(seg.outputs)
+            final = f"({outs}{',' if len(seg.outputs) == 1 else ''}) = self.segment({seg.index}, {inputs})"
+            if self._input_starts(stages[0]):
+                ahead.append(seg)
+            if len(stages) == 1:
+                calls[stages[0][0]] = final
+                continue
+            calls[stages[0][0]] = f"self.prefetch({seg.index}, {inputs})"
+            for stage in stages[1:-1]:
+                calls[stage[0]] = f"self.resume({seg.index})"
+            calls[stages[-1][0]] = final
         start_body: list[str] = []
+        needed = {v.owner for seg in ahead for v in seg.inputs if isinstance(v.owner, DenseOp)}
         for op in ops:
             if isinstance(op, DenseOp):
                 outs = self.names_of(op.res)
                 call = f'self.dense("{op.callee.root_reference.data}", {self.names_of(op.args)})'
                 line = f"        ({outs},) = {call}" if op.res else f"        {call}"
                 body.append(line)
-                prefetches = [
-                    f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}])"
-                    for seg in prefetch_after.get(op, [])
-                ]
-                body += prefetches
-                if prefetches or any(op in prefetch_after for op in ops[ops.index(op) + 1 :]):
-                    start_body += [line, *(p.replace("])", "], ahead=True)") for p in prefetches)]
+                if op in needed:
+                    start_body.append(line)
             elif isinstance(op, YieldOp):
                 outs = op.values[:n_out]
                 body.append(f"        return ({self.names_of(outs)}{',' if len(outs) == 1 else ''})")
-            else:
-                seg = seg_of_op[op]
-                if seg.index in done:
-                    continue
-                done.add(seg.index)
-                outs = self.names_of(seg.outputs)
-                body.append(
-                    f"        ({outs}{',' if len(seg.outputs) == 1 else ''}) = "
-                    f"self.segment({seg.index}, [{self.names_of(seg.inputs)}])"
-                )
+            elif op in calls:
+                body.append("        " + calls[op])
+                seg = next((s for s in ahead if s.ops[0] is op), None)
+                if seg is not None:
+                    start_body.append(f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}], ahead=True)")
         body += [
             "",
             "    def start(self, *inputs):",
             '        """Start the next batch\'s input exchanges before its forward (pipelining)."""',
             f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs",
-            *(start_body or ["        pass"]),
+            *(start_body if ahead else ["        pass"]),
         ]
         for seg in segments:
             body += self.emit_segment(seg)
         return self.module_text(body, segments)
+
+    def _input_starts(self, ops: Sequence[Operation]) -> list[AllToAllStartOp]:
+        return [op for op in ops if isinstance(op, AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES]
 
     def emit_segment(self, seg: _Segment) -> list[str]:
         out = [
             "",
             f"    def _segment_{seg.index}_forward(self, {self.names_of(seg.inputs)}):",
         ]
-        # Input exchanges start asynchronously in two stages: the lengths first (`yield
-        # "lengths"`), then, once they have arrived, the indices and weights, whose receive sizes
-        # the lengths give (no separate sizes exchange; `yield "indices"`). A prefetch (see
-        # `forward`) runs these stages early so dense regions or the previous step overlap them.
-        pending: list[tuple[Operation, str]] = []
-        lengths_exchange: dict[SSAValue, Operation] = {}  # route lengths -> their exchange
-        recv_splits: dict[SSAValue, str] = {}  # route splits -> receive sizes variable
-
-        def flush(stage: str) -> None:
-            out.append(f"        yield {stage!r}")
-            for _, line in pending:
-                out.append("        " + line)
-            pending.clear()
-
-        for op in seg.ops:
-            if pending and any(v.owner in {p for p, _ in pending} for v in op.operands):
-                flush("indices" if any(p.send_splits is not None for p, _ in pending) else "lengths")
-            is_input = isinstance(op, AllToAllOp) and self.world > 1 and set(op.role.role_list) <= INPUT_ROLES
-            if is_input and op.send_splits is not None and op.recv_splits is None and isinstance(op.send_splits.owner, RouteOp):
-                route = op.send_splits.owner
-                exchange = lengths_exchange.get(route.lengths)
-                if exchange is not None and op.send_splits not in recv_splits:
-                    if any(p is exchange for p, _ in pending):
-                        flush("lengths")
-                    recv_splits[op.send_splits] = f"rs_{self.name(op.send_splits)}"
-                    out.append(f"        {recv_splits[op.send_splits]} = rt.recv_splits(self, {self.name(exchange.outputs[0])})")
-                if op.send_splits in recv_splits:
-                    start, wait = self.emit_async(op)[::2]
-                    start = start.replace(f"{self.name(op.send_splits)}, None,",
-                                          f"{self.name(op.send_splits)}, {recv_splits[op.send_splits]},")
-                    out.append("        " + start)
-                    pending.append((op, wait))
-                    continue
-            if is_input:
-                start, wait = self.emit_async(op)[::2]
-                out.append("        " + start)
-                pending.append((op, wait))
-                if isinstance(op.inputs[0].owner, RouteOp) and op.inputs[0] is op.inputs[0].owner.lengths:
-                    lengths_exchange[op.inputs[0]] = op
-            else:
-                out += ["        " + line for line in self.emit_op(op)]
-        if pending:
-            flush("indices" if any(p.send_splits is not None for p, _ in pending) else "lengths")
+        # Markers the runtime steps through (plan_ops.PlanBase): "stage" where the IR puts a
+        # dense region between two of the segment's ops; "lengths" once the lengths exchange is
+        # in flight and "indices" once every input exchange is (a prefetch for the next batch,
+        # `ahead=True`, stops there: nothing after them may read tables the current step is
+        # still updating).
+        waited: dict[Operation, str] = {}  # lengths starts waited on early -> their result name
+        for s, stage in enumerate(seg.stages):
+            if s:
+                out.append('        yield "stage"')
+            last_input_start = (self._input_starts(stage) or [None])[-1]
+            for op in stage:
+                out += ["        " + line for line in self._forward_op(op, waited)]
+                if op is last_input_start and s == 0:
+                    out.append('        yield "indices"')
         out.append(f"        return [{self.names_of(seg.outputs)}], [{self.names_of(seg.saved)}]")
         saved_args = [self.saved_arg[v] for v in seg.saved]
         grads = ", ".join(self.name(g) if g is not None else "_" for g in seg.grad_of)
@@ -289,26 +332,49 @@ class _Emitter:
             f"        ({grads}{',' if len(seg.grad_of) == 1 else ''}) = grads",
             f"        ({self.names_of(saved_args)}{',' if len(saved_args) == 1 else ''}) = saved",
         ]
-        deferred = False
-        for op in seg.backward_ops:
-            if isinstance(op, AllToAllOp | AllReduceOp) and self.world > 1:
-                # Start the exchange, let autograd run the rest of the dense backward, and finish
-                # (wait, unpack, update the tables) when backward is done.
-                out += ["        " + line for line in self.emit_async(op)]
-                deferred = True
-            else:
+        bwd_stages = self._stages(seg.backward_ops, list(self.step.backward.block.ops)) if seg.backward_ops else []
+        # The first stage runs when autograd reaches the segment; after a dense region the IR
+        # put in between (started exchanges in flight), the rest runs when backward ends.
+        for s, stage in enumerate(bwd_stages):
+            if s:
+                out.append('        yield "stage"')
+            for op in stage:
                 out += ["        " + line for line in self.emit_op(op)]
-        if not deferred:
+        if len(bwd_stages) <= 1:
             out.append("        return None")
         return out
 
-    def emit_async(self, op: Operation) -> list[str]:
-        """An exchange in backward: start it, yield to autograd, then wait for its results."""
-        lines = self.emit_op(op)
-        assert len(lines) == 1
-        outs, call = lines[0].split(" = ", 1)
-        handle = f"h_{self.name(op.results[0])}"
-        return [f"{handle} = {call[:-1]}, async_op=True)", "yield", f"{outs} = {handle}.wait()"]
+    def _forward_op(self, op: Operation, waited: dict[Operation, str]) -> list[str]:
+        """One forward op; an input exchange whose receive sizes the received lengths give uses them."""
+        if isinstance(op, WaitOp) and op.handle.owner in waited:
+            return []  # waited on early (see below)
+        is_input = isinstance(op, AllToAllOp | AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES
+        if not (is_input and op.send_splits is not None and op.recv_splits is None and isinstance(op.send_splits.owner, RouteOp)):
+            return self.emit_op(op)
+        lengths_exchange = self._lengths_exchange(op.send_splits.owner)
+        if lengths_exchange is None:
+            return self.emit_op(op)
+        lines = []
+        if isinstance(lengths_exchange, AllToAllStartOp):
+            wait = next(iter(lengths_exchange.handle.uses)).operation
+            lengths = self.name(wait.outputs[0])
+            if lengths_exchange not in waited:
+                lines += ['yield "lengths"', f"{lengths} = rt.wait({self.name(lengths_exchange.handle)})[0]"]
+                waited[lengths_exchange] = lengths
+        else:
+            lengths = self.name(lengths_exchange.outputs[0])
+        rs = f"rs_{self.name(op.send_splits)}"
+        lines.append(f"{rs} = rt.recv_splits(self, {lengths})")
+        call = self.emit_op(op)
+        assert len(call) == 1
+        return [*lines, call[0].replace(f"{self.name(op.send_splits)}, None,", f"{self.name(op.send_splits)}, {rs},")]
+
+    @staticmethod
+    def _lengths_exchange(route: RouteOp) -> Operation | None:
+        for use in route.lengths.uses:
+            if isinstance(use.operation, AllToAllOp | AllToAllStartOp) and len(use.operation.inputs) == 1:
+                return use.operation
+        return None
 
     def emit_kernel(self, op: KernelOp) -> list[str]:
         """A fused table kernel: one call for all its tables on the ranks that hold them."""
@@ -342,6 +408,23 @@ class _Emitter:
             [],
         )
 
+    def emit_parallel(self, op: ParallelOp) -> list[str]:
+        """Lanes as local closures returning what they yield, run concurrently by `rt.parallel`
+        (results in lane order). Lanes never read each other's values (the verifier checks)."""
+        lines: list[str] = []
+        for k, lane in enumerate(op.lanes):
+            lines.append(f"def _lane_{k}():")
+            for inner in lane.block.ops:
+                if isinstance(inner, YieldOp):
+                    vals = inner.values
+                    lines.append(f"    return ({self.names_of(vals)}{',' if len(vals) == 1 else ''})")
+                else:
+                    lines += ["    " + line for line in self.emit_op(inner)]
+        call = f"rt.parallel(self, [{', '.join(f'_lane_{k}' for k in range(len(op.lanes)))}])"
+        if not op.res:
+            return [*lines, call]
+        return [*lines, f"({self.names_of(op.res)}{',' if len(op.res) == 1 else ''}) = {call}"]
+
     def _fake_spec(self, seg: _Segment):
         """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D."""
         route = next(op for op in seg.ops if isinstance(op, RouteOp))
@@ -366,7 +449,11 @@ class _Emitter:
     def _served(self, lengths: SSAValue) -> tuple[dict[int, int], bool]:
         """Features per segment on each rank, and whether the buffer came through an exchange."""
         source = self.saved_value.get(lengths, lengths).owner
-        exchanged = isinstance(source, AllToAllOp)
+        if isinstance(source, WaitOp):
+            source = source.handle.owner
+        if isinstance(source, UnpackIdsOp):
+            return {r: c for r, c in enumerate(source.features.get_values())}, True
+        exchanged = isinstance(source, AllToAllOp | AllToAllStartOp)
         if exchanged:
             matrix = source.splits.matrix
             return {r: matrix[0][r] for r in range(self.world)}, True
@@ -441,6 +528,8 @@ class _Emitter:
             )
         if isinstance(op, KernelOp):
             return self.emit_kernel(op)
+        if isinstance(op, ParallelOp):
+            return self.emit_parallel(op)
         if isinstance(op, PackOp | UnpackOp):
             layout = self.const("LAYOUT", repr(tuple(tuple(seg) for seg in op.layout.segments)))
             ranks = [op.rank.value.data] if op.rank is not None else list(range(self.world))
@@ -456,6 +545,16 @@ class _Emitter:
             outs = self.names_of(op.members)
             return self._guard(ranks, f"{outs}{',' if len(op.members) == 1 else ''} = rt.unpack(self, {n(op.buffer)}, {layout}, {widths!r})",
                                list(op.members))
+        if isinstance(op, PackIdsOp):
+            features = tuple(op.features.get_values())
+            return [f"{n(op.buffer)}, {n(op.sizes)} = rt.pack_ids(self, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
+                    f"features={features!r})"]
+        if isinstance(op, UnpackIdsOp):
+            features = tuple(op.features.get_values())
+            index_dtype = "torch.int32" if str(op.indices.type.element_type) == "i32" else "torch.int64"
+            outs = [op.lengths, op.indices, *([op.weights] if op.weights is not None else [])]
+            return [f"{self.names_of(outs)} = rt.unpack_ids(self, {n(op.buffer)}, {n(op.sizes)}, features={features!r}, "
+                    f"weighted={op.weights is not None}, index_dtype={index_dtype})"]
         if isinstance(op, PermuteOp):
             order = list(op.order.get_values())
             srcs = ", ".join(n(op.inputs[j]) for j in order)
@@ -466,6 +565,9 @@ class _Emitter:
             outs = self.names_of(op.outputs)
             return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
                     f"reduction={str(op.reduction.data)!r})"]
+        if isinstance(op, AllReduceStartOp):
+            return [f"{n(op.handle)} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
+                    f"reduction={str(op.reduction.data)!r}, async_op=True)"]
         raise EmitError(f"plan-module cannot emit {op.name} yet")
 
     def module_text(self, body: list[str], segments: list[_Segment]) -> str:
@@ -489,6 +591,8 @@ class _Emitter:
             "",
             f"PLAN_HASH = {plan_hash(module) if isinstance(module, ModuleOp) else ''!r}",
             f"WORLD_SIZE = {self.world}",
+            "# hide-latency: start each dense-gradient bucket's all-reduce as soon as backward produced it",
+            f"DENSE_GRAD_OVERLAP = {'dense_grad_overlap' in self.step.attributes}",
             f"NUM_SEGMENTS = {len(segments)}",
             "",
         ]
@@ -501,7 +605,7 @@ class _Emitter:
                "# segment -> (index of an offsets input, (width, dtype) per output, dtype per saved value)",
                "SEGMENT_SHAPES = {", *fake_info, "}", "", "",
                "class Plan(rt.PlanBase):", f'    """Runs @{self.step.sym_name.data} on one rank."""', "",
-               "    SEGMENTS = SEGMENTS", "    SEGMENT_SHAPES = SEGMENT_SHAPES", ""]
+               "    SEGMENTS = SEGMENTS", "    SEGMENT_SHAPES = SEGMENT_SHAPES", "    DENSE_GRAD_OVERLAP = DENSE_GRAD_OVERLAP", ""]
             + body
         ) + "\n"
 

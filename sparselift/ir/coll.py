@@ -45,13 +45,16 @@ class Role(StrEnum):
     INPUT_LENGTHS = auto()
     INPUT_INDICES = auto()
     INPUT_WEIGHTS = auto()
+    INPUT_PACKED = auto()  # lengths, ids and bit-cast weights in one jagged buffer (sparse.pack_ids)
     OUTPUT_POOLED = auto()
     GRAD_POOLED = auto()
     DENSE_GRAD = auto()
     SPARSE_GRAD = auto()
 
 
-INTEGER_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES})
+INTEGER_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_PACKED})
+# What moves the ids to the tables (vs. pooled vectors and gradients).
+INPUT_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_WEIGHTS, Role.INPUT_PACKED})
 FLOAT_ROLES = frozenset({Role.INPUT_WEIGHTS, Role.OUTPUT_POOLED, Role.GRAD_POOLED, Role.DENSE_GRAD, Role.SPARSE_GRAD})
 
 
@@ -350,13 +353,15 @@ class AllToAllStartOp(_AllToAllBase):
 
     def verify_(self) -> None:
         super().verify_()
-        uses = list(self.handle.uses)
-        if len(uses) != 1:
-            raise VerifyException(
-                f"coll.all_to_all_start: its handle must be waited on exactly once, found {len(uses)} uses"
-            )
-        if not isinstance(uses[0].operation, WaitOp):
-            raise VerifyException("coll.all_to_all_start: its handle may only be used by coll.wait")
+        _verify_single_wait(self)
+
+
+def _verify_single_wait(op: AllToAllStartOp | AllReduceStartOp) -> None:
+    uses = list(op.handle.uses)
+    if len(uses) != 1:
+        raise VerifyException(f"{op.name}: its handle must be waited on exactly once, found {len(uses)} uses")
+    if not isinstance(uses[0].operation, WaitOp):
+        raise VerifyException(f"{op.name}: its handle may only be used by coll.wait")
 
 
 @irdl_op_definition
@@ -375,7 +380,7 @@ class WaitOp(IRDLOperation):
         expected = list(self.handle.type.types.data)
         if [r.type for r in self.outputs] != expected:
             raise VerifyException(f"coll.wait: results {[str(r.type) for r in self.outputs]} do not match handle {[str(t) for t in expected]}")
-        if not isinstance(self.handle.owner, AllToAllStartOp):
+        if not isinstance(self.handle.owner, AllToAllStartOp | AllReduceStartOp):
             raise VerifyException("coll.wait: the handle must come from a collective start op")
 
 
@@ -403,28 +408,20 @@ class _ReduceBase(IRDLOperation):
         self.role.check_element_type(t_in.element_type, self.name)
 
 
-@irdl_op_definition
-class AllReduceOp(IRDLOperation):
-    """Reduce tensors across the group; every rank gets the results.
+class _AllReduceBase(IRDLOperation):
+    """Shared operands and checks of `coll.all_reduce` and `coll.all_reduce_start`.
 
     Several operands make one aggregated collective (one message per peer for all of them);
     result `i` is the reduction of operand `i`.
     """
 
-    name = "coll.all_reduce"
-
     inputs = var_operand_def(TensorType)
-    outputs = var_result_def(TensorType)
     group = prop_def(GroupAttr)
     role = prop_def(RoleAttr)
     reduction = prop_def(StringAttr)
 
-    traits = traits_def(CollectiveCanonicalization())
-
-    assembly_format = (
-        "$inputs `on` qualified($group) `role` qualified($role) `reduce` $reduction attr-dict "
-        "`:` type($inputs) `->` type($outputs)"
-    )
+    def output_types(self) -> list[Attribute]:
+        raise NotImplementedError
 
     def verify_(self) -> None:
         _verify_group_in_world(self, self.group)
@@ -432,18 +429,59 @@ class AllReduceOp(IRDLOperation):
             raise VerifyException(
                 f"{self.name}: unknown reduction '{self.reduction.data}'; expected one of {', '.join(Reduction)}"
             )
-        if not self.inputs or len(self.inputs) != len(self.outputs):
+        outputs = self.output_types()
+        if not self.inputs or len(self.inputs) != len(outputs):
             raise VerifyException(
-                f"coll.all_reduce: needs one result per operand (and at least one), got {len(self.inputs)} "
-                f"operands and {len(self.outputs)} results"
+                f"{self.name}: needs one result per operand (and at least one), got {len(self.inputs)} "
+                f"operands and {len(outputs)} results"
             )
-        for i, (a, r) in enumerate(zip(self.inputs, self.outputs)):
+        for i, (a, r) in enumerate(zip(self.inputs, outputs)):
             t = tensor_type(a, f"{self.name} input")
-            if a.type != r.type:
+            if a.type != r:
                 raise VerifyException(
-                    "coll.all_reduce: result type must equal input type" + (f" (operand {i})" if i else "")
+                    f"{self.name}: result type must equal input type" + (f" (operand {i})" if i else "")
                 )
             self.role.check_element_type(t.element_type, self.name)
+
+
+_ALL_REDUCE_FORMAT = (
+    "$inputs `on` qualified($group) `role` qualified($role) `reduce` $reduction attr-dict `:` type($inputs) `->` "
+)
+
+
+@irdl_op_definition
+class AllReduceOp(_AllReduceBase):
+    """Reduce tensors across the group; every rank gets the results."""
+
+    name = "coll.all_reduce"
+
+    outputs = var_result_def(TensorType)
+
+    traits = traits_def(CollectiveCanonicalization())
+
+    assembly_format = _ALL_REDUCE_FORMAT + "type($outputs)"
+
+    def output_types(self) -> list[Attribute]:
+        return [r.type for r in self.outputs]
+
+
+@irdl_op_definition
+class AllReduceStartOp(_AllReduceBase):
+    """Asynchronous all-reduce: returns a handle that exactly one `coll.wait` consumes."""
+
+    name = "coll.all_reduce_start"
+
+    handle = result_def(HandleType)
+
+    assembly_format = _ALL_REDUCE_FORMAT + "type($handle)"
+
+    def output_types(self) -> list[Attribute]:
+        assert isinstance(self.handle.type, HandleType)
+        return list(self.handle.type.types.data)
+
+    def verify_(self) -> None:
+        super().verify_()
+        _verify_single_wait(self)
 
 
 @irdl_op_definition
@@ -471,13 +509,14 @@ class ReduceScatterOp(_ReduceBase):
 
 Coll = Dialect(
     "coll",
-    [AllToAllOp, AllToAllStartOp, WaitOp, AllReduceOp, ReduceScatterOp],
+    [AllToAllOp, AllToAllStartOp, WaitOp, AllReduceOp, AllReduceStartOp, ReduceScatterOp],
     [GroupAttr, RoleAttr, SplitsAttr, HandleType],
 )
 
 __all__ = [
     "Coll",
     "Role",
+    "INPUT_ROLES",
     "Reduction",
     "GroupAttr",
     "RoleAttr",
@@ -487,6 +526,7 @@ __all__ = [
     "AllToAllStartOp",
     "WaitOp",
     "AllReduceOp",
+    "AllReduceStartOp",
     "ReduceScatterOp",
     "SSAValue",
 ]

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolNameConstraint,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, Region
+from xdsl.ir import Attribute, Dialect, Operation, OpResult, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -319,6 +319,20 @@ class KernelOp(IRDLOperation):
                 raise VerifyException(f"{where}: a fused update needs an 'optimizer' attribute")
 
 
+def values_used_from_outside(op: Operation) -> list[SSAValue]:
+    """What `op` reads from outside itself: its operands, then the values ops nested in its
+    regions (e.g. `sched.parallel` lanes) read from outside `op`, in order, without repeats."""
+    used: dict[SSAValue, None] = dict.fromkeys(op.operands)
+    for inner in op.walk():
+        if inner is op:
+            continue
+        for v in inner.operands:
+            node = v.owner if isinstance(v, OpResult) else v.block
+            if v not in used and (node is op or not op.is_ancestor(node)):
+                used[v] = None
+    return list(used)
+
+
 @irdl_op_definition
 class ParallelOp(IRDLOperation):
     """Run `G` lanes concurrently; results are the lanes' yielded values, lane by lane."""
@@ -360,6 +374,20 @@ class ParallelOp(IRDLOperation):
     def verify_(self) -> None:
         if not self.lanes:
             raise VerifyException("sched.parallel needs at least one lane")
+        # Lanes run concurrently: none may read another lane's values or the op's own results.
+        for i, lane in enumerate(self.lanes):
+            for inner in lane.walk():
+                for v in inner.operands:
+                    if isinstance(v, OpResult) and v.owner is self:
+                        raise VerifyException(
+                            f"sched.parallel: lane {i} uses result {v.index} of the sched.parallel itself"
+                        )
+                    for j, other in enumerate(self.lanes):
+                        if j != i and isinstance(v, OpResult) and other.is_ancestor(v.owner):
+                            raise VerifyException(
+                                f"sched.parallel: lane {i} uses a value of {v.owner.name} defined in lane {j} "
+                                "(lanes run concurrently)"
+                            )
         yielded = []
         for i, lane in enumerate(self.lanes):
             yielded += [v.type for v in _yield_of(lane, f"sched.parallel lane {i}").values]
@@ -376,4 +404,15 @@ Sched = Dialect(
     [CostAttr],
 )
 
-__all__ = ["Sched", "CostAttr", "StepOp", "DenseOp", "KernelOp", "ParallelOp", "YieldOp", "Phase", "KernelKind"]
+__all__ = [
+    "Sched",
+    "CostAttr",
+    "StepOp",
+    "DenseOp",
+    "KernelOp",
+    "ParallelOp",
+    "YieldOp",
+    "Phase",
+    "KernelKind",
+    "values_used_from_outside",
+]

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TensorType,
+    f32,
     i32,
     i64,
 )
@@ -38,6 +39,7 @@ from xdsl.irdl import (
     operand_def,
     opt_operand_def,
     opt_prop_def,
+    opt_result_def,
     prop_def,
     result_def,
     traits_def,
@@ -1065,6 +1067,92 @@ class UnpackOp(IRDLOperation):
                     )
 
 
+def _verify_jagged_members(op: IRDLOperation, lengths: SSAValue, indices: SSAValue, weights: SSAValue | None,
+                           buffer: SSAValue, sizes: SSAValue, features: DenseArrayBase) -> None:
+    name = op.name
+    for what, v in (("lengths", lengths), ("indices", indices), ("buffer", buffer)):
+        t = tensor_type(v, f"{name} {what}")
+        if len(t.get_shape()) != 1 or not isinstance(t.element_type, IntegerType):
+            raise VerifyException(f"{name}: {what} must be a 1-D integer tensor, got {t}")
+    if tensor_type(lengths, "").element_type != i32:
+        raise VerifyException(f"{name}: lengths must be i32, got {tensor_type(lengths, '').element_type}")
+    if tensor_type(buffer, "").element_type != i64:
+        raise VerifyException(f"{name}: the packed buffer must be i64 (the widest member), got {tensor_type(buffer, '').element_type}")
+    if weights is not None:
+        t = tensor_type(weights, f"{name} weights")
+        if len(t.get_shape()) != 1 or t.element_type != f32:
+            raise VerifyException(f"{name}: weights must be a 1-D f32 tensor (bit-cast into the buffer), got {t}")
+    counts = list(features.get_values())
+    if not counts or any(c < 0 for c in counts):
+        raise VerifyException(f"{name}: features must list a non-negative count per rank, got {counts}")
+    world = enclosing_world_size(op)
+    if world is not None and len(counts) != world:
+        raise VerifyException(f"{name}: features has {len(counts)} entries but the world size is {world}")
+    t = tensor_type(sizes, f"{name} sizes")
+    if t.get_shape() != (len(counts),) or t.element_type != i64:
+        raise VerifyException(f"{name}: sizes must be tensor<{len(counts)}xi64> (one count per rank), got {t}")
+
+
+@irdl_op_definition
+class PackIdsOp(IRDLOperation):
+    """Pack a route's jagged outputs into one buffer per destination rank, for one exchange.
+
+    Segment `d` of the buffer holds what goes to rank `d`: its `features[d] x batch` lengths,
+    then its ids, then (when present) the ids' weights, bit-cast from f32 and sign-extended, so
+    the round trip is exact. `sizes[d]` is the segment's element count (the exchange's send
+    splits).
+    """
+
+    name = "sparse.pack_ids"
+
+    lengths = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    weights = opt_operand_def(TensorType)
+    buffer = result_def(TensorType)
+    sizes = result_def(TensorType)
+    features = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$lengths `,` $indices (`weights` $weights^ `:` type($weights))? `features` `=` $features attr-dict "
+        "`:` type($lengths) `,` type($indices) `->` type($buffer) `,` type($sizes)"
+    )
+
+    def verify_(self) -> None:
+        _verify_jagged_members(self, self.lengths, self.indices, self.weights, self.buffer, self.sizes, self.features)
+
+
+@irdl_op_definition
+class UnpackIdsOp(IRDLOperation):
+    """Split a received `sparse.pack_ids` buffer back into lengths, ids and weights.
+
+    Every source segment holds `features[r] x batch` lengths for this rank `r`, then as many ids
+    as those lengths add up to, then their weights when `weights` is produced; `sizes` are the
+    received segment sizes. The results concatenate the sources in rank order, as separate
+    exchanges of lengths, ids and weights would.
+    """
+
+    name = "sparse.unpack_ids"
+
+    buffer = operand_def(TensorType)
+    sizes = operand_def(TensorType)
+    lengths = result_def(TensorType)
+    indices = result_def(TensorType)
+    weights = opt_result_def(TensorType)
+    features = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$buffer `,` $sizes `features` `=` $features attr-dict `:` type($buffer) `,` type($sizes) `->` "
+        "type($lengths) `,` type($indices) (`,` type($weights)^)?"
+    )
+
+    def verify_(self) -> None:
+        _verify_jagged_members(self, self.lengths, self.indices, self.weights, self.buffer, self.sizes, self.features)
+
+
 @irdl_op_definition
 class PermuteOp(IRDLOperation):
     """Put pooled outputs back in model feature order: result `i` is operand `order[i]`."""
@@ -1146,6 +1234,8 @@ Sparse = Dialect(
         LookupGradOp,
         PackOp,
         UnpackOp,
+        PackIdsOp,
+        UnpackIdsOp,
         PermuteOp,
     ],
     [TableAttr, FeatureAttr, PlacementAttr, OptimizerAttr, LayoutAttr],
@@ -1160,6 +1250,8 @@ __all__ = [
     "LayoutAttr",
     "EmbeddingBagCollectionOp",
     "RouteOp",
+    "PackIdsOp",
+    "UnpackIdsOp",
     "LookupOp",
     "LookupUpdateOp",
     "LookupGradOp",

@@ -39,6 +39,16 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return GenerateKernels
 
+    def hide_latency() -> type[ModulePass]:
+        from sparselift.passes.hide_latency import HideLatency
+
+        return HideLatency
+
+    def parallelize_tables() -> type[ModulePass]:
+        from sparselift.passes.parallelize_tables import ParallelizeTables
+
+        return ParallelizeTables
+
     def lift_sparse() -> type[ModulePass]:
         from sparselift.passes.lift_sparse import LiftSparse
 
@@ -54,12 +64,20 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return AnnotateCost
 
+    def plan_sparse() -> type[ModulePass]:
+        from sparselift.passes.plan_sparse import PlanSparse
+
+        return PlanSparse
+
     return {
         "lift-sparse": lift_sparse,
         "aggregate-comm": aggregate_comm,
         "generate-kernels": generate_kernels,
+        "parallelize-tables": parallelize_tables,
+        "hide-latency": hide_latency,
         "print-srsv": print_srsv,
         "annotate-cost": annotate_cost,
+        "plan-sparse": plan_sparse,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,

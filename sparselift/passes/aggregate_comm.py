@@ -10,7 +10,8 @@ Within one region (forward or backward) of a step, pairs of collectives are fold
   all-to-all: per sender (rank) the two packs become one whose segments hold the first
   collective's columns and then the second's, the splits add up, and per receiver (rank) the
   unpacks become one reading both sides' members at shifted columns. Nothing is copied twice.
-  Lengths and indices exchanges (jagged, route-made buffers) are not merged yet.
+- With role `input`, the exchanged groups' routes become one and their lengths, ids and weights
+  one jagged exchange (`sparse.pack_ids` / `sparse.unpack_ids`; see `merge_inputs.py`).
 
 Feasibility checks, each refusal leaving a `remark` attribute on the op that names the check:
 same group, same element type (and reduction), layout mapping computable (static splits,
@@ -36,9 +37,11 @@ from sparselift.ir._syntax import DYNAMIC
 from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
 from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
+from sparselift.passes.merge_inputs import merge_input_exchanges
 from sparselift.passes.srsv import elem_bytes
 
-MERGEABLE_ROLES = ("output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
+# "input": every exchanged group's lengths, ids and weights in one exchange (merge_inputs.py).
+MERGEABLE_ROLES = ("input", "output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
 
 
 def _remark(op: Operation, text: str) -> None:
@@ -77,6 +80,8 @@ class AggregateComm(ModulePass):
             )
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             batch = self.batch or _step_batch(step)
+            if "input" in self.roles:
+                merge_input_exchanges(step, self.max_bytes, batch)
             for region in (step.forward, step.backward):
                 _Merger(region.block, set(self.roles), self.max_bytes, batch).run()
 

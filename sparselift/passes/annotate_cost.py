@@ -40,7 +40,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from sparselift.ir.coll import AllReduceOp
+from sparselift.ir.coll import AllReduceOp, AllReduceStartOp
 from sparselift.ir.sched import CostAttr, DenseOp, KernelOp, StepOp
 from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, RouteOp, UnpackOp
 from sparselift.passes.profiles import HardwareProfile, load_profile
@@ -70,7 +70,7 @@ def collective_cost(entry: CollectiveEntry, profile: HardwareProfile) -> OpCost:
     """alpha + max over ranks of (per-peer alpha x messages + bytes to each peer x beta)."""
     g = entry.size
     ranks = entry.group_ranks
-    if isinstance(entry.op, AllReduceOp):
+    if isinstance(entry.op, AllReduceOp | AllReduceStartOp):
         messages = 2 * (g - 1)
     else:
         messages = g - 1

@@ -9,6 +9,7 @@ call of the generated multi-table C kernel; with `kernels="reference"` the same 
 per-table reference lowering, so both stay comparable region by region.
 
 Groups smaller than `min-tables` are left alone (a fused call of one table gains nothing).
+Inside `sched.parallel` lanes (from `parallelize-tables`) each lane is fused on its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from sparselift.ir.sched import KernelOp, StepOp
+from sparselift.ir.sched import KernelOp, ParallelOp, StepOp
 from sparselift.ir.sparse import LookupOp, LookupUpdateOp
 
 
@@ -46,6 +47,11 @@ class GenerateKernels(ModulePass):
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             for region in (step.forward, step.backward):
                 _fuse_block(region.block, self.min_tables, counter)
+                # After parallelize-tables: fuse within each lane (one kernel per lane and rank),
+                # never across lanes, so the lanes stay concurrent.
+                for par in [o for o in region.block.ops if isinstance(o, ParallelOp)]:
+                    for lane in par.lanes:
+                        _fuse_block(lane.block, self.min_tables, counter)
 
 
 def _symbol(kind: str, op: Operation, n: int) -> str:

@@ -1,4 +1,4 @@
-"""Hardware profiles: the machine numbers `annotate-cost` (and later `simulate`) turn bytes,
+"""Hardware profiles: the machine numbers `annotate-cost` and `simulate` turn bytes,
 lookups and FLOPs into microseconds.
 
 A profile is a frozen `HardwareProfile`. The built-ins are `cpu-gloo`, `h100-nccl` and

@@ -52,13 +52,21 @@ from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from sparselift.ir._syntax import DYNAMIC
-from sparselift.ir.coll import AllReduceOp, AllToAllOp, AllToAllStartOp, ReduceScatterOp, WaitOp
+from sparselift.ir.coll import (
+    AllReduceOp,
+    AllReduceStartOp,
+    AllToAllOp,
+    AllToAllStartOp,
+    ReduceScatterOp,
+    WaitOp,
+)
 from sparselift.ir.sched import CostAttr, DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     FeatureAttr,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
+    PackIdsOp,
     PackOp,
     PlacementAttr,
     PlacementKind,
@@ -67,7 +75,7 @@ from sparselift.ir.sparse import (
     UnpackOp,
 )
 
-COLLECTIVE_OPS = (AllToAllOp, AllToAllStartOp, AllReduceOp, ReduceScatterOp)
+COLLECTIVE_OPS = (AllToAllOp, AllToAllStartOp, AllReduceOp, AllReduceStartOp, ReduceScatterOp)
 """Ops that every rank of their group must issue, in the same order."""
 
 TABLE_OPS = (LookupOp, LookupUpdateOp, LookupGradOp)
@@ -233,7 +241,7 @@ class SRSV:
         if serial:
             stream = [
                 op for op in sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["index"])
-                if not isinstance(op, AllToAllStartOp) and not isinstance(op.parent_op(), ParallelOp)
+                if not isinstance(op, AllToAllStartOp | AllReduceStartOp) and not isinstance(op.parent_op(), ParallelOp)
             ]
             h.add_edges_from((u, v, {"w": costs[u]}) for u, v in zip(stream, stream[1:]) if not h.has_edge(u, v))
         h.add_edges_from((source, n, {"w": 0.0}) for n in self.graph.nodes)
@@ -397,6 +405,12 @@ class Sizer:
             if value is op.indices or value in op.routed_weights:
                 return ids
             return None  # the splits themselves
+        if isinstance(op, PackIdsOp) and value is op.buffer:
+            lengths, ids = self.elems(op.lengths), self.elems(op.indices)
+            if lengths is None or ids is None:
+                return None
+            per_id = 2 if op.weights is not None else 1
+            return [[a + b * per_id for a, b in zip(ra, rb)] for ra, rb in zip(lengths, ids)]
         if isinstance(op, PackOp):
             layout = op.layout
             rows = []
@@ -595,7 +609,7 @@ def value_label(value: SSAValue) -> str:
 
 
 def _layout_slots(op: Operation) -> tuple[LayoutSlot, ...]:
-    inputs = op.inputs if isinstance(op, AllToAllOp | AllToAllStartOp | AllReduceOp) else [op.input]
+    inputs = op.inputs if isinstance(op, AllToAllOp | AllToAllStartOp | AllReduceOp | AllReduceStartOp) else [op.input]
     slots: list[LayoutSlot] = []
     for value in inputs:
         pack = value.owner
@@ -624,7 +638,7 @@ def _collective_entry(op: Operation, index: int, phase: str, sizer: Sizer) -> Co
         else:
             matrix = [[round(elems[s][p] * B * eb) for p in range(g)] for s in range(g)]
     else:
-        inputs = list(op.inputs) if isinstance(op, AllReduceOp) else [op.input]
+        inputs = list(op.inputs) if isinstance(op, AllReduceOp | AllReduceStartOp) else [op.input]
         data_type = inputs[0].type
         eb = elem_bytes(data_type)
         matrix = [[0] * g for _ in range(g)]

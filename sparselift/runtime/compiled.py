@@ -38,10 +38,26 @@ class CompileOptions:
     dense_sync: bool = True
     # "generated": C kernels on CPU (Triton on CUDA), built and cached per plan; "reference":
     # per-table torch ops (the correctness oracle and the "without code generation" ablation).
+    # With the planner, "generated" lets it choose (measured ref vs gen); "reference" rules it out.
     kernels: str = attrs.field(default="generated", validator=attrs.validators.in_(("reference", "generated")))
     cache_dir: str | None = None  # default: $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift
     benchmark: bool = False  # record per-stage times (sparse/other x fwd/bwd); off: no timing at all
-    passes: str = ""  # extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax)
+    # Extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax): an explicit
+    # pipeline, so no planning.
+    passes: str = ""
+    # The planner (sparselift.planner): "auto" reuses the cached plan for this key or plans;
+    # "reuse-only" fails without one; "replan" always calibrates; "none" skips planning (lifted
+    # plan, plus generate-kernels when kernels="generated"); anything else is a plan record JSON.
+    plan: str = attrs.field(default="auto", validator=attrs.validators.min_len(1))
+    calibration_budget_s: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
+    memory_cap_bytes: int | None = None  # per rank, for workspace and in-flight buffers; None: no cap
+    max_lanes: int | None = None  # concurrent lanes per rank; None: torch's intra-op threads (CPU), 4 (CUDA)
+    # Optimization families the planner may choose (None: all): aggregation, parallelism,
+    # codegen, latency-hiding, sharding.
+    optimizations: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple)
+    )
+    profile: str = "auto"  # cost-model profile: auto (cpu-gloo, or h100/h200-nccl by device), a name or a JSON path
 
 
 def cache_dir(options: CompileOptions) -> Path:
@@ -59,10 +75,19 @@ class Plan:
     path: Path
     hash: str
     program: Any  # sparselift.frontend.program.SparseProgram
+    record: Any = None  # sparselift.passes.plan_sparse.PlanRecord; None when not planned
+    reused: bool = False  # the record came from the plan cache (or a file): no calibration
+    calibration_s: float = 0.0  # calibration this compile spent (0 when reused)
+    planning: str = ""  # why the planner planned, or where the reused plan came from
 
     def explain(self) -> str:
         lines = [f"plan {self.hash} ({self.path})", self.program.sharding.describe()]
         lines += [f"groups: {', '.join(self.program.groups)}"]
+        if self.record is not None:
+            lines.append(f"planner: {self.planning}" if self.planning else "planner:")
+            lines.append(f"calibration this compile: {self.calibration_s:.2f} s"
+                         + (" (plan reused)" if self.reused else ""))
+            lines.append(self.record.explain())
         return "\n".join(lines)
 
 
@@ -73,11 +98,14 @@ class _GradBuckets:
     their gradients); when every gradient of a bucket has been accumulated, the bucket's flat
     all-reduce starts asynchronously, so the exchange overlaps the rest of backward (the sparse
     backward included). Autograd runs in the same order on every rank, so buckets start in the
-    same order everywhere. `finish()` waits and writes the averages back.
+    same order everywhere. `finish()` waits and writes the averages back. Without `overlap`
+    (a plan that `hide-latency` did not mark `dense_grad_overlap`) every bucket starts in
+    `finish()`, after backward.
     """
 
-    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20):
-        self.pg, self.world = pg, world
+    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20,
+                 overlap: bool = True):
+        self.pg, self.world, self.overlap = pg, world, overlap
         self.buckets: list[list[nn.Parameter]] = [[]]
         size = 0
         for p in reversed(params):
@@ -98,6 +126,8 @@ class _GradBuckets:
         self.works = {}
 
     def _ready(self, p: nn.Parameter) -> None:
+        if not self.overlap:
+            return
         i = self.bucket_of[id(p)]
         self.pending[i] -= 1
         if self.pending[i] == 0:
@@ -161,7 +191,10 @@ class CompiledModel(nn.Module):
             kernels=self.kernels,
         )
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
-        self._buckets = _GradBuckets(self._dense_params, pg, world) if world > 1 and options.dense_sync else None
+        self._buckets = (
+            _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP)
+            if world > 1 and options.dense_sync else None
+        )
         self._sync_queued = False
         self._backward_start = 0.0
         self.stage_times: list[dict[str, float]] = []  # benchmark mode: seconds per stage, per step

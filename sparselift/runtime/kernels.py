@@ -23,6 +23,7 @@ the table and leaves tables and states unchanged. ctypes releases the GIL during
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -56,6 +57,7 @@ __all__ = [
     "fused_lookup_update",
     "pack",
     "unpack",
+    "lane_threads",
 ]
 
 log = logging.getLogger("sparselift.kernels")
@@ -270,6 +272,21 @@ def _device_impl(name: str):
     return via_reference
 
 
+_LANE = threading.local()
+
+
+@contextlib.contextmanager
+def lane_threads(threads: int):
+    """C calls made on this thread use `threads` OpenMP threads (a `sched.parallel` lane's share
+    of the cores, so concurrent lanes do not oversubscribe). Thread-local: lanes never race."""
+    prev = getattr(_LANE, "threads", None)
+    _LANE.threads = max(1, int(threads))
+    try:
+        yield
+    finally:
+        _LANE.threads = prev
+
+
 def _addr_array(ctype, values: Sequence[int]):
     arr = (ctype * max(len(values), 1))(*values)
     return arr, ctypes.addressof(arr)
@@ -362,6 +379,9 @@ class GeneratedKernels:
             return new
 
     def _threads(self) -> int:
+        lane = getattr(_LANE, "threads", None)  # inside a sched.parallel lane: its share
+        if lane:
+            return lane
         return int(self.nthreads) if self.nthreads else max(1, torch.get_num_threads())
 
     # -- shared input checks --

@@ -10,9 +10,12 @@ update to the tables.
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import time
 import types
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -37,8 +40,11 @@ __all__ = [
     "dense_update",
     "pack",
     "unpack",
+    "pack_ids",
+    "unpack_ids",
     "reduce_scatter",
     "all_reduce",
+    "parallel",
 ]
 
 _PLANS: dict[int, PlanBase] = {}
@@ -114,39 +120,52 @@ class PlanBase:
         result += [inputs[0].new_empty(ctx.new_dynamic_size(), dtype=getattr(torch, dt)) for dt in saved]
         return result
 
+    # Segment generators yield markers (see codegen/plan_module.py): "lengths" once the lengths
+    # exchange is in flight, "indices" once every input exchange is, "stage" where the IR puts a
+    # dense region between two of the segment's ops.
     def prefetch(self, index: int, inputs: Sequence[torch.Tensor], ahead: bool = False) -> None:
-        """Run segment `index` until its input exchanges are in flight.
+        """Run segment `index`'s first stage (the ops before the first dense region it straddles).
 
-        The lengths go first; in the same step (`ahead=False`, dense regions follow) the segment
-        also starts the indices exchange, which needs the lengths. `ahead=True` (from `start`, for
-        the next batch) starts only the lengths; `advance()` starts the indices later, and that
-        batch's forward takes the running segment over instead of starting another.
+        `ahead=True` (from `start`, for the next batch) stops once the lengths are in flight;
+        `advance()` starts the indices later, and that batch's forward takes the running segment
+        over instead of starting another.
         """
+        start = time.perf_counter() if self.timing is not None else 0.0
         if not ahead and index in self._ahead:
             self._prefetched[index] = self._ahead.pop(index)
-            self._advance(index, self._prefetched[index])
-            return
+            self._run_stage(index, self._prefetched[index])
+        else:
+            gen = getattr(self, f"_segment_{index}_forward")(*inputs)
+            (self._ahead if ahead else self._prefetched)[index] = gen
+            if ahead:
+                self._step(index, gen)
+            else:
+                self._run_stage(index, gen)
+        if self.timing is not None:
+            self.timing["sparse_fwd"] += time.perf_counter() - start
+
+    def resume(self, index: int) -> None:
+        """Run segment `index`'s next stage."""
         start = time.perf_counter() if self.timing is not None else 0.0
-        result = getattr(self, f"_segment_{index}_forward")(*inputs)
-        if isinstance(result, types.GeneratorType):
-            (self._ahead if ahead else self._prefetched)[index] = result
-            stage = self._step(index, result)
-            if not ahead and stage == "lengths":
-                self._advance(index, result)
+        if index in self._prefetched:
+            self._run_stage(index, self._prefetched[index])
         if self.timing is not None:
             self.timing["sparse_fwd"] += time.perf_counter() - start
 
     def advance(self) -> None:
         """Start the next batch's indices exchanges (their lengths have had time to arrive)."""
         for index, gen in self._ahead.items():
-            self._advance(index, gen)
+            if self._stage.get(index) == "lengths":
+                self._step(index, gen)
 
-    def _advance(self, index: int, gen) -> None:
-        if self._stage.get(index) == "lengths":
-            self._step(index, gen)
+    def _run_stage(self, index: int, gen) -> None:
+        while self._step(index, gen) not in (None, "stage"):
+            pass
 
     def _step(self, index: int, gen):
-        """Run a segment generator to its next stage; remember where it is (or its result)."""
+        """Run a segment generator to its next marker; remember where it is (or its result)."""
+        if index in self._finished:
+            return None
         try:
             self._stage[index] = next(gen)
         except StopIteration as stop:
@@ -161,6 +180,8 @@ class PlanBase:
             self._prefetched.pop(index, None)
             return self._finished.pop(index)
         result = self._prefetched.pop(index, None)
+        if result is None:  # a segment `start` began for this batch, or a fresh one
+            result = self._ahead.pop(index, None)
         if result is None:
             result = getattr(self, f"_segment_{index}_forward")(*inputs[1:])  # inputs[0] is the anchor
         if not isinstance(result, types.GeneratorType):
@@ -360,6 +381,37 @@ def unpack(plan: PlanBase, buffer, layout, widths):
     return _kernel_or_ref(plan, "unpack")(buffer, layout, plan.batch, widths)
 
 
+def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[int]):
+    """Per destination: its lengths, ids and bit-cast weights in one int64 segment (sparse.pack_ids)."""
+    b = plan.batch
+    lens = lengths.split([f * b for f in features])
+    n_ids = torch.stack([seg.sum(dtype=torch.int64) for seg in lens]).tolist()
+    ids = indices.split(n_ids)
+    ws = weights.split(n_ids) if weights is not None else None
+    parts = []
+    for d in range(len(features)):
+        parts += [lens[d].to(torch.int64), ids[d].to(torch.int64)]
+        if ws is not None:  # bit-exact: the f32 bits, sign-extended
+            parts.append(ws[d].contiguous().view(torch.int32).to(torch.int64))
+    sizes = [f * b + n * (2 if ws is not None else 1) for f, n in zip(features, n_ids)]
+    return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64)
+
+
+def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype):
+    """Split a received sparse.pack_ids buffer into lengths, ids (and weights), sources in rank order."""
+    n_len = features[plan.rank] * plan.batch
+    lengths, ids, ws = [], [], []
+    for seg in buffer.split(sizes.tolist()):
+        n_ids = (seg.numel() - n_len) // (2 if weighted else 1)
+        lengths.append(seg[:n_len])
+        ids.append(seg[n_len : n_len + n_ids])
+        ws.append(seg[n_len + n_ids :])
+    out = [torch.cat(lengths).to(torch.int32), torch.cat(ids).to(index_dtype)]
+    if weighted:
+        out.append(torch.cat(ws).to(torch.int32).view(torch.float32))
+    return tuple(out)
+
+
 def reduce_scatter(plan: PlanBase, x, *, reduction: str):
     """Sum over ranks, rank r keeps segment r (an all-to-all plus a local sum: gloo has no reduce-scatter)."""
     chunks = x.numel() // plan.world
@@ -385,3 +437,117 @@ def all_reduce(plan: PlanBase, inputs, *, reduction: str, async_op: bool = False
 
     pending = _Pending([work], finish)
     return pending if async_op else pending.wait()
+
+
+# ---- concurrent lanes (`sched.parallel`) -----------------------------------------------------
+
+_LANE_POOL: ThreadPoolExecutor | None = None
+_LANE_POOL_SIZE = 0
+_LANE_POOL_PID = 0  # a forked child gets a pool without threads: it makes its own
+_LANE_LOCK = threading.Lock()
+_LANE_STREAMS: dict[Any, list] = {}
+
+
+def parallel(plan: PlanBase, lanes: Sequence) -> tuple:
+    """Run the lanes of a `sched.parallel` concurrently; their results, lane by lane.
+
+    CPU: a persistent thread pool (the C kernels and torch ops release the GIL); each lane's C
+    calls use its share of the OpenMP threads. CUDA: one stream per lane, ordered after the work
+    already queued on the current stream, which waits for every lane before going on. Every lane
+    finishes before an exception propagates (no lane keeps updating tables behind it); the first
+    failing lane's exception is raised, its message naming the lane.
+    """
+    if len(lanes) == 1:
+        return tuple(_run(lanes[0], 0, 1))
+    device = _device(plan)
+    if device.type == "cuda":
+        return _parallel_cuda(lanes, device)
+    total = int(getattr(plan.kernels, "nthreads", None) or torch.get_num_threads())
+    share = max(1, total // len(lanes))
+    grad = torch.is_grad_enabled()  # thread-local in torch: carry it into the pool's threads
+
+    def run(k: int):
+        from sparselift.runtime.kernels import lane_threads
+
+        with torch.set_grad_enabled(grad), lane_threads(share):
+            return lanes[k]()
+
+    futures = [_pool(len(lanes)).submit(run, k) for k in range(len(lanes))]
+    results: list = []
+    error: BaseException | None = None
+    for k, future in enumerate(futures):
+        try:
+            results += future.result()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after every lane is done
+            error = error or _name_lane(e, k, len(lanes))
+    if error is not None:
+        raise error
+    return tuple(results)
+
+
+def _device(plan: PlanBase) -> torch.device:
+    for t in plan.tables.values():
+        return t.device
+    return torch.device("cpu")
+
+
+def _pool(lanes: int) -> ThreadPoolExecutor:
+    """The process's lane pool, created on first use and grown to the most lanes seen."""
+    global _LANE_POOL, _LANE_POOL_SIZE, _LANE_POOL_PID
+    with _LANE_LOCK:
+        if _LANE_POOL is None or _LANE_POOL_SIZE < lanes or _LANE_POOL_PID != os.getpid():
+            old = _LANE_POOL if _LANE_POOL_PID == os.getpid() else None
+            _LANE_POOL = ThreadPoolExecutor(max_workers=max(lanes, _LANE_POOL_SIZE),
+                                            thread_name_prefix="sparselift-lane")
+            _LANE_POOL_SIZE, _LANE_POOL_PID = max(lanes, _LANE_POOL_SIZE), os.getpid()
+            if old is not None:
+                old.shutdown(wait=False)  # its running lanes finish; new ones go to the larger pool
+        return _LANE_POOL
+
+
+def _name_lane(e: BaseException, k: int, n: int) -> BaseException:
+    """Say which lane failed, keeping the exception's type (callers match on ValueError etc.)."""
+    where = f"sched.parallel lane {k} of {n}"
+    if len(e.args) == 1 and isinstance(e.args[0], str):
+        e.args = (f"{where}: {e.args[0]}",)
+    else:
+        e.add_note(f"in {where}")
+    return e
+
+
+def _run(lane, k: int, n: int):
+    try:
+        return lane()
+    except BaseException as e:
+        raise _name_lane(e, k, n) from None
+
+
+def _parallel_cuda(lanes: Sequence, device: torch.device) -> tuple:
+    current = torch.cuda.current_stream(device)
+    with _LANE_LOCK:
+        streams = _LANE_STREAMS.setdefault(device, [])
+        while len(streams) < len(lanes):
+            streams.append(torch.cuda.Stream(device=device))
+        streams = streams[: len(lanes)]
+    ready = torch.cuda.Event()
+    ready.record(current)
+    done: list = []
+    results: list = []
+    try:
+        # The host queues the lanes one after another; the GPU runs their streams concurrently.
+        for k, (lane, stream) in enumerate(zip(lanes, streams)):
+            stream.wait_event(ready)
+            with torch.cuda.stream(stream):
+                try:
+                    results += _run(lane, k, len(lanes))
+                finally:
+                    event = torch.cuda.Event()
+                    event.record(stream)
+                    done.append(event)
+    finally:
+        for event in done:  # also on failure: later work on the current stream follows the lanes
+            current.wait_event(event)
+    for t in results:
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            t.record_stream(current)  # made on a lane stream, used (and freed) on the current one
+    return tuple(results)

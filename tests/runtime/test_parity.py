@@ -46,7 +46,8 @@ def test_reference_lowering_matches_single_process(model, world, sharding, optim
 )
 def test_train_pipeline_matches_single_process(model, world, sharding):
     # The next batch's input exchange runs during this batch's backward: training is unchanged.
-    check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True)
+    check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True,
+                 passes="hide-latency")
 
 
 @pytest.mark.parametrize(
@@ -62,3 +63,44 @@ def test_train_pipeline_matches_single_process(model, world, sharding):
 def test_aggregate_comm_matches_single_process(model, world, sharding):
     check_parity(model, world, sharding=sharding, optimizer=("rowwise_adagrad", 0.1, 1e-8), passes="aggregate-comm",
                  pipeline=True)
+
+
+@pytest.mark.parametrize(
+    "model, world, kernels, passes",
+    [
+        # Per-table lookups, pooled and dense updates, replicated tables' gradients and packs in
+        # two lanes. With generated kernels, compile runs generate-kernels first: the lanes hold
+        # fused kernels and the C calls left per table (gradients), each with its thread share.
+        pytest.param("dlrm-kaggle", 2, "generated", "parallelize-tables{groups=2}", id="ws2-kaggle-generated"),
+        pytest.param("dlrm-kaggle", 2, "reference", "parallelize-tables{groups=2}", id="ws2-kaggle-reference"),
+        pytest.param("two-tower", 3, "generated", "parallelize-tables{groups=2}", id="ws3-two-tower-generated"),
+        pytest.param("two-tower", 3, "reference", "parallelize-tables{groups=2}", id="ws3-two-tower-reference"),
+        # The final pipeline's order: lanes first, then one fused kernel per lane and rank.
+        pytest.param("dlrm-kaggle", 2, "reference", "aggregate-comm,parallelize-tables{groups=2},generate-kernels",
+                     id="ws2-kaggle-fused-per-lane"),
+    ],
+)
+def test_parallelize_tables_matches_single_process(model, world, kernels, passes):
+    check_parity(model, world, sharding="auto", optimizer=("rowwise_adagrad", 0.1, 1e-8), rows_cap=2000,
+                 kernels=kernels, passes=passes)
+
+
+ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
+
+
+@pytest.mark.parametrize(
+    "model, world, sharding, passes, pipeline",
+    [
+        # Exchanges split into start/wait around the bottom MLP (forward) and its backward.
+        pytest.param("dlrm-kaggle", 2, "auto", "hide-latency", False, id="ws2-kaggle-hide"),
+        pytest.param("two-tower", 3, "auto", "hide-latency{overlap=output}", True, id="ws3-output-overlap-pipelined"),
+        pytest.param("two-tower", 2, "row_wise", "hide-latency{max-inflight-bytes=2000}", False, id="ws2-capped"),
+        # All four optimizations in one pipeline, with and without TrainPipeline.
+        pytest.param("dlrm-kaggle", 2, "auto", ALL_FOUR, True, id="ws2-kaggle-all-four-pipelined"),
+        pytest.param("two-tower", 3, "auto", ALL_FOUR, False, id="ws3-two-tower-all-four"),
+        pytest.param("torchrec-ebc", 2, "table_wise", ALL_FOUR, True, id="ws2-torchrec-all-four-pipelined"),
+    ],
+)
+def test_hide_latency_and_all_four_match_single_process(model, world, sharding, passes, pipeline):
+    check_parity(model, world, sharding=sharding, optimizer=("rowwise_adagrad", 0.1, 1e-8), steps=4, batch=8,
+                 rows_cap=2000, passes=passes, pipeline=pipeline)

@@ -1,53 +1,75 @@
-// RUN: sparselift-opt %s -p lift-sparse -t plan-module | filecheck %s
+// RUN: sparselift-opt %s -p lift-sparse -t plan-module | filecheck %s --check-prefixes=CHECK,SYNC
+// RUN: sparselift-opt %s -p lift-sparse,hide-latency -t plan-module | filecheck %s --check-prefixes=CHECK,HIDE
 // RUN: not sparselift-opt %s -t plan-module 2>&1 | filecheck %s --check-prefix=OPAQUE
 
 // A table-wise group on two ranks: the plan module routes, exchanges lengths and indices,
 // looks up on the owner, packs per owner rank and unpacks the pooled vectors; backward
-// sends the gradients back and updates the tables on their owners.
+// sends the gradients back and updates the tables on their owners. The emitter follows the
+// IR's schedule: without hide-latency every exchange is synchronous and the step cannot be
+// pipelined; after it, the segment straddles the bottom MLP in stages.
 
 // CHECK-LABEL: SparseLift plan module
 // CHECK:       plan hash: {{[0-9a-f]+}}
 // CHECK:       step: @step, world size 2, 2 tables, 1 sparse segment(s)
 // CHECK:       collectives per step: 3 forward, 1 backward
+// SYNC:        DENSE_GRAD_OVERLAP = False
+// HIDE:        DENSE_GRAD_OVERLAP = True
 // CHECK:       class Plan(rt.PlanBase):
 // CHECK:       def forward(self, *inputs):
 // CHECK:         self.dense("sparse_inputs"
-// CHECK:         = self.segment(0, [
-// CHECK:         self.dense("dense_post"
+// SYNC-NEXT:     = self.segment(0, [
+// SYNC-NEXT:     self.dense("dense_pre"
+// HIDE-NEXT:     self.prefetch(0, [
+// HIDE-NEXT:     self.dense("dense_pre"
+// HIDE-NEXT:     = self.segment(0, [
+// CHECK-NEXT:    self.dense("dense_post"
+// CHECK:       def start(self, *inputs):
+// SYNC:          pass
+// HIDE:          self.dense("sparse_inputs"
+// HIDE-NEXT:     self.prefetch(0, [{{.*}}], ahead=True)
 // CHECK:       def _segment_0_forward(self
 // CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
-// Input exchanges start asynchronously in two stages: lengths, then indices with receive sizes
-// taken from the received lengths (no separate sizes exchange).
-// CHECK:         [[L:h_v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', async_op=True)
-// CHECK-NEXT:    yield 'lengths'
-// CHECK-NEXT:    [[LV:v[0-9]+]], = [[L]].wait()
-// CHECK-NEXT:    [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
-// CHECK-NEXT:    [[I:h_v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices', async_op=True)
-// CHECK-NEXT:    yield 'indices'
-// CHECK-NEXT:    {{v[0-9]+}}, {{v[0-9]+}} = [[I]].wait()
+// Lengths first, then the indices with receive sizes taken from the received lengths (no
+// separate sizes exchange). Asynchronous after hide-latency: the bottom MLP runs meanwhile.
+// SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths')
+// SYNC-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
+// SYNC-NEXT:     {{v[0-9]+}}, {{v[0-9]+}} = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices')
+// HIDE-NEXT:     [[L:v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', async_op=True)
+// HIDE-NEXT:     yield "lengths"
+// HIDE-NEXT:     [[LV:v[0-9]+]] = rt.wait([[L]])[0]
+// HIDE-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
+// HIDE-NEXT:     [[I:v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices', async_op=True)
+// HIDE-NEXT:     yield "indices"
+// HIDE-NEXT:     yield "stage"
+// HIDE-NEXT:     {{v[0-9]+}}, {{v[0-9]+}} = rt.wait([[I]])
 // CHECK:         if self.rank in (0,):
 // CHECK-NEXT:      {{v[0-9]+}} = rt.lookup(self, 't0'
 // CHECK:         rt.all_to_all(self, [{{v[0-9]+}}, {{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
 // CHECK:         rt.unpack(self
 // CHECK:       def _segment_0_backward(self, grads, saved):
-// The gradient exchange overlaps the rest of the dense backward; updates run when it ends.
-// CHECK:         [[G:h_v[0-9]+]] = rt.all_to_all(self, {{.*}} role='grad_pooled', async_op=True)
-// CHECK-NEXT:    yield
-// CHECK-NEXT:    {{v[0-9]+}}, = [[G]].wait()
+// Synchronous, or overlapping the bottom MLP's backward; the updates run when backward ends.
+// SYNC:          = rt.all_to_all(self, {{.*}} role='grad_pooled')
+// SYNC-NOT:      yield
+// HIDE:          [[G:v[0-9]+]] = rt.all_to_all(self, {{.*}} role='grad_pooled', async_op=True)
+// HIDE-NEXT:     yield "stage"
+// HIDE-NEXT:     {{v[0-9]+}}, = rt.wait([[G]])
 // CHECK:         rt.lookup_update(self, 't0'
 // CHECK-SAME:      optimizer='sgd', lr=0.01
 // CHECK:         rt.lookup_update(self, 't1'
+// SYNC:          return None
 
 // OPAQUE: plan-module needs lifted IR: run -p lift-sparse first
 
 sched.step @step world_size = 2 outputs = 1 {
-^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+^bb0(%x: tensor<?x4xf32>, %i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
   %a, %b, %c, %d = sched.dense @sparse_inputs(%i0, %o0, %i1, %o1) phase "forward" : (tensor<?xi64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>) -> (tensor<?xi64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
   %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%a, %c : tensor<?xi64>, tensor<?xi64>) offsets(%b, %d : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 4, f32, mean>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 2.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 1>] {group = "emb/table_wise"} -> tensor<?x8xf32>, tensor<?x4xf32>
-  %out = sched.dense @dense_post(%p0, %p1) phase "forward" : (tensor<?x8xf32>, tensor<?x4xf32>) -> tensor<?x1xf32>
+  %h = sched.dense @dense_pre(%x) phase "forward" : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  %out = sched.dense @dense_post(%h, %p0, %p1) phase "forward" : (tensor<?x4xf32>, tensor<?x8xf32>, tensor<?x4xf32>) -> tensor<?x1xf32>
   sched.yield %out : tensor<?x1xf32>
 } backward {
 ^bb0(%g: tensor<?x1xf32>):
-  %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?x1xf32>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
+  %gh, %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?x1xf32>) -> (tensor<?x4xf32>, tensor<?x8xf32>, tensor<?x4xf32>)
+  %gx = sched.dense @dense_pre(%gh) phase "backward" : (tensor<?x4xf32>) -> tensor<?x4xf32>
   sched.yield
 }

@@ -75,6 +75,18 @@ func.func @all_to_all_start_dynamic(%x: tensor<?xi64>, %s: tensor<2xi64>) -> (te
   func.return %y, %r : tensor<?xi64>, tensor<2xi64>
 }
 
+// The asynchronous all-reduce: one aggregated reduction, results through the wait.
+// CHECK-LABEL: func.func @all_reduce_start(%g: tensor<8x4xf32>, %h: tensor<16xf32>) -> (tensor<8x4xf32>, tensor<16xf32>) {
+// CHECK-NEXT:    %t = coll.all_reduce_start %g, %h on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<8x4xf32>, tensor<16xf32> -> !coll.handle<tensor<8x4xf32>, tensor<16xf32>>
+// CHECK-NEXT:    %a, %b = coll.wait %t : !coll.handle<tensor<8x4xf32>, tensor<16xf32>> -> tensor<8x4xf32>, tensor<16xf32>
+// CHECK-NEXT:    func.return %a, %b : tensor<8x4xf32>, tensor<16xf32>
+// CHECK-NEXT:  }
+func.func @all_reduce_start(%g: tensor<8x4xf32>, %h: tensor<16xf32>) -> (tensor<8x4xf32>, tensor<16xf32>) {
+  %t = coll.all_reduce_start %g, %h on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<8x4xf32>, tensor<16xf32> -> !coll.handle<tensor<8x4xf32>, tensor<16xf32>>
+  %a, %b = coll.wait %t : !coll.handle<tensor<8x4xf32>, tensor<16xf32>> -> tensor<8x4xf32>, tensor<16xf32>
+  func.return %a, %b : tensor<8x4xf32>, tensor<16xf32>
+}
+
 // all_reduce with both reductions.
 // CHECK-LABEL: func.func @all_reduce(%g: tensor<1024xf32>, %s: tensor<?x16xf16>) -> (tensor<1024xf32>, tensor<?x16xf16>) {
 // CHECK-NEXT:    %a = coll.all_reduce %g on #coll.group<[0, 1, 2, 3]> role #coll.role<dense_grad> reduce "sum" : tensor<1024xf32> -> tensor<1024xf32>

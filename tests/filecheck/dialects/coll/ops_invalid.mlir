@@ -30,7 +30,7 @@ func.func @group_rank_twice() attributes {g = #coll.group<[0, 1, 0]>} {
 // -----
 
 // Unknown role.
-// CHECK: unknown collective role 'input_ids'; expected one of input_splits, input_lengths, input_indices, input_weights, output_pooled, grad_pooled, dense_grad, sparse_grad
+// CHECK: unknown collective role 'input_ids'; expected one of input_splits, input_lengths, input_indices, input_weights, input_packed, output_pooled, grad_pooled, dense_grad, sparse_grad
 func.func @role_unknown() attributes {r = #coll.role<input_ids>} {
   func.return
 }
@@ -374,4 +374,33 @@ func.func @reduce_scatter_0d(%x: tensor<f32>) -> tensor<f32> {
 func.func @reduce_scatter_dim0(%x: tensor<8x4xf32>) -> tensor<4x4xf32> {
   %y = coll.reduce_scatter %x on #coll.group<[0, 1, 2, 3]> role #coll.role<dense_grad> reduce "sum" : tensor<8x4xf32> -> tensor<4x4xf32>
   func.return %y : tensor<4x4xf32>
+}
+
+// -----
+
+// coll.all_reduce_start: the handle's types must match the operands.
+// CHECK: coll.all_reduce_start: result type must equal input type
+func.func @all_reduce_start_type_mismatch(%g: tensor<16xf32>) -> tensor<8xf32> {
+  %t = coll.all_reduce_start %g on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<16xf32> -> !coll.handle<tensor<8xf32>>
+  %a = coll.wait %t : !coll.handle<tensor<8xf32>> -> tensor<8xf32>
+  func.return %a : tensor<8xf32>
+}
+
+// -----
+
+// coll.all_reduce_start: a handle never waited on leaks an in-flight buffer.
+// CHECK: coll.all_reduce_start: its handle must be waited on exactly once, found 0 uses
+func.func @all_reduce_start_never_waited(%g: tensor<16xf32>) {
+  %t = coll.all_reduce_start %g on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<16xf32> -> !coll.handle<tensor<16xf32>>
+  func.return
+}
+
+// -----
+
+// coll.all_reduce_start: an unknown reduction.
+// CHECK: coll.all_reduce_start: unknown reduction 'max'; expected one of sum, mean
+func.func @all_reduce_start_bad_reduction(%g: tensor<16xf32>) -> tensor<16xf32> {
+  %t = coll.all_reduce_start %g on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "max" : tensor<16xf32> -> !coll.handle<tensor<16xf32>>
+  %a = coll.wait %t : !coll.handle<tensor<16xf32>> -> tensor<16xf32>
+  func.return %a : tensor<16xf32>
 }

@@ -188,6 +188,20 @@ func.func @parallel_result_order(%a: tensor<?x16xf32>, %b: tensor<?x8xf32>) -> (
 
 // -----
 
+// Lanes run concurrently: a lane may not read the parallel op's own results.
+// CHECK: sched.parallel: lane 1 uses result 0 of the sched.parallel itself
+func.func @parallel_reads_own_result(%a: tensor<?x16xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>) {
+  %r:2 = sched.parallel lanes 2 -> (tensor<?x16xf32>, tensor<?x16xf32>) {
+    sched.yield %a : tensor<?x16xf32>
+  }, {
+    %p = "sparse.permute"(%r#0) <{order = array<i64: 0>}> : (tensor<?x16xf32>) -> tensor<?x16xf32>
+    sched.yield %p : tensor<?x16xf32>
+  }
+  func.return %r#0, %r#1 : tensor<?x16xf32>, tensor<?x16xf32>
+}
+
+// -----
+
 // A lane's yielded value must be a result.
 // CHECK: sched.parallel: results must be the lanes' yielded values in lane order, expected ['tensor<?x16xf32>']
 func.func @parallel_missing_result(%a: tensor<?x16xf32>) {

@@ -202,3 +202,18 @@ func.func @permute(%a: tensor<?x16xf32>, %b: tensor<?x8xf32>, %c: tensor<?x4xf16
   %r:3 = sparse.permute %a, %b, %c order = [2, 0, 1] : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x4xf16> -> tensor<?x4xf16>, tensor<?x16xf32>, tensor<?x8xf32>
   func.return %r#0, %r#1, %r#2 : tensor<?x4xf16>, tensor<?x16xf32>, tensor<?x8xf32>
 }
+
+// One jagged buffer per destination: lengths, ids and bit-cast weights (two ranks serving 1 and 3
+// features); the unpack may drop the weights when nobody reads them.
+// CHECK-LABEL: func.func @pack_ids(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>) -> (tensor<?xi32>, tensor<?xi64>, tensor<?xf32>, tensor<?xi64>) {
+// CHECK-NEXT:    %b, %s = sparse.pack_ids %l, %i weights %w : tensor<?xf32> features = [1, 3] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+// CHECK-NEXT:    %l2, %i2, %w2 = sparse.unpack_ids %b, %s features = [1, 3] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>, tensor<?xf32>
+// CHECK-NEXT:    %l3, %i3 = sparse.unpack_ids %b, %s features = [1, 3] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
+// CHECK-NEXT:    func.return %l2, %i2, %w2, %i3 : tensor<?xi32>, tensor<?xi64>, tensor<?xf32>, tensor<?xi64>
+// CHECK-NEXT:  }
+func.func @pack_ids(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>) -> (tensor<?xi32>, tensor<?xi64>, tensor<?xf32>, tensor<?xi64>) {
+  %b, %s = sparse.pack_ids %l, %i weights %w : tensor<?xf32> features = [1, 3] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %l2, %i2, %w2 = sparse.unpack_ids %b, %s features = [1, 3] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>, tensor<?xf32>
+  %l3, %i3 = sparse.unpack_ids %b, %s features = [1, 3] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
+  func.return %l2, %i2, %w2, %i3 : tensor<?xi32>, tensor<?xi64>, tensor<?xf32>, tensor<?xi64>
+}

@@ -907,3 +907,53 @@ func.func @dense_update_with_weights(%tg: tensor<10x8xf32>, %w: tensor<?xf32>) {
   sparse.lookup_update weights %w : tensor<?xf32> grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
   func.return
 }
+
+
+//===----------------------------------------------------------------------===//
+// sparse.pack_ids / sparse.unpack_ids
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// pack_ids/unpack_ids: lengths must be i32.
+// CHECK: sparse.pack_ids: lengths must be i32, got i64
+func.func @pack_ids_i64_lengths(%l: tensor<?xi64>, %i: tensor<?xi64>) {
+  %b, %s = sparse.pack_ids %l, %i features = [1, 1] : tensor<?xi64>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  func.return
+}
+
+// -----
+
+// pack_ids/unpack_ids: the buffer holds the widest member.
+// CHECK: sparse.pack_ids: the packed buffer must be i64 (the widest member), got i32
+func.func @pack_ids_narrow_buffer(%l: tensor<?xi32>, %i: tensor<?xi64>) {
+  %b, %s = sparse.pack_ids %l, %i features = [1, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi32>, tensor<2xi64>
+  func.return
+}
+
+// -----
+
+// pack_ids/unpack_ids: weights are f32 (bit-cast into the buffer).
+// CHECK: sparse.pack_ids: weights must be a 1-D f32 tensor (bit-cast into the buffer), got tensor<?xf16>
+func.func @pack_ids_f16_weights(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>) {
+  %b, %s = sparse.pack_ids %l, %i weights %w : tensor<?xf16> features = [1, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  func.return
+}
+
+// -----
+
+// pack_ids/unpack_ids: one size per rank.
+// CHECK: sparse.unpack_ids: sizes must be tensor<2xi64> (one count per rank), got tensor<3xi64>
+func.func @unpack_ids_sizes(%b: tensor<?xi64>, %s: tensor<3xi64>) {
+  %l, %i = sparse.unpack_ids %b, %s features = [1, 1] : tensor<?xi64>, tensor<3xi64> -> tensor<?xi32>, tensor<?xi64>
+  func.return
+}
+
+// -----
+
+// pack_ids/unpack_ids: feature counts are non-negative.
+// CHECK: sparse.unpack_ids: features must list a non-negative count per rank, got [1, -1]
+func.func @unpack_ids_negative(%b: tensor<?xi64>, %s: tensor<2xi64>) {
+  %l, %i = sparse.unpack_ids %b, %s features = [1, -1] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
+  func.return
+}

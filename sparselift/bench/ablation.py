@@ -1,0 +1,187 @@
+"""`sparselift bench ablation`: what each of the four optimizations is worth, the paper's way.
+
+One run compiles the same DLRM under ten pass pipelines and trains each through
+`TrainPipeline` on 2 local gloo ranks, interleaving the configurations round by round so
+machine drift cancels out:
+
+- `unoptimized`: `lift-sparse` alone (reference kernels, synchronous exchanges);
+- each optimization alone: `+aggregate-comm`, `+parallelize-tables`, `+generate-kernels`,
+  `+hide-latency`;
+- `all four`;
+- all four minus each one.
+
+`generate-kernels` selects the generated C kernels (without it the per-table reference
+lowering runs). The planner is off: each row is exactly its pipeline. Per row: median and
+p25/p75 step time, the five-column stage breakdown and the speedup over `unoptimized`.
+JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p25",
+"step_ms_p75", "speedup", "breakdown": {...}}], "config": {...}, "machine": {...}}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from sparselift.bench.dlrm import COLUMNS, BenchConfig, _pct, _progress, dlrm_config, machine_info
+
+OPTIMIZATIONS = {
+    "aggregate-comm": "aggregate-comm",
+    "parallelize-tables": "parallelize-tables{groups=2}",
+    "generate-kernels": "generate-kernels",
+    "hide-latency": "hide-latency",
+}
+
+
+@attrs.frozen
+class AblationRow:
+    """One configuration: its name, pass pipeline (after lift-sparse) and runtime kernels."""
+
+    config: str
+    pipeline: str
+    kernels: str
+
+
+def ablation_rows() -> list[AblationRow]:
+    names = list(OPTIMIZATIONS)
+
+    def row(label: str, enabled: Sequence[str]) -> AblationRow:
+        pipeline = ",".join(OPTIMIZATIONS[n] for n in names if n in enabled)
+        return AblationRow(label, pipeline, "generated" if "generate-kernels" in enabled else "reference")
+
+    rows = [row("unoptimized", [])]
+    rows += [row(f"+{n}", [n]) for n in names]
+    rows.append(row("all four", names))
+    rows += [row(f"all four - {n}", [m for m in names if m != n]) for n in names]
+    return rows
+
+
+def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow]) -> dict[str, Any]:
+    import itertools
+
+    import torch
+    import torch.distributed as dist
+
+    from sparselift.bench.baselines import synthetic_source
+    from sparselift.bench.systems import SparseLiftRunner
+
+    torch.set_num_threads(cfg.threads)
+    config = dlrm_config(cfg)
+    source = synthetic_source(config, seed=cfg.seed)
+    locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
+               for i in range(cfg.data_pool)]
+    runners = {}
+    setup_s = {}
+    for r in rows:
+        start = time.perf_counter()
+        runners[r.config] = SparseLiftRunner(
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=r.kernels, passes=r.pipeline or None,
+            batches=itertools.cycle(locals_),
+        )
+        setup_s[r.config] = time.perf_counter() - start
+    for runner in runners.values():
+        dist.barrier()
+        for _ in range(cfg.warmup):
+            runner.progress()
+        runner.enable_stage_timing(True)
+    per_round = max(1, cfg.steps // cfg.rounds)
+    step_ms: dict[str, list[float]] = {n: [] for n in runners}
+    bar = _progress(cfg.rounds * per_round * len(runners), rank, f"ablation {cfg.model}")
+    for _ in range(cfg.rounds):
+        for name, runner in runners.items():
+            dist.barrier()
+            for _ in range(per_round):
+                start = time.perf_counter()
+                runner.progress()
+                step_ms[name].append((time.perf_counter() - start) * 1e3)
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    return {
+        "step_ms": step_ms,
+        "breakdown": {n: [attrs.asdict(t) for t in r.stage_times] for n, r in runners.items()},
+        "setup_s": setup_s,
+    }
+
+
+def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    out = []
+    for r in rows:
+        name = r.config
+        n = len(per_rank[0]["step_ms"][name])
+        steps = [max(p["step_ms"][name][i] for p in per_rank) for i in range(n)]  # a step ends with its slowest rank
+        records = per_rank[0]["breakdown"][name]
+        breakdown = {
+            c: statistics.median(max(p["breakdown"][name][i][c] for p in per_rank) for i in range(len(records)))
+            if records else float("nan")
+            for c in COLUMNS
+        }
+        out.append({
+            "config": name, "pipeline": "lift-sparse" + (f",{r.pipeline}" if r.pipeline else ""),
+            "kernels": r.kernels, "step_ms_median": statistics.median(steps), "step_ms_p25": _pct(steps, 0.25),
+            "step_ms_p75": _pct(steps, 0.75), "breakdown": breakdown,
+            "setup_s": max(p["setup_s"][name] for p in per_rank),
+        })
+    base = out[0]["step_ms_median"]
+    for row in out:
+        row["speedup"] = base / row["step_ms_median"]
+    return {"rows": out, "config": attrs.asdict(cfg), "machine": machine_info()}
+
+
+def format_table(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    lines = [
+        f"Ablation: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
+        f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per configuration in {cfg['rounds']} interleaved rounds",
+        "",
+        f"{'configuration':<34}{'median ms':>10}{'p25':>9}{'p75':>9}{'speedup':>9}" + "".join(f"{c:>11}" for c in COLUMNS),
+    ]
+    for r in result["rows"]:
+        b = r["breakdown"]
+        lines.append(
+            f"{r['config']:<34}{r['step_ms_median']:>10.1f}{r['step_ms_p25']:>9.1f}{r['step_ms_p75']:>9.1f}"
+            f"{r['speedup']:>8.2f}x" + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sparselift bench ablation", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--steps", type=int, default=12, help="timed steps per configuration")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=2048, help="per rank")
+    p.add_argument("--rows-cap", type=int, default=50_000, help="ten compiled copies live at once: keep tables small")
+    p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
+    p.add_argument("--json", help="write the results as JSON")
+    a = p.parse_args(argv)
+    if a.world_size < 2:
+        p.error("--world-size must be at least 2 (the optimizations act on exchanges between ranks)")
+    cfg = BenchConfig(model=a.model, world_size=a.world_size, systems=("sparselift",), steps=a.steps, rounds=a.rounds,
+                      warmup=a.warmup, batch_size=a.batch_size, rows_cap=a.rows_cap)
+    if a.quick:
+        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 6), rounds=min(cfg.rounds, 2), warmup=1,
+                           batch_size=min(cfg.batch_size, 256), rows_cap=min(cfg.rows_cap or 5_000, 5_000))
+    from sparselift.runtime.distributed import launch
+
+    rows = ablation_rows()
+    result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, timeout_s=1800))
+    result["command"] = "sparselift bench ablation " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(format_table(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

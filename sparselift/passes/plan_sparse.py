@@ -1,0 +1,916 @@
+"""`plan-sparse{profile=.. memory-cap-bytes=.. max-lanes=.. decisions=.. optimizations=..}`: the planner.
+
+The planner decides which rewrites to apply, with which parameters, to a lifted step. A plan is
+an ordered tuple of pass specs appended after `lift-sparse`, one per optimization family, in
+the paper's order:
+
+| family          | pass spec                                                      |
+|-----------------|----------------------------------------------------------------|
+| aggregation     | `aggregate-comm{roles=r1,r2 max-bytes=CAP}`                     |
+| parallelism     | `parallelize-tables{groups=G max-workspace-bytes=CAP}`         |
+| codegen         | `generate-kernels` (absent: reference kernels)                  |
+| latency-hiding  | `hide-latency{forward=.. backward=.. max-inflight-bytes=CAP}`  |
+
+A *candidate* is the incumbent plan with one family's spec added or changed. Each candidate is
+applied to a clone of the lifted module and costed with `annotate-cost`'s analytic model (the
+step's serial critical path); its *predicted increment* is its estimate minus the incumbent's.
+Candidates are tried in order of predicted gain (ties broken by spec string), so the order is
+deterministic. A candidate is rejected, with the reason recorded, when its pass is not
+registered ("unavailable"), when the pass leaves the IR unchanged (its `remark`s, e.g. the
+feasibility check of `aggregate-comm` that refused, or "no effect"), when the result does not
+verify (dependency and ordering validity), or when it breaks a constraint: more `sched.parallel`
+lanes than `max-lanes`, or more workspace or in-flight bytes than `memory-cap-bytes` (the cap is
+also handed to the passes as their own byte limits, so they refuse with their own reason).
+
+Who confirms an accepted candidate is pluggable (`Confirmer`). This pass uses the analytic model
+alone (`AnalyticConfirmer`: accept the best predicted gain if it is a gain); the runtime planner
+(`sparselift.planner`) confirms by measured lookahead on real batches. Without `decisions` the
+pass plans and applies the chosen specs; with `decisions` (a JSON file: a `PlanRecord`, or an
+object with a `pipeline` list of specs) it applies exactly those specs, which is how a cached
+plan is replayed. Either way the module gets a `plan` attribute (the applied specs) and, when
+planning, `plan_rejected` (one "label: reason" string per rejected candidate).
+
+`annotate-cost` sizes a `sched.kernel` as one launch (the IR does not say what it gathers); the
+predictions here charge a fused kernel one launch plus its tables' gathers (sizes from the
+unoptimized step's SRSV), so a fused kernel saves launches, not the gathers themselves.
+
+No torch here: the runtime planner and `sparselift-opt` share this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import PassFailedException
+
+from sparselift.ir.coll import AllReduceOp, AllReduceStartOp, AllToAllStartOp, WaitOp
+from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp
+from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, RouteOp, UnpackOp
+from sparselift.passes.annotate_cost import annotate_step, collective_cost
+from sparselift.passes.profiles import HardwareProfile, load_profile
+from sparselift.passes.srsv import COLLECTIVE_OPS, SRSV, Sizer, TableEntry, build_srsv, steps_of
+
+FAMILIES = ("aggregation", "parallelism", "codegen", "latency-hiding")
+"""The optimization families, in the order the planner decides them (the paper's order)."""
+
+PASS_OF = {
+    "aggregation": "aggregate-comm",
+    "parallelism": "parallelize-tables",
+    "codegen": "generate-kernels",
+    "latency-hiding": "hide-latency",
+}
+FAMILY_OF = {v: k for k, v in PASS_OF.items()}
+PASS_ORDER = tuple(PASS_OF.values())
+
+# Cost categories of the analytic model; the runtime planner fits one scale per category.
+CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "other")
+
+_EPS_US = 1e-6
+RECORD_FORMAT = 1
+
+
+# --------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PlanOptions:
+    """Constraints and inputs of one planning run."""
+
+    profile: str | HardwareProfile = "cpu-gloo"
+    memory_cap_bytes: int = 0  # per rank, workspace and in-flight buffers; 0: no cap
+    max_lanes: int = 4  # concurrent lanes (threads or streams) a rank may run
+    allow_generated: bool = True  # False: the user asked for reference kernels
+    families: tuple[str, ...] = FAMILIES
+
+    def hardware(self) -> HardwareProfile:
+        return self.profile if isinstance(self.profile, HardwareProfile) else load_profile(self.profile)
+
+
+@attrs.frozen
+class Candidate:
+    """The incumbent plan with one family's pass spec added or changed."""
+
+    family: str
+    label: str  # short, human readable: "aggregate output_pooled", "G=4", "generated kernels"
+    change: str  # the pass spec this candidate adds or changes
+    pipeline: tuple[str, ...]  # the candidate's whole plan (specs after lift-sparse)
+    available: bool = True
+    reason: str = ""  # why it cannot be tried (unavailable, disabled, lane limit)
+    lanes: int = 0  # lanes it asks for (parallelism), 0 when not applicable
+
+    @property
+    def spec(self) -> str:
+        return join_pipeline(self.pipeline)
+
+
+@attrs.frozen
+class Prediction:
+    """The analytic estimate of one plan (pipeline) on one profile."""
+
+    spec: str
+    est_us: float  # sum over steps of the serial critical path
+    breakdown: tuple[tuple[str, float], ...]  # category -> us along the critical path
+    text_hash: str  # of the optimized IR without remarks and costs (detects "no effect")
+    remarks: tuple[str, ...] = ()  # `remark` attributes in the optimized IR
+    error: str = ""  # the pipeline failed or the result does not verify
+    lanes: int = 0  # most lanes of any sched.parallel
+    workspace_bytes: int = 0  # per rank: pooled outputs of tables running in parallel lanes
+    inflight_bytes: int = 0  # per rank: most bytes held by async collectives at once
+
+    def category(self, name: str) -> float:
+        return dict(self.breakdown).get(name, 0.0)
+
+
+@attrs.frozen
+class Decision:
+    """What happened to one candidate: accepted or rejected, predicted vs measured increment."""
+
+    family: str
+    label: str
+    change: str
+    pipeline: tuple[str, ...]
+    accepted: bool
+    reason: str
+    predicted_us: float | None = None  # est(candidate) - est(incumbent); negative is faster
+    measured_us: float | None = None  # F(candidate) - F(incumbent), when measured
+    incumbent_us: float | None = None  # F(incumbent) in that comparison
+    candidate_us: float | None = None  # F(candidate)
+    noise_us: float | None = None
+
+    @property
+    def spec(self) -> str:
+        return join_pipeline(self.pipeline)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = attrs.asdict(self)
+        d["pipeline"] = list(self.pipeline)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        data = dict(data)
+        data["pipeline"] = tuple(data.get("pipeline", ()))
+        return cls(**data)
+
+
+@attrs.frozen
+class Measurement:
+    """The step time of one plan: F (max over ranks of each rank's minimum) and this rank's samples."""
+
+    spec: str
+    f_us: float
+    noise_us: float
+    observations_us: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "f_us": self.f_us, "noise_us": self.noise_us,
+                "observations_us": list(self.observations_us)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(data["spec"], data["f_us"], data["noise_us"], tuple(data.get("observations_us", ())))
+
+
+@attrs.frozen
+class PlanRecord:
+    """A chosen plan with everything needed to reuse and explain it (persisted as JSON)."""
+
+    key: str
+    key_fields: dict[str, str] = attrs.field(factory=dict)
+    pipeline: tuple[str, ...] = ()  # pass specs after lift-sparse
+    kernels: str = "reference"  # runtime kernels: "generated" exactly when generate-kernels is planned
+    sharding: str | None = None  # a sharding plan (JSON) the planner chose over "auto"; None: as exported
+    decisions: tuple[Decision, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
+    fit: dict[str, Any] = attrs.field(factory=dict)
+    calibration_s: float = 0.0
+    budget_s: float = 0.0
+    budget_exhausted: bool = False
+    mode: str = "measured"  # measured (lookahead on real batches) | analytic (cost model only)
+    incumbent_us: float | None = None  # F(T0)
+    final_us: float | None = None  # F(chosen plan)
+    format: int = RECORD_FORMAT
+    created: str = attrs.field(default="", eq=False)
+
+    @property
+    def spec(self) -> str:
+        return join_pipeline(self.pipeline)
+
+    def accepted(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.accepted)
+
+    def rejected(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d.accepted)
+
+    # -- JSON -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = attrs.asdict(self, recurse=False)
+        d["pipeline"] = list(self.pipeline)
+        d["decisions"] = [x.to_dict() for x in self.decisions]
+        d["measurements"] = [x.to_dict() for x in self.measurements]
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "plan record") -> PlanRecord:
+        if not isinstance(data, dict) or "pipeline" not in data or "key" not in data:
+            raise ValueError(f"{where}: not a plan record (expected a JSON object with 'key' and 'pipeline')")
+        if data.get("format", RECORD_FORMAT) != RECORD_FORMAT:
+            raise ValueError(f"{where}: plan record format {data.get('format')} is not {RECORD_FORMAT}")
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown fields {', '.join(unknown)}")
+        values = dict(data)
+        values["pipeline"] = tuple(values["pipeline"])
+        values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
+        values["measurements"] = tuple(Measurement.from_dict(x) for x in values.get("measurements", ()))
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "plan record") -> PlanRecord:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON: {e}") from None
+        return cls.from_dict(data, where)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PlanRecord:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ValueError(f"plan record {path}: cannot read it: {e}") from None
+        return cls.from_json(text, where=f"plan record {path}")
+
+    # -- explain ----------------------------------------------------------------------------
+    def explain(self) -> str:
+        return explain_record(self)
+
+
+# --------------------------------------------------------------------------------------
+# Pass specs
+# --------------------------------------------------------------------------------------
+
+
+def split_pipeline(text: str) -> list[str]:
+    """`"a{x=1,2 y=3},b"` -> `["a{x=1,2 y=3}", "b"]` (commas inside braces stay)."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            if "".join(cur).strip():
+                out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def join_pipeline(specs: Sequence[str]) -> str:
+    return ",".join(specs)
+
+
+def pass_name(spec: str) -> str:
+    return spec.split("{", 1)[0].strip()
+
+
+def spec_options(spec: str) -> dict[str, str]:
+    """The `key=value` options of a spec, as written (`roles=a,b` stays `"a,b"`)."""
+    m = re.search(r"\{(.*)\}\s*$", spec)
+    if not m:
+        return {}
+    out = {}
+    for item in m.group(1).split():
+        key, _, value = item.partition("=")
+        out[key.replace("_", "-")] = value
+    return out
+
+
+def format_spec(name: str, options: dict[str, Any] | None = None) -> str:
+    items = []
+    for k, v in (options or {}).items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, list | tuple):
+            v = ",".join(map(str, v))
+        items.append(f"{k}={v}")
+    return f"{name}{{{' '.join(items)}}}" if items else name
+
+
+def with_change(incumbent: Sequence[str], change: str) -> tuple[str, ...]:
+    """The incumbent with `change` replacing the spec of the same pass, or inserted in canonical order."""
+    name = pass_name(change)
+    specs = [s for s in incumbent if pass_name(s) != name] + [change]
+    rank = {n: i for i, n in enumerate(PASS_ORDER)}
+    return tuple(sorted(specs, key=lambda s: rank.get(pass_name(s), len(rank))))
+
+
+def load_decisions(path: str | Path) -> tuple[str, ...]:
+    """The pass specs of a decisions file: a plan record, `{"pipeline": [...]}` or a JSON list."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"decisions {path}: cannot read it: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"decisions {path}: not valid JSON: {e}") from None
+    specs = data.get("pipeline") if isinstance(data, dict) else data
+    if isinstance(specs, str):
+        specs = split_pipeline(specs)
+    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+        raise ValueError(f"decisions {path}: expected a list of pass specs under 'pipeline'")
+    return tuple(specs)
+
+
+def registered_passes() -> dict:
+    from sparselift.passes import get_all_passes
+
+    return get_all_passes()
+
+
+def run_pipeline(module: ModuleOp, specs: Sequence[str], ctx: Context | None = None) -> None:
+    """Apply `specs` to `module` in place."""
+    if not specs:
+        return
+    if ctx is None:
+        from sparselift.ir import make_context
+
+        ctx = make_context()
+    PassPipeline.parse_spec(registered_passes(), join_pipeline(specs)).apply(ctx, module)
+
+
+# --------------------------------------------------------------------------------------
+# Candidates
+# --------------------------------------------------------------------------------------
+
+
+def _cap_option(options: PlanOptions, key: str) -> dict[str, int]:
+    return {key: options.memory_cap_bytes} if options.memory_cap_bytes > 0 else {}
+
+
+def _table_count(module: ModuleOp) -> int:
+    names = set()
+    for op in module.walk():
+        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
+            names.add(op.table.name_str)
+        elif isinstance(op, KernelOp) and "tables" in op.attributes:
+            names.update(t.name_str for t in op.attributes["tables"].data)
+    return len(names)
+
+
+def _unavailable(family: str, incumbent: Sequence[str]) -> Candidate:
+    name = PASS_OF[family]
+    return Candidate(family, name, name, tuple(incumbent), available=False,
+                     reason=f"unavailable: pass '{name}' is not registered")
+
+
+def enumerate_candidates(
+    module: ModuleOp, options: PlanOptions | None = None, incumbent: Sequence[str] = ()
+) -> list[Candidate]:
+    """Every candidate change to `incumbent` (pass specs after lift-sparse), family by family.
+
+    `module` is the lifted step (it only sizes the enumeration: the number of tables bounds G).
+    Candidates that cannot be tried come back with `available=False` and a reason, so the plan
+    can say why an optimization was not taken.
+    """
+    options = options or PlanOptions()
+    registry = registered_passes()
+    current = {pass_name(s): s for s in incumbent}
+    out: list[Candidate] = []
+
+    def add(family: str, label: str, change: str, **kw) -> None:
+        out.append(Candidate(family, label, change, with_change(incumbent, change), **kw))
+
+    for family in options.families:
+        name = PASS_OF[family]
+        if name not in registry:
+            out.append(_unavailable(family, incumbent))
+            continue
+        if family == "aggregation":
+            from sparselift.passes.aggregate_comm import MERGEABLE_ROLES
+
+            have = [r for r in spec_options(current.get(name, "")).get("roles", "").split(",") if r]
+            for role in MERGEABLE_ROLES:
+                if role in have:
+                    continue
+                roles = [r for r in MERGEABLE_ROLES if r in have or r == role]
+                add(family, f"aggregate {role}", format_spec(name, {"roles": roles} | _cap_option(options, "max-bytes")))
+        elif family == "parallelism":
+            if name in current:
+                continue
+            n = _table_count(module)
+            groups = sorted({g for g in (2, 4, 8, 16, 32, 64) if g <= n} | ({n} if 2 <= n <= 64 else set()))
+            for g in groups:
+                change = format_spec(name, {"groups": g} | _cap_option(options, "max-workspace-bytes"))
+                if g > options.max_lanes:
+                    add(family, f"G={g}", change, available=False, lanes=g,
+                        reason=f"lane limit: {g} lanes > max-lanes {options.max_lanes}")
+                else:
+                    add(family, f"G={g}", change, lanes=g)
+        elif family == "codegen":
+            if name in current:
+                continue
+            if not options.allow_generated:
+                add(family, "generated kernels", name, available=False,
+                    reason="disabled: reference kernels requested (kernels='reference')")
+            else:
+                add(family, "generated kernels", name)
+        elif family == "latency-hiding":
+            if name in current:
+                continue
+            for fwd, bwd, label in ((True, False, "forward"), (False, True, "backward"), (True, True, "forward+backward")):
+                add(family, f"hide {label}", format_spec(
+                    name, {"forward": fwd, "backward": bwd} | _cap_option(options, "max-inflight-bytes")))
+        else:
+            raise ValueError(f"unknown optimization family '{family}'; known: {', '.join(FAMILIES)}")
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Prediction
+# --------------------------------------------------------------------------------------
+
+
+def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -> dict[str, float]:
+    """`annotate-cost`'s estimate of `op` split into cost categories (they add up to `op_cost`).
+
+    Collectives: `coll_alpha` (per call and per peer message) and `coll_beta` (bytes); lookups:
+    `gather`; backward updates and gradients: `update`; packs, unpacks, routes and whole-table
+    streams: `copy`; launches and per-table overheads: `fixed`; dense regions: `dense`.
+    """
+    from sparselift.passes.annotate_cost import dense_flops
+
+    p = profile
+    fixed = p.kernel_launch_us + p.lookup_overhead_us
+    if isinstance(op, LookupOp):
+        t = view.table(op.table.name_str)
+        return {"fixed": fixed, "gather": p.gather_us(t.bytes_gathered)}
+    if isinstance(op, LookupUpdateOp):
+        t = view.table(op.table.name_str)
+        if op.dense:
+            return {"fixed": fixed, "copy": 1.5 * p.copy_us(t.max_table_bytes)}
+        return {"fixed": fixed, "update": p.update_factor * p.gather_us(t.bytes_gathered)}
+    if isinstance(op, LookupGradOp):
+        t = view.table(op.table.name_str)
+        return {"fixed": fixed, "copy": 0.5 * p.copy_us(t.max_table_bytes),
+                "update": p.update_factor * p.gather_us(t.bytes_gathered)}
+    if isinstance(op, COLLECTIVE_OPS):
+        entry = view.collective(op)
+        total = collective_cost(entry, p).est_us
+        messages = 2 * (entry.size - 1) if isinstance(op, AllReduceOp | AllReduceStartOp) else entry.size - 1
+        alpha = p.coll_alpha_us + p.coll_peer_alpha_us * messages
+        return {"coll_alpha": alpha, "coll_beta": max(0.0, total - alpha)}
+    if isinstance(op, PackOp | UnpackOp):
+        return {"fixed": p.kernel_launch_us, "copy": p.copy_us(sizer.buffer_bytes(op))}
+    if isinstance(op, RouteOp):
+        return {"fixed": p.kernel_launch_us, "copy": p.copy_us(sizer.route_bytes(op) / 2)}
+    if isinstance(op, DenseOp):
+        return {"dense": p.flops_us(dense_flops(op))}
+    return {}
+
+
+def kernel_terms(op: KernelOp, tables: dict[str, TableEntry], profile: HardwareProfile) -> dict[str, float]:
+    """A fused `sched.kernel`: one launch and one overhead, plus every table's gathers (or updates)."""
+    p = profile
+    names = [t.name_str for t in op.attributes["tables"].data] if "tables" in op.attributes else []
+    gathered = sum(tables[n].bytes_gathered for n in names if n in tables)
+    terms = {"fixed": p.kernel_launch_us + (p.lookup_overhead_us if names else 0.0)}
+    if op.kind.data == "lookup_update":
+        terms["update"] = p.update_factor * p.gather_us(gathered)
+    else:
+        terms["gather"] = p.gather_us(gathered)
+    return terms
+
+
+def _canonical_text(module: ModuleOp) -> str:
+    """The module printed without `remark` and `cost` attributes (mutates a clone, not `module`)."""
+    clone = module.clone()
+    for op in clone.walk():
+        for key in ("remark", "cost"):
+            op.attributes.pop(key, None)
+    return _print(clone)
+
+
+def _print(module: ModuleOp) -> str:
+    import io
+
+    out = io.StringIO()
+    Printer(stream=out).print_op(module)
+    return out.getvalue()
+
+
+def _remarks(module: ModuleOp) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for op in module.walk():
+        r = op.attributes.get("remark")
+        if isinstance(r, StringAttr):
+            seen.setdefault(r.data, None)
+    return tuple(seen)
+
+
+def _wait_of(start: Operation) -> WaitOp | None:
+    for use in start.results[0].uses:
+        if isinstance(use.operation, WaitOp):
+            return use.operation
+    return None
+
+
+def _inflight_bytes(step: StepOp, sizer: Sizer) -> int:
+    """Most bytes held at once by async collectives between their start and their wait."""
+    worst = 0
+    for region in (step.forward, step.backward):
+        outstanding: dict[int, float] = {}
+        for op in region.block.ops:
+            if isinstance(op, AllToAllStartOp | AllReduceStartOp):
+                wait = _wait_of(op)
+                sizes = [sizer.value_bytes(v) for v in (wait.outputs if wait is not None else op.inputs)]
+                outstanding[id(wait)] = sum(s or 0.0 for s in sizes)
+            elif isinstance(op, WaitOp):
+                outstanding.pop(id(op), None)
+            worst = max(worst, round(sum(outstanding.values())))
+    return worst
+
+
+def _parallel_usage(step: StepOp, tables: dict[str, TableEntry]) -> tuple[int, int]:
+    """(most lanes, most workspace bytes) over the step's `sched.parallel` ops."""
+    lanes = workspace = 0
+    for op in step.walk():
+        if not isinstance(op, ParallelOp):
+            continue
+        lanes = max(lanes, len(op.lanes))
+        names = set()
+        for inner in op.walk():
+            if isinstance(inner, LookupOp | LookupUpdateOp | LookupGradOp):
+                names.add(inner.table.name_str)
+            elif isinstance(inner, KernelOp) and "tables" in inner.attributes:
+                names.update(t.name_str for t in inner.attributes["tables"].data)
+        workspace = max(workspace, sum(tables[n].workspace_bytes for n in names if n in tables))
+    return lanes, workspace
+
+
+@dataclass
+class _Applied:
+    module: ModuleOp | None
+    text_hash: str
+    remarks: tuple[str, ...]
+    error: str
+
+
+class Predictor:
+    """Applies candidate pipelines to clones of one lifted module and costs them (cached)."""
+
+    def __init__(self, module: ModuleOp, ctx: Context | None = None):
+        self.module = module
+        self.ctx = ctx
+        self.tables: dict[str, TableEntry] = {}
+        for step in steps_of(module):
+            for t in build_srsv(step).tables:
+                self.tables.setdefault(t.name, t)
+        self._applied: dict[str, _Applied] = {}
+        self._predictions: dict[tuple[str, HardwareProfile], Prediction] = {}
+
+    def apply(self, pipeline: Sequence[str]) -> _Applied:
+        spec = join_pipeline(pipeline)
+        if spec not in self._applied:
+            clone = self.module.clone()
+            try:
+                run_pipeline(clone, list(pipeline), self.ctx)
+                clone.verify()
+                for step in steps_of(clone):
+                    build_srsv(step)  # dependency graph: raises on a cycle
+            except Exception as e:  # a failing pass or an invalid result: the candidate is invalid
+                self._applied[spec] = _Applied(None, "", (), f"{type(e).__name__}: {e}".strip())
+            else:
+                text = _canonical_text(clone)
+                self._applied[spec] = _Applied(clone, hashlib.sha256(text.encode()).hexdigest()[:16],
+                                               _remarks(clone), "")
+        return self._applied[spec]
+
+    def predict(self, pipeline: Sequence[str], profile: HardwareProfile | str = "cpu-gloo") -> Prediction:
+        if not isinstance(profile, HardwareProfile):
+            profile = load_profile(profile)
+        spec = join_pipeline(pipeline)
+        key = (spec, profile)
+        if key in self._predictions:
+            return self._predictions[key]
+        applied = self.apply(pipeline)
+        if applied.module is None:
+            pred = Prediction(spec, float("inf"), (), "", (), applied.error)
+        else:
+            pred = self._cost(spec, applied, profile)
+        self._predictions[key] = pred
+        return pred
+
+    def _cost(self, spec: str, applied: _Applied, profile: HardwareProfile) -> Prediction:
+        total = 0.0
+        breakdown = dict.fromkeys(CATEGORIES, 0.0)
+        lanes = workspace = inflight = 0
+        for step in steps_of(applied.module):
+            annotate_step(step, profile)
+            view = build_srsv(step)
+            sizer = Sizer(view.world_size, view.batch)
+            terms: dict[Operation, dict[str, float]] = {}
+            for op in view.graph.nodes:
+                if isinstance(op, KernelOp):
+                    t = kernel_terms(op, self.tables, profile)
+                else:
+                    t = cost_terms(op, view, profile, sizer)
+                    cost = op.attributes.get("cost")
+                    est = cost.est_us.data if cost is not None else 0.0
+                    # Whatever annotate-cost charges beyond the categories stays visible as "other".
+                    t["other"] = est - sum(t.values()) if abs(est - sum(t.values())) > 1e-3 else 0.0
+                terms[op] = t
+            length, path = view.critical_path({op: sum(t.values()) for op, t in terms.items()}, serial=True)
+            total += length
+            for op in path:
+                for k, v in terms[op].items():
+                    breakdown[k] += v
+            lanes_s, work_s = _parallel_usage(step, self.tables)
+            lanes, workspace = max(lanes, lanes_s), max(workspace, work_s)
+            inflight = max(inflight, _inflight_bytes(step, sizer))
+        return Prediction(
+            spec, round(total, 3), tuple((k, round(v, 3)) for k, v in breakdown.items()), applied.text_hash,
+            applied.remarks, "", lanes, workspace, inflight,
+        )
+
+
+def predict(module: ModuleOp, spec: str | Sequence[str], profile: HardwareProfile | str = "cpu-gloo") -> Prediction:
+    """The analytic estimate of `module` (lifted, unoptimized) after the pass specs `spec`."""
+    specs = split_pipeline(spec) if isinstance(spec, str) else list(spec)
+    return Predictor(module).predict(specs, profile)
+
+
+def check_candidate(
+    candidate: Candidate, prediction: Prediction, incumbent: Prediction, options: PlanOptions
+) -> str | None:
+    """Why `candidate` is infeasible or pointless, or None when it may be tried."""
+    if not candidate.available:
+        return candidate.reason
+    if prediction.error:
+        return f"invalid: {prediction.error}"
+    if prediction.text_hash == incumbent.text_hash:
+        name = pass_name(candidate.change)
+        own = [r for r in prediction.remarks if r.startswith(name + ":") and r not in incumbent.remarks]
+        if own:
+            return "; ".join(own)
+        return f"no effect: {candidate.change} left the IR unchanged (nothing to rewrite)"
+    if prediction.lanes > options.max_lanes:
+        return f"lane limit: {prediction.lanes} lanes > max-lanes {options.max_lanes}"
+    cap = options.memory_cap_bytes
+    if cap > 0 and prediction.workspace_bytes > cap:
+        return f"memory cap: parallel workspace {prediction.workspace_bytes} bytes > memory-cap-bytes {cap}"
+    if cap > 0 and prediction.inflight_bytes > cap:
+        return f"memory cap: in-flight buffers {prediction.inflight_bytes} bytes > memory-cap-bytes {cap}"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Search
+# --------------------------------------------------------------------------------------
+
+
+class Confirmer(Protocol):
+    """Decides among a family's feasible variants (ordered by predicted gain)."""
+
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        """The profile to predict the next family with (a re-fitted one, or `current`)."""
+        ...
+
+    def confirm(
+        self, family: str, incumbent: tuple[str, ...], variants: list[tuple[Candidate, Prediction]],
+        incumbent_prediction: Prediction,
+    ) -> list[Decision]:
+        """One decision per variant, at most one accepted."""
+        ...
+
+
+def decision(candidate: Candidate, accepted: bool, reason: str, predicted: float | None = None, **kw) -> Decision:
+    return Decision(candidate.family, candidate.label, candidate.change, candidate.pipeline, accepted, reason,
+                    None if predicted is None else round(predicted, 3), **kw)
+
+
+class AnalyticConfirmer:
+    """Accept the variant with the best predicted gain, if it is a gain."""
+
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        return current
+
+    def confirm(self, family, incumbent, variants, incumbent_prediction) -> list[Decision]:
+        out = []
+        chosen = None
+        for cand, pred in variants:
+            inc = pred.est_us - incumbent_prediction.est_us
+            if chosen is None and inc < -_EPS_US:
+                chosen = cand
+                out.append(decision(cand, True, f"predicted increment {inc / 1e3:+.3f} ms < 0", inc))
+            elif chosen is None:
+                out.append(decision(cand, False, f"no predicted gain (increment {inc / 1e3:+.3f} ms)", inc))
+            else:
+                out.append(decision(cand, False, f"{chosen.label} is predicted faster", inc))
+        return out
+
+
+@attrs.frozen
+class SearchResult:
+    pipeline: tuple[str, ...]
+    decisions: tuple[Decision, ...]
+    profile: HardwareProfile
+
+
+def _sort_key(item: tuple[Candidate, Prediction], base: float) -> tuple[float, str]:
+    return (round(item[1].est_us - base, 6), item[0].spec)
+
+
+def search(
+    predictor: Predictor,
+    options: PlanOptions | None = None,
+    confirmer: Confirmer | None = None,
+    incumbent: Sequence[str] = (),
+) -> SearchResult:
+    """Greedy over the families in order, from `incumbent` (default T0: the lifted plan).
+
+    Aggregation adds roles one at a time (each accepted role becomes part of the incumbent);
+    the variants of the other families are alternatives, of which at most one is kept.
+    """
+    options = options or PlanOptions()
+    confirmer = confirmer or AnalyticConfirmer()
+    profile = options.hardware()
+    current = tuple(incumbent)
+    decisions: list[Decision] = []
+    for family in options.families:
+        tried: set[str] = set()
+        while True:
+            profile = confirmer.profile(profile)
+            base = predictor.predict(current, profile)
+            cands = [c for c in enumerate_candidates(predictor.module, options, current)
+                     if c.family == family and c.label not in tried]
+            if not cands:
+                break
+            feasible = []
+            for cand in cands:
+                pred = predictor.predict(cand.pipeline, profile) if cand.available else None
+                reason = check_candidate(cand, pred, base, options) if pred is not None else cand.reason
+                if reason is not None:
+                    inc = None if pred is None or pred.error else pred.est_us - base.est_us
+                    decisions.append(decision(cand, False, reason, inc))
+                    tried.add(cand.label)
+                else:
+                    feasible.append((cand, pred))
+            if not feasible:
+                break
+            feasible.sort(key=lambda item: _sort_key(item, base.est_us))
+            # Aggregation: one role per round; the others: all variants at once.
+            batch = feasible[:1] if family == "aggregation" else feasible
+            outcome = confirmer.confirm(family, current, batch, base)
+            decisions.extend(outcome)
+            tried.update(c.label for c, _ in batch)
+            accepted = [d for d in outcome if d.accepted]
+            if accepted:
+                current = accepted[0].pipeline
+            if family != "aggregation" or getattr(confirmer, "exhausted", False):
+                break
+    return SearchResult(current, tuple(decisions), confirmer.profile(profile))
+
+
+# --------------------------------------------------------------------------------------
+# Explain
+# --------------------------------------------------------------------------------------
+
+
+def _ms(us: float | None, digits: int = 3) -> str:
+    return "-" if us is None else f"{us / 1e3:+.{digits}f}"
+
+
+def explain_record(record: PlanRecord) -> str:
+    """The chosen strategies, each decision's predicted vs measured increment, the rejected
+    candidates with their reason, and the calibration time."""
+    lines = [f"plan record {record.key} ({record.mode})"]
+    lines.append(f"  pipeline: {record.spec or '(lifted plan, no optimization)'}")
+    chosen = [f"{d.family}: {d.label}" for d in record.accepted()]
+    lines.append(f"  chosen strategies: {', '.join(chosen) if chosen else 'none (T0 kept)'}; kernels: {record.kernels}")
+    if record.sharding:
+        lines.append("  sharding: chosen by the planner over 'auto' (see the sharding plan above)")
+    if record.incumbent_us is not None and record.final_us is not None:
+        lines.append(f"  step time F (max over ranks of each rank's min): T0 {record.incumbent_us / 1e3:.2f} ms"
+                     f" -> chosen {record.final_us / 1e3:.2f} ms")
+    budget = f" of a {record.budget_s:g} s budget" if record.budget_s else ""
+    exhausted = " (budget exhausted: later candidates not tried)" if record.budget_exhausted else ""
+    lines.append(f"  calibration: {record.calibration_s:.2f} s{budget}{exhausted}")
+    lines.append("  decisions (increments in ms, negative is faster; predicted | measured):")
+    for d in record.decisions:
+        mark = "accepted" if d.accepted else "rejected"
+        measured = "not measured" if d.measured_us is None else f"{_ms(d.measured_us, 2)}"
+        noise = "" if d.noise_us is None else f" (noise {d.noise_us / 1e3:.2f})"
+        lines.append(f"    [{mark}] {d.family:<14} {d.label:<24} predicted {_ms(d.predicted_us)} | "
+                     f"measured {measured}{noise}")
+        lines.append(f"        {d.change}: {d.reason}")
+    if record.fit:
+        fit = record.fit
+        parts = [f"{k} {v:.4g}" for k, v in fit.get("fitted", {}).items()]
+        lines.append(f"  cost-model fit from {fit.get('points', 0)} measured plans"
+                     f" (residual {fit.get('residual_us', 0.0) / 1e3:.2f} ms): {', '.join(parts)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanSparse(ModulePass):
+    """Choose (or replay) the optimization pipeline of a lifted module."""
+
+    name = "plan-sparse"
+
+    profile: str = "cpu-gloo"
+    memory_cap_bytes: int = 0
+    max_lanes: int = 4
+    decisions: str = ""
+    optimizations: tuple[str, ...] = FAMILIES  # the families it may choose from
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.decisions:
+            try:
+                specs = load_decisions(self.decisions)
+            except ValueError as e:
+                raise PassFailedException(f"plan-sparse: {e}") from None
+            unknown = [pass_name(s) for s in specs if pass_name(s) not in registered_passes()]
+            if unknown:
+                raise PassFailedException(f"plan-sparse: decisions name unknown pass '{unknown[0]}'")
+            run_pipeline(op, specs, ctx)
+            op.attributes["plan"] = StringAttr(join_pipeline(specs))
+            return
+        try:
+            unknown = [f for f in self.optimizations if f not in FAMILIES]
+            if unknown:
+                raise ValueError(f"unknown optimization '{unknown[0]}'; known: {', '.join(FAMILIES)}")
+            options = PlanOptions(self.profile, self.memory_cap_bytes, self.max_lanes,
+                                  families=tuple(self.optimizations))
+            options.hardware()
+        except ValueError as e:
+            raise PassFailedException(f"plan-sparse: {e}") from None
+        try:
+            result = search(Predictor(op, ctx), options)
+        except ValueError as e:
+            raise PassFailedException(f"plan-sparse: {e}") from None
+        run_pipeline(op, result.pipeline, ctx)
+        op.attributes["plan"] = StringAttr(join_pipeline(result.pipeline))
+        op.attributes["plan_rejected"] = ArrayAttr(
+            [StringAttr(f"{d.family} {d.label}: {d.reason}") for d in result.decisions if not d.accepted]
+        )
+
+
+__all__ = [
+    "FAMILIES",
+    "PASS_OF",
+    "CATEGORIES",
+    "PlanOptions",
+    "Candidate",
+    "Prediction",
+    "Decision",
+    "Measurement",
+    "PlanRecord",
+    "Predictor",
+    "Confirmer",
+    "AnalyticConfirmer",
+    "SearchResult",
+    "enumerate_candidates",
+    "predict",
+    "check_candidate",
+    "search",
+    "cost_terms",
+    "kernel_terms",
+    "explain_record",
+    "load_decisions",
+    "split_pipeline",
+    "join_pipeline",
+    "with_change",
+    "format_spec",
+    "PlanSparse",
+]

@@ -1,0 +1,833 @@
+"""`sparselift simulate`: an analytic projection of the per-rank step time at large world sizes.
+
+Nothing here runs or builds IR at the projected world size (its split matrices would be N x N):
+the model is exported once at a small world size, `workload_from_module` reads the tables,
+features, batch and dense FLOPs off that IR into a `Workload`, and `simulate` places the tables
+for N ranks (`auto_shard` by default) and prices one training step from a `HardwareProfile`.
+The result is a projection, labelled SIMULATED everywhere it is printed or written.
+
+The model (weak scaling: every rank keeps `B` samples; `N` ranks, `n` per node)
+------------------------------------------------------------------------------
+Notation: per table `t`: `pf_t` ids per sample (summed over its features), `F_t` features,
+`d_t` dim, `E_t` element bytes, `w_t = F_t d_t E_t` pooled bytes per sample, `I` id bytes
+(8 for i64 ids, 4 for i32), lengths and weights 4 bytes each. Placement: `auto_shard(tables, N)`
+or a uniform kind (`SimOptions.sharding`, as `export` places tables): table-wise on one owner,
+row-wise over ranks `R_t`, or data-parallel. Tables are grouped as `lift-sparse` groups them:
+per embedding module, placement kind and dtype. Profile terms:
+`gather(x) = x / mem_bw`, `copy(x) = 2 x / copy_bw`, `flops(x) = x / flops_per_s`,
+`fixed = kernel_launch_us + lookup_overhead_us`, `beta_in = 1 / net_bw` (same node),
+`beta_x = 1 / inter_node_bw` (across nodes).
+
+1. Ids gathered on rank r per step: table-wise owner `N B pf_t`; row-wise shard `N B pf_t / |R_t|`
+   (ids uniform over rows); data-parallel `B pf_t` on every rank.
+   `lookup_r = sum_t (fixed + gather(ids_t,r d_t E_t))`;
+   `update_r = sum_t (fixed + update_factor gather(ids_t,r d_t E_t))`. A data-parallel table
+   instead zero-fills and scatters its dense gradient `(fixed + copy(S_t) / 2 +
+   update_factor gather(..))` and applies it `(fixed + 1.5 copy(S_t))`, `S_t` its bytes.
+2. Copies, per group: `route = kernel_launch_us + copy(B (pf I + F 4 + pf_w 4))` on every rank;
+   forward `pack` on an owner holds its pooled vectors for all `N B` samples
+   (`kernel_launch_us + copy(N B w_own)`; row-wise: `N B w_group` partial pools), `unpack`
+   `B w_group`; backward mirrors it (pack `B w_group`, row-wise `N B w_group`; unpack on an owner
+   `N B w_own`, row-wise `N B w_group`).
+3. An exchange where rank s sends rank p `b[s][p] = u[s] + v[p]` bytes (every exchange here has
+   that form) costs
+   `coll_alpha_us + coll_peer_alpha_us (N - 1) + max_r max(send_r, recv_r)`, with
+   `send_r = sum_{p != r} b[r][p] beta(r, p)` and `recv_r = sum_{s != r} b[s][r] beta(s, r)`:
+   a rank's link serializes its messages, and the busiest sender or receiver sets the pace.
+   Per distributed group: lengths `v[p] = B 4 (features p serves)`; ids `v[p] = B I (ids p
+   serves)`, weights likewise; pooled outputs `u[s] = B w_own(s)` (table-wise all-to-all) or
+   `u = B w_group` (row-wise reduce-scatter of partial pools, plus reading them:
+   `copy(N B w_group) / 2`); pooled gradients `v[p] = B w_own(p)` (table-wise) or
+   `u = B w_group` (row-wise: every shard needs every sample's gradient). With aggregation (the
+   `aggregate-comm` pass), same-role static exchanges merge: pooled outputs of table-wise groups,
+   pooled gradients of all groups, and the replicated tables' gradient all-reduces (their `u`
+   and `v` add up, one alpha is paid). Lengths and ids exchanges stay per group.
+4. Ring all-reduce of `S` bytes: `coll_alpha_us + 2 (N - 1) (coll_peer_alpha_us + S / N beta_ring)`,
+   `beta_ring = beta_in` inside one node, the slower link once the ring spans nodes. The dense
+   gradients (`P` dense parameter bytes) go in `ceil(P / bucket)` buckets of `bucket` bytes
+   (DDP-style, 1 MiB), one ring each; replicated tables' gradients in one ring per group (one in
+   all with aggregation).
+5. Dense compute: `fwd = flops(B flops_fwd) + kernel_launch_us (forward regions)`, likewise
+   `bwd`; `pre = flops(B flops_pre)` is the forward part that does not read embeddings;
+   dense optimizer `opt = kernel_launch_us + 1.5 copy(P)` (read param and grad, write param).
+6. Per group, the compute between two collectives is charged on its busiest rank (collectives
+   synchronize every rank): `fwd_sparse = sum_g (route + max_r(lookup_r + pack_r) + unpack)`,
+   `bwd_sparse = sum_g (pack + max_r(unpack_r + update_r))` (+ replicated tables' gradients).
+7. Latency hiding (`SimOptions.latency_hiding`: the `hide-latency` schedule, `TrainPipeline` and
+   the bucketed dense all-reduce): communication hides only behind compute it may overlap, and
+   a stretch of compute hides at most one transfer (the links are shared), handed out in order.
+   Backward, `W_b = bwd + bwd_sparse`, `pre_b` the backward of the embedding-free regions:
+   pooled gradients and replicated-table all-reduces travel during `pre_b`,
+   `hidden_grad = min(t_grad + t_dp, pre_b)`; the dense all-reduce hides all but its last bucket
+   in what is left, `hidden_ar = min(t_ar - t_last, W_b - hidden_grad)`; the next step's lengths
+   exchange (pipelined) takes the rest, `hidden_len = min(t_len, W_b - hidden_grad - hidden_ar)`.
+   Forward, the ids (and weights) exchange starts after backward and the optimizer step `opt`
+   hides it; then either it also hides behind the embedding-free forward `pre` (`overlap=input`:
+   `hidden_ids = min(t_ids, opt + pre)`, `hidden_pooled = 0`) or the pooled outputs do
+   (`overlap=output`: `hidden_ids = min(t_ids, opt)`, `hidden_pooled = min(t_pooled, pre)`),
+   whichever exposes less. Without latency hiding nothing hides.
+8. Stage columns (the paper's five), summing to the step time:
+   `sparse_fwd = fwd_sparse + (t_pooled - hidden_pooled) + (t_len - hidden_len) + (t_ids - hidden_ids)`,
+   `other_fwd = fwd`, `sparse_bwd = bwd_sparse + (t_grad + t_dp - hidden_grad)`,
+   `other_bwd = bwd + (t_ar - hidden_ar)`, `other = opt`;
+   `samples_per_s = N B / step`. `exchange` is the exposed sparse communication (everything in
+   `sparse_fwd` and `sparse_bwd` that is an exchange).
+
+Simplifications (say so when quoting numbers): a transfer does not slow the compute it overlaps;
+ids are uniform over a row-wise table's rows and rows over ranks; every rank has the same batch
+and pooling; one rank per device; all-reduces are rings (their `2 (N - 1)` latency terms are
+pessimistic at thousands of ranks, where NCCL switches to trees). World size 1 has no collective.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+from xdsl.dialects.builtin import ModuleOp
+
+from sparselift.ir.sched import DenseOp, StepOp
+from sparselift.ir.sparse import EmbeddingBagCollectionOp
+from sparselift.passes.profiles import HardwareProfile
+from sparselift.passes.sharding import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
+from sparselift.passes.srsv import attr_int, elem_bytes, step_batch, steps_of
+
+STAGES: tuple[str, ...] = ("sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other")
+SHARDINGS: tuple[str, ...] = ("auto", "table_wise", "row_wise", "data_parallel")  # as `export` offers them
+LENGTH_BYTES = 4  # route lengths are i32
+WEIGHT_BYTES = 4  # per-sample weights are f32
+MAX_WORLD_SIZE = 1 << 16  # the model is O(N x tables); beyond this it is not a projection anyone needs
+_US_PER_S = 1e6
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------
+
+
+def _at_least(minimum: float):
+    def check(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < minimum:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a number >= {minimum}, got {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class SimTable:
+    """One embedding table as the simulation sees it (sizes, and the features that read it)."""
+
+    name: str
+    module: str  # the embedding module: tables of one module and placement kind form one group
+    rows: int = attrs.field(validator=_at_least(1))
+    dim: int = attrs.field(validator=_at_least(1))
+    dtype_bytes: int = attrs.field(default=4, validator=_at_least(1))
+    pooling: str = "sum"
+    features: int = attrs.field(default=1, validator=_at_least(1))
+    pooling_factor: float = attrs.field(default=1.0, validator=_at_least(0))  # ids per sample, all features
+    weighted_pooling_factor: float = attrs.field(default=0.0, validator=_at_least(0))  # ids that carry weights
+    index_bytes: int = attrs.field(default=8, validator=_at_least(1))
+
+    @property
+    def table_bytes(self) -> int:
+        return self.rows * self.dim * self.dtype_bytes
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Pooled output bytes per sample (one vector per feature)."""
+        return self.features * self.dim * self.dtype_bytes
+
+    def stats(self) -> TableStats:
+        return TableStats(self.name, self.rows, self.dim, self.dtype_bytes, self.pooling_factor, self.pooling)
+
+
+@attrs.frozen
+class Workload:
+    """What one training step of a model does, per rank, independent of the world size."""
+
+    model: str
+    batch: int = attrs.field(validator=_at_least(1))  # samples per rank per step (weak scaling)
+    tables: tuple[SimTable, ...] = attrs.field(converter=tuple)
+    dense_fwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))
+    dense_bwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))
+    # Forward FLOPs that do not read embeddings (e.g. DLRM's bottom MLP): they can hide exchanges.
+    dense_pre_fwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))
+    dense_pre_bwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))  # their adjoints
+    dense_fwd_regions: int = attrs.field(default=0, validator=_at_least(0))
+    dense_bwd_regions: int = attrs.field(default=0, validator=_at_least(0))
+    dense_param_bytes: int = attrs.field(default=0, validator=_at_least(0))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.tables:
+            raise ValueError(f"workload '{self.model}' has no embedding tables: there is no sparse path to simulate")
+        names = [t.name for t in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload '{self.model}' names a table twice")
+        if self.dense_pre_fwd_flops_per_sample > self.dense_fwd_flops_per_sample:
+            raise ValueError("dense_pre_fwd_flops_per_sample cannot exceed dense_fwd_flops_per_sample")
+        if self.dense_pre_bwd_flops_per_sample > self.dense_bwd_flops_per_sample:
+            raise ValueError("dense_pre_bwd_flops_per_sample cannot exceed dense_bwd_flops_per_sample")
+
+    def with_batch(self, batch: int) -> Workload:
+        return attrs.evolve(self, batch=batch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "batch_per_rank": self.batch,
+            "tables": len(self.tables),
+            "table_rows": sum(t.rows for t in self.tables),
+            "table_bytes": sum(t.table_bytes for t in self.tables),
+            "ids_per_sample": round(sum(t.pooling_factor for t in self.tables), 4),
+            "pooled_bytes_per_sample": sum(t.pooled_bytes for t in self.tables),
+            "dense_fwd_flops_per_sample": self.dense_fwd_flops_per_sample,
+            "dense_bwd_flops_per_sample": self.dense_bwd_flops_per_sample,
+            "dense_pre_fwd_flops_per_sample": self.dense_pre_fwd_flops_per_sample,
+            "dense_pre_bwd_flops_per_sample": self.dense_pre_bwd_flops_per_sample,
+            "dense_param_bytes": self.dense_param_bytes,
+        }
+
+
+@attrs.frozen
+class SimOptions:
+    """The plan being projected: SparseLift's schedule by default."""
+
+    sharding: str = attrs.field(default="auto")  # placement at each world size, as `export(sharding=)`
+    latency_hiding: bool = True  # pipelined input exchange, bucketed dense all-reduce during backward
+    aggregate_comm: bool = True  # same-role static exchanges merged across groups
+    grad_bucket_bytes: int = attrs.field(default=1 << 20, validator=_at_least(1))
+    dp_max_bytes: int = attrs.field(default=64 * 1024, validator=_at_least(0))  # auto_shard's replication cut-off
+
+    @sharding.validator
+    def _known_sharding(self, attribute: attrs.Attribute, value: str) -> None:
+        if value not in SHARDINGS:
+            raise ValueError(f"unknown sharding '{value}'; use one of {', '.join(SHARDINGS)}")
+
+    def plan(self, tables: Sequence[TableStats], world: int) -> ShardingPlan:
+        """The placement at `world` ranks, chosen as `export` chooses it."""
+        if self.sharding == "auto" or (world == 1 and self.sharding != "data_parallel"):
+            return auto_shard(tables, world, dp_max_bytes=self.dp_max_bytes)
+        return uniform_plan(self.sharding, tables, world)
+
+
+# --------------------------------------------------------------------------------------
+# Reading the workload off exported IR
+# --------------------------------------------------------------------------------------
+
+
+def workload_from_module(module: ModuleOp, *, dense_param_bytes: int = 0, model: str | None = None) -> Workload:
+    """The `Workload` of the (single) step of an exported, not yet lifted, module.
+
+    Tables, features and pooling factors come from the opaque `sparse.embedding_bag_collection`
+    ops, the batch from the step's `batch` attribute, FLOPs from the `flops` attribute of the
+    `sched.dense` ops. The IR does not know the dense parameters: the caller passes their bytes.
+    """
+    steps = steps_of(module)
+    if len(steps) != 1:
+        raise ValueError(f"expected one sched.step in the module, found {len(steps)}")
+    step: StepOp = steps[0]
+    batch = step_batch(step)
+    if batch is None or batch < 1:
+        raise ValueError("the step has no positive 'batch' attribute (export writes it)")
+    ebcs = [op for op in step.walk() if isinstance(op, EmbeddingBagCollectionOp)]
+    if not ebcs:
+        raise ValueError(
+            "the step has no sparse.embedding_bag_collection: give the exported IR, before lift-sparse"
+        )
+    tables: list[SimTable] = []
+    for ebc in ebcs:
+        ids_bytes = {f.feature_name.data: elem_bytes(v.type) for f, v in zip(ebc.features.data, ebc.ids)}
+        for t in ebc.tables.data:
+            feats = [f for f in ebc.features.data if f.table.data == t.name_str]
+            tables.append(
+                SimTable(
+                    name=t.name_str,
+                    module=ebc.module.data,
+                    rows=t.rows.data,
+                    dim=t.dim.data,
+                    dtype_bytes=elem_bytes(t.dtype),
+                    pooling=t.pooling.data,
+                    features=max(1, len(feats)),
+                    pooling_factor=sum(f.pooling_factor.data for f in feats),
+                    weighted_pooling_factor=sum(f.pooling_factor.data for f in feats if f.is_weighted),
+                    index_bytes=max((ids_bytes[f.feature_name.data] for f in feats), default=8),
+                )
+            )
+
+    # Forward dense regions that read nothing computed from embeddings can run before them (and
+    # their adjoints, same callee, while the embeddings' gradients travel).
+    after_embeddings = {r for ebc in ebcs for r in ebc.results}
+    fwd = bwd = pre = pre_bwd = 0
+    fwd_regions = bwd_regions = 0
+    pre_callees: set[str] = set()
+    for op in step.forward.block.ops:
+        if any(v in after_embeddings for v in op.operands):
+            after_embeddings.update(op.results)
+        if isinstance(op, DenseOp):
+            flops = max(0, attr_int(op.attributes.get("flops")) or 0)
+            fwd += flops
+            fwd_regions += 1
+            if not any(v in after_embeddings for v in op.operands):
+                pre += flops
+                pre_callees.add(op.callee.root_reference.data)
+    for op in step.backward.block.ops:
+        if isinstance(op, DenseOp):
+            flops = max(0, attr_int(op.attributes.get("flops")) or 0)
+            bwd += flops
+            bwd_regions += 1
+            if op.callee.root_reference.data in pre_callees:
+                pre_bwd += flops
+    name = model or (step.attributes["model"].data if "model" in step.attributes else step.sym_name.data)
+    return Workload(
+        model=name,
+        batch=batch,
+        tables=tuple(tables),
+        dense_fwd_flops_per_sample=fwd / batch,
+        dense_bwd_flops_per_sample=bwd / batch,
+        dense_pre_fwd_flops_per_sample=pre / batch,
+        dense_pre_bwd_flops_per_sample=pre_bwd / batch,
+        dense_fwd_regions=fwd_regions,
+        dense_bwd_regions=bwd_regions,
+        dense_param_bytes=dense_param_bytes,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Profile overrides
+# --------------------------------------------------------------------------------------
+
+
+def calibrated(profile: HardwareProfile, overrides: Mapping[str, Any], where: str = "calibration") -> HardwareProfile:
+    """`profile` with the fitted values of `overrides` (HardwareProfile field names) in place.
+
+    Raises `ValueError` naming the problem: not a mapping, an unknown field, a bad value.
+    """
+    if not isinstance(overrides, Mapping):
+        raise ValueError(f"{where}: expected a JSON object of profile fields, got {type(overrides).__name__}")
+    known = {f.name for f in attrs.fields(HardwareProfile)}
+    for key in overrides:
+        if key not in known:
+            raise ValueError(f"{where}: unknown field '{key}'; known fields: {', '.join(sorted(known))}")
+    values = dict(overrides)
+    rpn = values.get("ranks_per_node")
+    if isinstance(rpn, float) and rpn.is_integer():
+        values["ranks_per_node"] = int(rpn)
+    try:
+        return attrs.evolve(profile, **values)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def load_calibration(path: str | Path) -> dict[str, Any]:
+    """The fitted values in a calibration JSON file: an object of profile fields, or a planner
+    plan record (or its fit report), whose `fit.profile` (`profile`) object is taken."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"calibration {path}: cannot read it: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"calibration {path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration {path}: expected a JSON object of profile fields, got {type(data).__name__}")
+    if isinstance(data.get("fit"), dict) and isinstance(data["fit"].get("profile"), dict):
+        return dict(data["fit"]["profile"])  # a plan record
+    if isinstance(data.get("profile"), dict):
+        return dict(data["profile"])  # a fit report
+    return data
+
+
+def parse_world_sizes(text: str) -> tuple[int, ...]:
+    """World sizes from `8,16,64` or a geometric run `8,16,...,4096` (`8,...,4096` doubles).
+
+    Sorted and deduplicated. Raises `ValueError` with a message on anything else.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise ValueError(f"bad sweep '{text}': expected comma-separated world sizes, e.g. 8,64,512 or 8,16,...,4096")
+    sizes: list[int] = []
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p == "...":
+            if not sizes or i + 1 >= len(parts) or parts[i + 1] == "...":
+                raise ValueError(f"bad sweep '{text}': '...' needs a world size before and after it")
+            end = _world_size(parts[i + 1], text)
+            start = sizes[-1]
+            ratio = sizes[-1] // sizes[-2] if len(sizes) >= 2 and sizes[-2] > 0 else 2
+            if len(sizes) >= 2 and (ratio < 2 or sizes[-2] * ratio != sizes[-1]):
+                raise ValueError(
+                    f"bad sweep '{text}': '...' continues a geometric run, but {sizes[-2]},{sizes[-1]} "
+                    "has no integer ratio >= 2"
+                )
+            n = start
+            while n < end:
+                n *= ratio
+                sizes.append(n)
+            if n != end:
+                raise ValueError(f"bad sweep '{text}': the run from {start} by x{ratio} does not reach {end}")
+            i += 2
+            continue
+        sizes.append(_world_size(p, text))
+        i += 1
+    return tuple(sorted(set(sizes)))
+
+
+def _world_size(token: str, text: str) -> int:
+    if not re.fullmatch(r"[0-9]+", token):
+        raise ValueError(f"bad sweep '{text}': '{token}' is not a world size (a positive integer)")
+    return check_world_size(int(token))
+
+
+def check_world_size(n: int) -> int:
+    if n < 1:
+        raise ValueError(f"world size must be at least 1, got {n}")
+    if n > MAX_WORLD_SIZE:
+        raise ValueError(f"world size {n} is above the simulated maximum {MAX_WORLD_SIZE}")
+    return n
+
+
+# --------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Breakdown:
+    """The paper's five stage columns, in milliseconds; they add up to the step time."""
+
+    sparse_fwd: float
+    other_fwd: float
+    sparse_bwd: float
+    other_bwd: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.sparse_fwd + self.other_fwd + self.sparse_bwd + self.other_bwd + self.other
+
+    def to_json(self) -> dict[str, float]:
+        return {k: round(getattr(self, k), 6) for k in STAGES}
+
+
+@attrs.frozen
+class SimRow:
+    """The projected step at one world size."""
+
+    world_size: int
+    nodes: int
+    step_ms: float
+    breakdown: Breakdown
+    samples_per_s: float
+    exchange_ms: float  # exposed sparse communication (inside sparse_fwd and sparse_bwd)
+    hidden_ms: float  # communication hidden behind compute by latency hiding
+    dense_allreduce_ms: float  # the dense gradient all-reduce before hiding
+    max_exchange_bytes: float  # per step, summed over sparse exchanges: what the busiest sender sends
+    placements: Mapping[str, int] = attrs.field(converter=dict)  # placement kind -> tables
+    forward_overlap: str = "none"  # what the embedding-free forward hides: input | output | none
+
+    @property
+    def exchange_share(self) -> float:
+        return self.exchange_ms / self.step_ms if self.step_ms > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "step_ms": round(self.step_ms, 6),
+            "breakdown": self.breakdown.to_json(),
+            "samples_per_s": round(self.samples_per_s, 3),
+            "exchange_ms": round(self.exchange_ms, 6),
+            "exchange_share": round(self.exchange_share, 6),
+            "hidden_ms": round(self.hidden_ms, 6),
+            "dense_allreduce_ms": round(self.dense_allreduce_ms, 6),
+            "max_exchange_bytes": round(self.max_exchange_bytes),
+            "placements": dict(self.placements),
+            "forward_overlap": self.forward_overlap,
+        }
+
+
+@attrs.frozen
+class _Exchange:
+    """An exchange where rank s sends rank p `u[s] + v[p]` bytes (s != p); `None` means zeros."""
+
+    u: tuple[float, ...] | None = None
+    v: tuple[float, ...] | None = None
+
+    def plus(self, other: _Exchange) -> _Exchange:
+        return _Exchange(_add(self.u, other.u), _add(self.v, other.v))
+
+
+def _add(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return tuple(x + y for x, y in zip(a, b))
+
+
+class _Network:
+    """Alpha-beta prices of exchanges among N ranks, `ranks_per_node` per node."""
+
+    def __init__(self, profile: HardwareProfile, world: int):
+        self.p = profile
+        self.world = world
+        n = profile.ranks_per_node
+        self.node_of = [r // n for r in range(world)]
+        self.nodes = self.node_of[-1] + 1
+        self.node_size = [min(n, world - k * n) for k in range(self.nodes)]
+        self.beta_in = _US_PER_S / (profile.net_bw_gbps * 1e9)
+        self.beta_x = _US_PER_S / (profile.inter_node_bw_gbps * 1e9)
+
+    def _node_sums(self, x: Sequence[float]) -> list[float]:
+        sums = [0.0] * self.nodes
+        for r, value in enumerate(x):
+            sums[self.node_of[r]] += value
+        return sums
+
+    def exchange(self, ex: _Exchange) -> tuple[float, float]:
+        """(microseconds, bytes the busiest sender sends) of one all-to-all-like collective."""
+        N = self.world
+        if N == 1:
+            return 0.0, 0.0
+        u = ex.u or (0.0,) * N
+        v = ex.v or (0.0,) * N
+        u_node, v_node = self._node_sums(u), self._node_sums(v)
+        u_all, v_all = sum(u), sum(v)
+        worst = max_sent = 0.0
+        for r in range(N):
+            k = self.node_of[r]
+            peers_in = self.node_size[k] - 1
+            peers_x = N - self.node_size[k]
+            per_peer = peers_in * self.beta_in + peers_x * self.beta_x
+            send = u[r] * per_peer + self.beta_in * (v_node[k] - v[r]) + self.beta_x * (v_all - v_node[k])
+            recv = v[r] * per_peer + self.beta_in * (u_node[k] - u[r]) + self.beta_x * (u_all - u_node[k])
+            worst = max(worst, send, recv)
+            max_sent = max(max_sent, u[r] * (N - 1) + v_all - v[r])
+        return self.p.coll_alpha_us + self.p.coll_peer_alpha_us * (N - 1) + worst, max_sent
+
+    def ring_all_reduce(self, nbytes: float) -> float:
+        N = self.world
+        if N == 1 or nbytes <= 0:
+            return 0.0
+        beta = self.beta_in if self.nodes == 1 else max(self.beta_in, self.beta_x)
+        return self.p.coll_alpha_us + 2 * (N - 1) * (self.p.coll_peer_alpha_us + nbytes / N * beta)
+
+
+@attrs.frozen
+class _Group:
+    """Tables `lift-sparse` handles together: one module, one placement kind, one dtype."""
+
+    kind: PlacementKind
+    tables: tuple[SimTable, ...]
+
+    @property
+    def pooled_bytes(self) -> float:
+        return float(sum(t.pooled_bytes for t in self.tables))
+
+    @property
+    def index_bytes(self) -> int:
+        return max(t.index_bytes for t in self.tables)
+
+
+def _groups(workload: Workload, plan: ShardingPlan) -> list[_Group]:
+    groups: dict[tuple, list[SimTable]] = {}
+    for t in workload.tables:
+        placement = plan[t.name]
+        ranks = placement.ranks if placement.kind == PlacementKind.ROW_WISE else ()
+        groups.setdefault((t.module, placement.kind, t.dtype_bytes, ranks), []).append(t)
+    return [_Group(key[1], tuple(tables)) for key, tables in groups.items()]
+
+
+class _StepModel:
+    """Prices one step of `workload` at `world` ranks (see the module docstring, items 1-8)."""
+
+    def __init__(self, workload: Workload, profile: HardwareProfile, world: int, options: SimOptions):
+        self.w, self.p, self.N, self.o = workload, profile, world, options
+        self.B = workload.batch
+        self.net = _Network(profile, world)
+        self.plan = options.plan([t.stats() for t in workload.tables], world)
+        self.groups = _groups(workload, self.plan)
+
+    # -- per-rank vectors ------------------------------------------------------------------
+    def _per_rank(self, group: _Group, value) -> list[float]:
+        """`value(table, share)` summed per rank over the group's tables that rank holds;
+        `share` is the fraction of the table's ids that rank serves."""
+        out = [0.0] * self.N
+        for t in group.tables:
+            placement = self.plan[t.name]
+            if placement.kind == PlacementKind.DATA_PARALLEL:
+                x = value(t, 1.0)
+                out = [o + x for o in out]
+                continue
+            share = 1.0 / len(placement.ranks)
+            x = value(t, share)
+            for r in placement.ranks:
+                out[r] += x
+        return out
+
+    def _ids_gathered(self, t: SimTable, share: float) -> float:
+        """Ids one holder of `t` gathers per step: the whole world's, or its own batch if replicated."""
+        if self.plan[t.name].kind == PlacementKind.DATA_PARALLEL:
+            return self.B * t.pooling_factor
+        return self.N * self.B * t.pooling_factor * share
+
+    def _lookup_us(self, t: SimTable, share: float, factor: float = 1.0) -> float:
+        fixed = self.p.kernel_launch_us + self.p.lookup_overhead_us
+        return fixed + factor * self.p.gather_us(self._ids_gathered(t, share) * t.dim * t.dtype_bytes)
+
+    def _copy_op_us(self, nbytes: float) -> float:
+        return self.p.kernel_launch_us + self.p.copy_us(nbytes)
+
+    # -- the step --------------------------------------------------------------------------
+    def run(self) -> SimRow:
+        p, N, B = self.p, self.N, self.B
+        distributed = N > 1
+        fwd_sparse = bwd_sparse = 0.0
+        t_len = t_ids = t_pooled = t_grad = t_dp = 0.0
+        max_bytes = 0.0
+        merged_pooled: _Exchange | None = None
+        merged_grad: _Exchange | None = None
+        dp_bytes_merged = 0.0
+
+        def run_exchange(ex: _Exchange) -> float:
+            nonlocal max_bytes
+            us, sent = self.net.exchange(ex)
+            max_bytes += sent
+            return us
+
+        for g in self.groups:
+            width = g.pooled_bytes
+            ids_ps = sum(t.pooling_factor for t in g.tables)
+            wids_ps = sum(t.weighted_pooling_factor for t in g.tables)
+            feats = sum(t.features for t in g.tables)
+            route = self._copy_op_us(B * (ids_ps * g.index_bytes + feats * LENGTH_BYTES + wids_ps * WEIGHT_BYTES))
+            lookups = self._per_rank(g, self._lookup_us)
+            if g.kind == PlacementKind.DATA_PARALLEL:
+                # Local lookups; backward: dense table gradients, all-reduced, then applied.
+                fwd_sparse += route + max(lookups) + 2 * self._copy_op_us(B * width)
+                grads = self._per_rank(
+                    g,
+                    lambda t, s: self._lookup_us(t, s, p.update_factor)
+                    + p.copy_us(t.table_bytes) / 2  # zero-fill the table-sized gradient
+                    + p.kernel_launch_us + p.lookup_overhead_us + 1.5 * p.copy_us(t.table_bytes),  # apply it
+                )
+                bwd_sparse += 2 * self._copy_op_us(B * width) + max(grads)
+                if distributed:
+                    table_bytes = float(sum(t.table_bytes for t in g.tables))
+                    if self.o.aggregate_comm:
+                        dp_bytes_merged += table_bytes
+                    else:
+                        t_dp += self.net.ring_all_reduce(table_bytes)
+                    max_bytes += 2 * (N - 1) / N * table_bytes  # what a ring sends per rank
+                continue
+
+            own_width = self._per_rank(g, lambda t, s: t.pooled_bytes)  # table-wise: pooled bytes owned
+            updates = self._per_rank(g, lambda t, s: self._lookup_us(t, s, p.update_factor))
+            if g.kind == PlacementKind.ROW_WISE:
+                fwd_pack = [self._copy_op_us(N * B * width)] * N
+                bwd_copy = 2 * self._copy_op_us(N * B * width)  # pack N segments, unpack N segments
+                # Reading the N partial pools the reduce-scatter sums.
+                reduce = p.copy_us(N * B * width) / 2 if distributed else 0.0
+                bwd_sparse += bwd_copy + max(updates)
+                pooled = _Exchange(u=(B * width,) * N)
+                grad = _Exchange(u=(B * width,) * N)
+            else:
+                fwd_pack = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
+                reduce = 0.0
+                unpack_bwd = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
+                bwd_sparse += self._copy_op_us(B * width) + max(a + b for a, b in zip(unpack_bwd, updates))
+                pooled = _Exchange(u=tuple(B * w for w in own_width))
+                grad = _Exchange(v=tuple(B * w for w in own_width))
+            fwd_sparse += route + max(a + b for a, b in zip(lookups, fwd_pack)) + self._copy_op_us(B * width) + reduce
+            if not distributed:
+                continue
+            t_len += run_exchange(_Exchange(v=tuple(B * LENGTH_BYTES * x for x in self._per_rank(g, lambda t, s: t.features))))
+            t_ids += run_exchange(
+                _Exchange(v=tuple(B * g.index_bytes * x for x in self._per_rank(g, lambda t, s: t.pooling_factor * s)))
+            )
+            if wids_ps:
+                t_ids += run_exchange(
+                    _Exchange(
+                        v=tuple(B * WEIGHT_BYTES * x for x in self._per_rank(g, lambda t, s: t.weighted_pooling_factor * s))
+                    )
+                )
+            # Table-wise pooled outputs are all-to-alls (mergeable); row-wise ones reduce-scatters.
+            if self.o.aggregate_comm and g.kind == PlacementKind.TABLE_WISE:
+                merged_pooled = pooled if merged_pooled is None else merged_pooled.plus(pooled)
+            else:
+                t_pooled += run_exchange(pooled)
+            if self.o.aggregate_comm:
+                merged_grad = grad if merged_grad is None else merged_grad.plus(grad)
+            else:
+                t_grad += run_exchange(grad)
+        if merged_pooled is not None:
+            t_pooled += run_exchange(merged_pooled)
+        if merged_grad is not None:
+            t_grad += run_exchange(merged_grad)
+        if dp_bytes_merged:
+            t_dp += self.net.ring_all_reduce(dp_bytes_merged)
+
+        # Dense compute and the dense gradient all-reduce.
+        w = self.w
+        dense_fwd = p.flops_us(B * w.dense_fwd_flops_per_sample) + p.kernel_launch_us * w.dense_fwd_regions
+        dense_bwd = p.flops_us(B * w.dense_bwd_flops_per_sample) + p.kernel_launch_us * w.dense_bwd_regions
+        dense_pre = p.flops_us(B * w.dense_pre_fwd_flops_per_sample)
+        opt = p.kernel_launch_us + 1.5 * p.copy_us(w.dense_param_bytes) if w.dense_param_bytes else 0.0
+        t_ar = t_last = 0.0
+        if distributed and w.dense_param_bytes:
+            bucket = self.o.grad_bucket_bytes
+            full, rest = divmod(w.dense_param_bytes, bucket)
+            sizes = [bucket] * full + ([rest] if rest else [])
+            t_ar = sum(self.net.ring_all_reduce(s) for s in sizes)
+            t_last = self.net.ring_all_reduce(sizes[-1])  # the bucket backward fills last
+
+        hidden_grad = hidden_ar = hidden_len = hidden_ids = hidden_pooled = 0.0
+        overlap = "none"
+        if self.o.latency_hiding and distributed:
+            pre_bwd = p.flops_us(B * w.dense_pre_bwd_flops_per_sample)
+            window_bwd = dense_bwd + bwd_sparse
+            hidden_grad = min(t_grad + t_dp, pre_bwd)
+            hidden_ar = min(t_ar - t_last, window_bwd - hidden_grad)
+            hidden_len = min(t_len, window_bwd - hidden_grad - hidden_ar)
+            # The schedule overlaps the embedding-free forward with the ids or the pooled outputs.
+            ids_in, pooled_in = min(t_ids, opt + dense_pre), 0.0
+            ids_out, pooled_out = min(t_ids, opt), min(t_pooled, dense_pre)
+            if ids_out + pooled_out > ids_in + pooled_in:
+                overlap, hidden_ids, hidden_pooled = "output", ids_out, pooled_out
+            else:
+                overlap, hidden_ids, hidden_pooled = "input", ids_in, pooled_in
+
+        exposed_fwd = (t_pooled - hidden_pooled) + (t_len - hidden_len) + (t_ids - hidden_ids)
+        exposed_bwd = t_grad + t_dp - hidden_grad
+        breakdown = Breakdown(
+            sparse_fwd=(fwd_sparse + exposed_fwd) / 1e3,
+            other_fwd=dense_fwd / 1e3,
+            sparse_bwd=(bwd_sparse + exposed_bwd) / 1e3,
+            other_bwd=(dense_bwd + t_ar - hidden_ar) / 1e3,
+            other=opt / 1e3,
+        )
+        step_ms = breakdown.total
+        placements = {str(k): 0 for k in PlacementKind}
+        for placement in self.plan.tables.values():
+            placements[str(placement.kind)] += 1
+        return SimRow(
+            world_size=N,
+            nodes=self.net.nodes,
+            step_ms=step_ms,
+            breakdown=breakdown,
+            samples_per_s=N * B / (step_ms / 1e3) if step_ms > 0 else 0.0,
+            exchange_ms=(exposed_fwd + exposed_bwd) / 1e3,
+            hidden_ms=(hidden_grad + hidden_ar + hidden_len + hidden_ids + hidden_pooled) / 1e3,
+            forward_overlap=overlap,
+            dense_allreduce_ms=t_ar / 1e3,
+            max_exchange_bytes=max_bytes,
+            placements=placements,
+        )
+
+
+def simulate(
+    workload: Workload, profile: HardwareProfile, world_size: int, options: SimOptions | None = None
+) -> SimRow:
+    """The projected step of `workload` at `world_size` ranks (see the module docstring)."""
+    check_world_size(world_size)
+    return _StepModel(workload, profile, world_size, options or SimOptions()).run()
+
+
+@attrs.frozen
+class SimResult:
+    """A sweep of projected steps, with what produced them."""
+
+    workload: Workload
+    profile: HardwareProfile
+    options: SimOptions
+    rows: tuple[SimRow, ...] = attrs.field(converter=tuple)
+    cost_source: str  # where the per-op costs come from, in words
+    calibrated_fields: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)  # extra context for the JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "simulated": True,
+            "model": self.workload.model,
+            "profile": self.profile.name,
+            "cost_source": self.cost_source,
+            "calibrated_fields": list(self.calibrated_fields),
+            "profile_fields": self.profile.to_dict(),
+            "ranks_per_node": self.profile.ranks_per_node,
+            "batch_per_rank": self.workload.batch,
+            "scaling": "weak (batch per rank fixed)",
+            "options": attrs.asdict(self.options),
+            "workload": self.workload.to_json(),
+            **dict(self.notes),
+            "rows": [r.to_json() for r in self.rows],
+        }
+
+    def to_table(self) -> str:
+        w, p = self.workload, self.profile
+        lines = [
+            f"SIMULATED step time (analytic projection, not a measurement): {w.model} on {p.name}",
+            f"  weak scaling: batch {w.batch} per rank; {p.ranks_per_node} ranks per node; "
+            f"{len(w.tables)} tables, {self.options.sharding} sharding at each world size",
+            f"  plan: latency hiding {'on' if self.options.latency_hiding else 'off'}, "
+            f"aggregate-comm {'on' if self.options.aggregate_comm else 'off'}",
+            f"  per-op costs: {self.cost_source}",
+            *(
+                [f"  model built with every table capped at {self.notes['rows_cap']} rows (placement depends on sizes)"]
+                if self.notes.get("rows_cap")
+                else []
+            ),
+            "  stage columns in ms per step (the paper's five; they add up to step_ms)",
+        ]
+        header = ["world", "nodes", "step_ms", *STAGES, "exch_%", "samples/s", "tw/rw/dp"]
+        rows = [
+            [
+                str(r.world_size),
+                str(r.nodes),
+                f"{r.step_ms:.3f}",
+                *(f"{getattr(r.breakdown, k):.3f}" for k in STAGES),
+                f"{100 * r.exchange_share:.1f}",
+                f"{r.samples_per_s:,.0f}",
+                "/".join(str(r.placements.get(k, 0)) for k in ("table_wise", "row_wise", "data_parallel")),
+            ]
+            for r in self.rows
+        ]
+        widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            lines.append("  " + "  ".join(c.rjust(wd) for c, wd in zip(row, widths)))
+        return "\n".join(lines) + "\n"
+
+
+def sweep(
+    workload: Workload,
+    profile: HardwareProfile,
+    world_sizes: Iterable[int],
+    options: SimOptions | None = None,
+    cost_source: str = "profile values",
+    calibrated_fields: Sequence[str] = (),
+    notes: Mapping[str, Any] | None = None,
+) -> SimResult:
+    """`simulate` at every world size (sorted), bundled with what produced the numbers."""
+    options = options or SimOptions()
+    rows = [simulate(workload, profile, n, options) for n in sorted(set(world_sizes))]
+    return SimResult(workload, profile, options, rows, cost_source, tuple(calibrated_fields), notes or {})
+
+
+__all__ = [
+    "STAGES",
+    "Breakdown",
+    "SimOptions",
+    "SimResult",
+    "SimRow",
+    "SimTable",
+    "Workload",
+    "calibrated",
+    "check_world_size",
+    "load_calibration",
+    "parse_world_sizes",
+    "simulate",
+    "sweep",
+    "workload_from_module",
+]

@@ -1,0 +1,767 @@
+"""The runtime planner: measured lookahead on real batches, cost-model re-fitting, the plan cache.
+
+`sparselift.compile` calls `resolve_plan` unless it is given an explicit pipeline. The search
+itself (candidates, analytic predictions, constraints, the family order) is
+`sparselift.passes.plan_sparse.search`; this module is its `Confirmer`:
+
+- **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
+  a candidate T1 is built like a real compile (`compiler.build_compiled`) on scratch copies of
+  the tables and dense parameters, and timed on the example batch with `time.perf_counter`
+  around forward + backward. Each rank takes the minimum of its observations and ranks combine
+  with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
+  if F(T1) < F(T0) - noise, noise being the spread (max - min) of T0's observations (MAX over
+  ranks).
+- **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
+  two measured pairs per compatible role; parallelism: one warmup per variant, then a
+  bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
+  observations per G; code generation: one warmup per implementation, then ref -> gen -> gen
+  -> ref; latency hiding: one warmup step, then two complete-step observations per schedule.
+- **Re-fitting.** After every accepted candidate, one scale per cost category (collective
+  alpha and beta, bytes/s of gathers, updates and copies, fixed overheads, dense FLOP/s) plus an
+  intercept (what the model does not see) is fitted by least squares to the measured F of every
+  plan so far, with a weak prior at scale 1 (there are fewer plans than categories). The next
+  family is predicted with the fitted profile; the record keeps the fit.
+- **Bounded.** `calibration_budget_s` bounds the calibration: once it is spent (checked before
+  each candidate, MAX over ranks), the remaining candidates are rejected as not tried.
+- **Plan cache.** The chosen `PlanRecord` (pipeline, decisions with predicted and measured
+  increments, measurements, fit, calibration seconds) is stored as JSON in the cache directory
+  under a key hashing the exported IR (model structure, shapes, sharding, world size), the
+  device kind, the versions of torch, xdsl and sparselift and the planner's constraints. The
+  key's fields are stored too, so a miss says which field changed. Rank 0 looks the plan up
+  and broadcasts it (every rank then runs the same plan); steady-state runs reuse it with zero
+  calibration.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.utils._pytree as pytree
+
+from sparselift.passes.plan_sparse import (
+    CATEGORIES,
+    FAMILIES,
+    Candidate,
+    Decision,
+    Measurement,
+    PlanOptions,
+    PlanRecord,
+    Prediction,
+    Predictor,
+    decision,
+    pass_name,
+    run_pipeline,
+    search,
+)
+from sparselift.passes.profiles import HardwareProfile
+from sparselift.runtime.compiled import CompileOptions, cache_dir
+
+log = logging.getLogger("sparselift")
+
+PLAN_MODES = ("auto", "reuse-only", "replan", "none")
+KEY_ORDER = ("model", "shapes", "world_size", "sharding", "optimizer", "device", "versions", "constraints", "ir")
+
+CALIBRATIONS = 0
+"""Planning runs (calibrations) in this process; a reused plan does not add one."""
+
+Measure = Callable[[tuple[str, ...]], float]
+"""A fake step timer for tests: seconds of one step of the plan with these pass specs."""
+
+
+@attrs.frozen
+class PlanOutcome:
+    record: PlanRecord
+    reused: bool
+    reason: str  # why the planner planned, or where the reused plan came from
+    calibration_s: float  # spent by this compile
+    program: Any  # the exported program to build (re-exported when the plan fixes the sharding)
+
+
+# --------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def device_kind(tables: Mapping[str, torch.Tensor]) -> str:
+    device = next((t.device for t in tables.values()), torch.device("cpu"))
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def default_profile(device: str) -> str:
+    if device.startswith("cuda"):
+        return "h200-nccl" if "H200" in device.upper() else "h100-nccl"
+    return "cpu-gloo"
+
+
+def planner_options(options: CompileOptions, device: str) -> PlanOptions:
+    """The search's constraints from the compile options (resolving the defaults here)."""
+    families = tuple(f for f in (options.optimizations or FAMILIES) if f in FAMILIES)
+    unknown = [f for f in (options.optimizations or ()) if f not in (*FAMILIES, "sharding")]
+    if unknown:
+        raise ValueError(f"CompileOptions.optimizations: unknown '{unknown[0]}'; known: "
+                         f"{', '.join(FAMILIES)}, sharding")
+    lanes = options.max_lanes or (4 if device.startswith("cuda") else max(1, torch.get_num_threads()))
+    profile = options.profile if options.profile != "auto" else default_profile(device)
+    return PlanOptions(profile=profile, memory_cap_bytes=options.memory_cap_bytes or 0, max_lanes=lanes,
+                       allow_generated=options.kernels == "generated", families=families)
+
+
+def key_fields(program, *, lift: str, plan_options: PlanOptions, device: str,
+               sharding_family: Sequence[str] | None = None) -> dict[str, str]:
+    """What the plan depends on, field by field (the key hashes them all)."""
+    import xdsl
+
+    import sparselift
+
+    ir_text = program.text  # exported, before any pass
+    code = ""
+    exported = getattr(program, "exported", None)
+    if exported is not None:
+        try:
+            code = exported.graph_module.code
+        except Exception:  # an exported program without python code: the tables still count
+            code = ""
+    structure = json.dumps([code, [(t.name, t.param, str(t.dtype), t.pooling, t.module) for t in program.tables],
+                            [(f.name, f.table, f.pooling, f.weighted) for f in program.features]])
+    types = sorted(set(re.findall(r"tensor<[^>]*>", ir_text)))
+    shapes = json.dumps([program.batch, [(t.name, t.rows, t.dim) for t in program.tables], types])
+    constraints = {
+        "memory_cap_bytes": plan_options.memory_cap_bytes,
+        "max_lanes": plan_options.max_lanes,
+        "kernels": "generated" if plan_options.allow_generated else "reference",
+        "optimizations": list(plan_options.families) + (["sharding"] if "sharding" in (sharding_family or ()) else []),
+        "profile": str(plan_options.profile),
+    }
+    return {
+        "model": _sha(structure),
+        "shapes": _sha(shapes),
+        "world_size": str(program.world_size),
+        "sharding": _sha(program.sharding.to_json()),
+        "optimizer": lift,
+        "device": device,
+        "versions": f"torch {torch.__version__}, xdsl {xdsl.__version__}, sparselift {sparselift.__version__}",
+        "constraints": json.dumps(constraints, sort_keys=True),
+        "ir": _sha(ir_text),
+    }
+
+
+def plan_key(fields: Mapping[str, str]) -> str:
+    return _sha(json.dumps([fields.get(k, "") for k in KEY_ORDER]))
+
+
+def record_path(directory: Path, key: str) -> Path:
+    return directory / f"plan_record_{key}.json"
+
+
+def diff_fields(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """The key fields that differ, with old -> new for the readable ones."""
+    out = []
+    for k in KEY_ORDER:
+        if old.get(k) != new.get(k):
+            if k in ("world_size", "device", "optimizer", "versions", "constraints"):
+                out.append(f"{k} ({old.get(k)} -> {new.get(k)})")
+            else:
+                out.append(k)
+    return out
+
+
+def describe_miss(directory: Path, fields: Mapping[str, str], key: str) -> str:
+    """Why no cached plan matches: the closest record's differing key fields."""
+    best: tuple[int, float, Path, list[str]] | None = None
+    for path in directory.glob("plan_record_*.json"):
+        try:
+            old = json.loads(path.read_text()).get("key_fields", {})
+        except (OSError, ValueError):
+            continue
+        diff = diff_fields(old, fields)
+        score = (len(diff), -path.stat().st_mtime)
+        if best is None or score < best[:2]:
+            best = (*score, path, diff)
+    if best is None:
+        return f"no cached plan record in {directory} (key {key})"
+    _, _, path, diff = best
+    if any(d.startswith("model") for d in diff):
+        return f"no cached plan for this model structure (key {key})"
+    return f"no cached plan for key {key}; the closest ({path.name}) differs in {', '.join(diff)}"
+
+
+def save_record(record: PlanRecord, path: Path) -> None:
+    tmp = path.with_suffix(f".{id(record)}.tmp")
+    tmp.write_text(record.to_json())
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------------------
+# Resolution: reuse or plan
+# --------------------------------------------------------------------------------------
+
+
+def _broadcast(obj: Any, rank: int, world: int, pg) -> Any:
+    if world == 1 or not (dist.is_available() and dist.is_initialized()):
+        return obj
+    payload = [obj if rank == 0 else None]
+    dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
+    return payload[0]
+
+
+def _lookup(options: CompileOptions, directory: Path, key: str, fields: dict[str, str]) -> dict[str, Any]:
+    """Rank 0's verdict: reuse a record (its JSON), plan (and why), or fail (and why)."""
+    mode = options.plan
+    if mode not in PLAN_MODES:  # a path to a plan record
+        path = Path(mode)
+        if not path.is_file():
+            return {"action": "error", "reason": f"CompileOptions(plan={mode!r}): no such plan record file "
+                    f"(use one of {', '.join(PLAN_MODES)} or a path to a plan record JSON)"}
+        try:
+            record = PlanRecord.load(path)
+        except ValueError as e:
+            return {"action": "error", "reason": str(e)}
+        diff = diff_fields(record.key_fields, fields)
+        why = f"plan record {path}"
+        if diff:
+            why += f" (made for a different key: {', '.join(diff)})"
+        return {"action": "reuse", "record": record.to_json(), "reason": why}
+    path = record_path(directory, key)
+    if mode == "replan":
+        return {"action": "plan", "reason": "re-planning: plan='replan'"}
+    if path.is_file():
+        try:
+            record = PlanRecord.load(path)
+        except ValueError as e:
+            if mode == "reuse-only":
+                return {"action": "error", "reason": f"plan='reuse-only': {e}"}
+            return {"action": "plan", "reason": f"re-planning: the cached record is unreadable ({e})"}
+        return {"action": "reuse", "record": record.to_json(), "reason": f"plan reused from {path}"}
+    miss = describe_miss(directory, fields, key)
+    if mode == "reuse-only":
+        return {"action": "error", "reason": f"plan='reuse-only' but {miss}"}
+    return {"action": "plan", "reason": f"re-planning: {miss}"}
+
+
+def resolve_plan(
+    program,
+    model_tables: Mapping[str, torch.Tensor],
+    example_inputs: tuple,
+    *,
+    model,
+    sharding,
+    lift: str,
+    rank: int,
+    world: int,
+    process_group,
+    optimizer,
+    options: CompileOptions,
+    measure: Measure | None = None,
+) -> PlanOutcome:
+    """The plan for this compile: reused from the cache (or a file) or planned now, same on every rank."""
+    device = device_kind(model_tables)
+    popts = planner_options(options, device)
+    fields = key_fields(program, lift=lift, plan_options=popts, device=device,
+                        sharding_family=options.optimizations)
+    key = plan_key(fields)
+    directory = cache_dir(options)
+    verdict = _broadcast(_lookup(options, directory, key, fields) if rank == 0 else None, rank, world, process_group)
+    if verdict["action"] == "error":
+        raise RuntimeError(f"sparselift: {verdict['reason']}")
+    if verdict["action"] == "reuse":
+        record = PlanRecord.from_json(verdict["record"])
+        log.info("sparselift: %s; no calibration", verdict["reason"])
+        return PlanOutcome(record, True, verdict["reason"], 0.0, _with_sharding(program, record, model,
+                                                                                example_inputs, world, process_group))
+    log.info("sparselift: %s", verdict["reason"])
+    planner = Planner(program, model_tables, example_inputs, lift=lift, rank=rank, world=world,
+                      process_group=process_group, optimizer=optimizer, options=options, plan_options=popts,
+                      measure=measure, model=model, sharding=sharding)
+    record = planner.run(key, fields)
+    # Decisions agree already (F is combined over the ranks); the broadcast also makes every
+    # rank hold rank 0's record (its observations and timings), the one the cache keeps.
+    record = PlanRecord.from_json(_broadcast(record.to_json() if rank == 0 else None, rank, world, process_group))
+    if rank == 0:
+        path = record_path(directory, key)
+        save_record(record, path)
+        log.info("sparselift: plan record %s written to %s (calibration %.2f s)", key, path, record.calibration_s)
+    return PlanOutcome(record, False, verdict["reason"], record.calibration_s, planner.program)
+
+
+def _with_sharding(program, record: PlanRecord, model, example_inputs, world, pg):
+    if record.sharding is None or record.sharding == program.sharding.to_json():
+        return program
+    from sparselift.compiler import _export_same_on_every_rank
+    from sparselift.passes.sharding import ShardingPlan
+
+    return _export_same_on_every_rank(model, example_inputs, world, ShardingPlan.from_json(record.sharding), pg)
+
+
+# --------------------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------------------
+
+
+def fit_profile(
+    base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
+) -> tuple[HardwareProfile, dict[str, Any]]:
+    """Least-squares scales per cost category: F ~ intercept + sum_k scale_k x breakdown_k.
+
+    `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
+    Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
+    not tell apart keep the profile's value. Scales are clamped to [0.05, 20].
+    """
+    cats = [c for c in CATEGORIES if c != "other" and any(abs(b.get(c, 0.0)) > 1e-9 for b, _ in points)]
+    rows = [[1.0, *(b.get(c, 0.0) for c in cats)] for b, _ in points]
+    rhs = [f - b.get("other", 0.0) for b, f in points]
+    data = list(rows)
+    for j in range(len(cats)):
+        col = [r[j + 1] for r in data]
+        w = prior * math.sqrt(sum(v * v for v in col) / len(col))
+        row = [0.0] * (len(cats) + 1)
+        row[j + 1] = w
+        rows.append(row)
+        rhs.append(w)
+    a = np.array(rows, dtype=np.float64)
+    y = np.array(rhs, dtype=np.float64)
+    x, *_ = np.linalg.lstsq(a, y, rcond=None)
+    scales = {c: float(min(20.0, max(0.05, x[j + 1]))) for j, c in enumerate(cats)}
+    n = len(points)
+    pred = a[:n] @ np.array([x[0], *(scales[c] for c in cats)])
+    residual = float(np.sqrt(np.mean((pred - y[:n]) ** 2))) if n else 0.0
+    s = {c: scales.get(c, 1.0) for c in CATEGORIES}
+    fitted = attrs.evolve(
+        base,
+        name=f"{base.name}+fit",
+        coll_alpha_us=base.coll_alpha_us * s["coll_alpha"],
+        coll_peer_alpha_us=base.coll_peer_alpha_us * s["coll_alpha"],
+        net_bw_gbps=base.net_bw_gbps / s["coll_beta"],
+        inter_node_bw_gbps=base.inter_node_bw_gbps / s["coll_beta"],
+        mem_bw_gbps=base.mem_bw_gbps / s["gather"],
+        update_factor=base.update_factor * s["update"] / s["gather"],
+        copy_bw_gbps=base.copy_bw_gbps / s["copy"],
+        kernel_launch_us=base.kernel_launch_us * s["fixed"],
+        lookup_overhead_us=base.lookup_overhead_us * s["fixed"],
+        flops_per_s=base.flops_per_s / s["dense"],
+    )
+    report = {
+        "points": n,
+        "scales": {c: round(v, 4) for c, v in scales.items()},
+        "intercept_us": round(float(x[0]), 3),
+        "residual_us": round(residual, 3),
+        # What the fit says about the machine: per-collective alpha/beta, bytes/s per kernel kind.
+        "fitted": {
+            "coll_alpha_us": round(fitted.coll_alpha_us, 3),
+            "coll_beta_GBps": round(fitted.net_bw_gbps, 4),
+            "gather_GBps": round(fitted.mem_bw_gbps, 4),
+            "update_GBps": round(fitted.mem_bw_gbps / fitted.update_factor, 4),
+            "copy_GBps": round(fitted.copy_bw_gbps, 4),
+            "launch_us": round(fitted.kernel_launch_us, 3),
+        },
+        "profile": fitted.to_dict(),
+    }
+    return fitted, report
+
+
+# --------------------------------------------------------------------------------------
+# The measured lookahead
+# --------------------------------------------------------------------------------------
+
+
+def _loss(out) -> torch.Tensor | None:
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not leaves:
+        return None
+    return sum(t.float().sum() for t in leaves)
+
+
+class Planner:
+    """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`)."""
+
+    def __init__(self, program, model_tables: Mapping[str, torch.Tensor], example_inputs: tuple, *, lift: str,
+                 rank: int, world: int, process_group, optimizer, options: CompileOptions, plan_options: PlanOptions,
+                 measure: Measure | None = None, clock: Callable[[], float] = time.perf_counter,
+                 cache_models: int = 3, model=None, sharding: Any = None):
+        self.program, self.tables, self.inputs = program, model_tables, example_inputs
+        # The sharding family re-exports the model with each placement policy (a torch.export
+        # per alternative and rank), so it is only tried when asked for and "auto" was requested.
+        self.model = model
+        self.try_sharding = ("sharding" in (options.optimizations or ()) and sharding == "auto" and world > 1
+                             and model is not None)
+        self.sharding_json: str | None = None
+        self.lift, self.rank, self.world, self.pg = lift, rank, world, process_group
+        self.optimizer, self.options, self.plan_options = optimizer, options, plan_options
+        self.measure, self.clock = measure, clock
+        self.budget_s = float(options.calibration_budget_s)
+        self.base_profile = plan_options.hardware()
+        self.fitted: HardwareProfile | None = None
+        self.fit: dict[str, Any] = {}
+        self.exhausted = False
+        self.measurements: dict[str, Measurement] = {}
+        self.predictor: Predictor | None = None
+        self._models: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._cache_models = cache_models
+        self._start = 0.0
+        cuda = any(t.is_cuda for t in model_tables.values())
+        self._sync = torch.cuda.synchronize if cuda else None
+
+    # -- collective helpers ------------------------------------------------------------------
+    def _max(self, values: Sequence[float]) -> list[float]:
+        """Element-wise MAX over the ranks (identity on one rank)."""
+        if self.world == 1 or not (dist.is_available() and dist.is_initialized()):
+            return [float(v) for v in values]
+        device = "cuda" if self._sync is not None and dist.get_backend(self.pg) == "nccl" else "cpu"
+        t = torch.tensor(list(values), dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.pg)
+        return t.cpu().tolist()
+
+    def _elapsed(self) -> float:
+        return self._max([self.clock() - self._start])[0]
+
+    def _over_budget(self) -> bool:
+        if not self.exhausted and self._elapsed() > self.budget_s:
+            self.exhausted = True
+        return self.exhausted
+
+    # -- building and timing plans -----------------------------------------------------------
+    def _model(self, pipeline: tuple[str, ...], program=None):
+        program = program or self.program
+        spec = (id(program), ",".join(pipeline))
+        if spec in self._models:
+            self._models.move_to_end(spec)
+            return self._models[spec]
+        from sparselift.compiler import build_compiled
+
+        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
+        opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
+        model = build_compiled(program, self.tables, [self.lift, *pipeline], rank=self.rank, world=self.world,
+                               process_group=self.pg, optimizer=self.optimizer, options=opts, scratch=True)
+        self._models[spec] = model
+        while len(self._models) > self._cache_models:
+            self._models.popitem(last=False)
+        return model
+
+    def _ready(self, pipelines: Sequence[tuple[str, ...]], program=None) -> str | None:
+        """Build the plans (scratch copies); the error, the same on every rank, if any rank failed."""
+        error = ""
+        if self.measure is None:
+            for p in pipelines:
+                try:
+                    self._model(p, program)
+                except Exception as e:  # a candidate that cannot be built is rejected, not fatal
+                    error = f"{type(e).__name__}: {e}"
+                    log.warning("sparselift: calibration could not build %s: %s", ",".join(p) or "T0", error)
+                    break
+        failed = self._max([1.0 if error else 0.0])[0]
+        if failed:
+            return f"failed to build: {error}" if error else "failed to build on another rank"
+        return None
+
+    def _observe(self, pipeline: tuple[str, ...], program=None, label: str = "") -> float:
+        """One complete step (forward + backward) of `pipeline` on the example batch, in seconds."""
+        if self.measure is not None:
+            return float(self.measure((label,) if label else tuple(pipeline)))
+        model = self._model(pipeline, program)
+        if self._sync:
+            self._sync()
+        t0 = time.perf_counter()
+        loss = _loss(model(*self.inputs))
+        if loss is not None:
+            loss.backward()
+        if self._sync:
+            self._sync()
+        dt = time.perf_counter() - t0
+        for p in model._dense_params:
+            p.grad = None
+        return dt
+
+    def _combine(self, obs: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+        """Per plan: F (us), the MAX over ranks of each rank's minimum, and the noise (us), the
+        MAX over ranks of each rank's spread (max - min)."""
+        local = [min(o) * 1e6 for o in obs] + [(max(o) - min(o)) * 1e6 for o in obs]
+        combined = self._max(local)
+        return combined[: len(obs)], combined[len(obs):]
+
+    def _record(self, pipeline: tuple[str, ...], f_us: float, noise_us: float, obs: Sequence[float]) -> None:
+        spec = ",".join(pipeline)
+        self.measurements.pop(spec, None)  # latest last
+        self.measurements[spec] = Measurement(spec, round(f_us, 3), round(noise_us, 3),
+                                              tuple(round(o * 1e6, 3) for o in obs))
+
+    # -- the Confirmer protocol --------------------------------------------------------------
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        return self.fitted or current
+
+    def confirm(self, family: str, incumbent: tuple[str, ...], variants: list[tuple[Candidate, Prediction]],
+                incumbent_prediction: Prediction) -> list[Decision]:
+        predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
+        if self._over_budget():
+            return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
+        error = self._ready([incumbent])
+        if error:  # the incumbent itself cannot run: nothing can be confirmed
+            return [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
+        if family == "parallelism":
+            return self._sweep(incumbent, variants, predicted)
+        if family in ("aggregation", "codegen") and len(variants) == 1:
+            cand = variants[0][0]
+            error = self._ready([cand.pipeline])
+            if error:
+                return [decision(cand, False, error, predicted[cand.label])]
+            o0, o1 = (self._codegen if family == "codegen" else self._pairs)(incumbent, cand.pipeline)
+            (f0, f1), (noise, spread) = self._combine([o0, o1])
+            self._record(incumbent, f0, noise, o0)
+            self._record(cand.pipeline, f1, spread, o1)
+            out = [self._judge(cand, predicted[cand.label], f0, f1, noise)]
+        else:
+            out = self._alternatives(incumbent, variants, predicted)
+        if any(d.accepted for d in out):
+            self._refit()
+        return out
+
+    def _not_tried(self, cand: Candidate, predicted: float | None) -> Decision:
+        return decision(cand, False, f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of "
+                        f"{self.budget_s:g} s)", predicted)
+
+    def _judge(self, cand: Candidate, predicted: float, f0: float, f1: float, noise: float,
+               better: str = "") -> Decision:
+        inc = f1 - f0
+        kw = {"measured_us": round(inc, 3), "incumbent_us": round(f0, 3), "candidate_us": round(f1, 3),
+              "noise_us": round(noise, 3)}
+        if better:
+            return decision(cand, False, f"measured increment {inc / 1e3:+.2f} ms; {better} was faster", predicted,
+                            **kw)
+        if f1 < f0 - noise:
+            return decision(cand, True, f"measured increment {inc / 1e3:+.2f} ms beyond noise "
+                            f"{noise / 1e3:.2f} ms", predicted, **kw)
+        return decision(cand, False, f"measured increment {inc / 1e3:+.2f} ms: not faster than the incumbent "
+                        f"beyond noise {noise / 1e3:.2f} ms", predicted, **kw)
+
+    # Budgets of the paper's appendix, one function per kind of measurement point.
+    def _pairs(self, inc: tuple[str, ...], cand: tuple[str, ...]) -> tuple[list[float], list[float]]:
+        """One warmup pair, then two measured pairs (T0, T1)."""
+        self._observe(inc)
+        self._observe(cand)
+        o0, o1 = [], []
+        for _ in range(2):
+            o0.append(self._observe(inc))
+            o1.append(self._observe(cand))
+        return o0, o1
+
+    def _codegen(self, ref: tuple[str, ...], gen: tuple[str, ...]) -> tuple[list[float], list[float]]:
+        """One warmup per implementation, then ref -> gen -> gen -> ref."""
+        self._observe(ref)
+        self._observe(gen)
+        o0 = [self._observe(ref)]
+        o1 = [self._observe(gen), self._observe(gen)]
+        o0.append(self._observe(ref))
+        return o0, o1
+
+    def _steps(self, pipeline: tuple[str, ...], program=None, label: str = "") -> list[float]:
+        """One warmup step, then two complete-step observations."""
+        self._observe(pipeline, program, label)
+        return [self._observe(pipeline, program, label), self._observe(pipeline, program, label)]
+
+    def _baseline(self, inc: tuple[str, ...]) -> tuple[float, float]:
+        o0 = self._steps(inc)
+        (f0,), (noise,) = self._combine([o0])
+        self._record(inc, f0, noise, o0)
+        return f0, noise
+
+    def _variant(self, cand: Candidate) -> float | str:
+        error = self._ready([cand.pipeline])
+        if error:
+            return error
+        o1 = self._steps(cand.pipeline)
+        (f1,), (spread,) = self._combine([o1])
+        self._record(cand.pipeline, f1, spread, o1)
+        return f1
+
+    def _alternatives(self, inc, variants, predicted) -> list[Decision]:
+        """Mutually exclusive variants (latency-hiding schedules): each measured, the best kept."""
+        f0, noise = self._baseline(inc)
+        results: dict[str, float | str] = {}
+        for cand, _ in variants:
+            if self._over_budget():
+                break
+            results[cand.label] = self._variant(cand)
+        return self._pick(variants, predicted, results, f0, noise, "")
+
+    def _sweep(self, inc, variants, predicted) -> list[Decision]:
+        """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
+        f0, noise = self._baseline(inc)
+        by_g = sorted((c for c, _ in variants), key=lambda c: (c.lanes, c.label))
+        start = by_g.index(variants[0][0])  # variants come best predicted first
+        results: dict[str, float | str] = {}
+        stopped = ""
+        for direction in (1, -1):
+            prev = results.get(by_g[start].label) if direction == -1 else None
+            prev = prev if isinstance(prev, float) else None
+            i = start if direction == 1 else start - 1
+            while 0 <= i < len(by_g):
+                if self._over_budget():
+                    stopped = "budget"
+                    break
+                f = self._variant(by_g[i])
+                results[by_g[i].label] = f
+                if isinstance(f, float):
+                    if prev is not None and f >= prev:
+                        break  # slower than its neighbour: the sweep turns
+                    prev = f
+                i += direction
+        return self._pick(variants, predicted, results, f0, noise, stopped)
+
+    def _pick(self, variants, predicted, results, f0, noise, stopped) -> list[Decision]:
+        """At most one variant: the fastest measured, if it beats the incumbent beyond noise."""
+        timed = {k: v for k, v in results.items() if isinstance(v, float)}
+        best = min(timed, key=lambda k: (timed[k], k)) if timed else None
+        keep = best is not None and timed[best] < f0 - noise
+        out = []
+        for cand, _ in variants:
+            r = results.get(cand.label)
+            if r is None:
+                why = (f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)"
+                       if stopped == "budget" or self.exhausted else "not measured: the sweep turned before it")
+                out.append(decision(cand, False, why, predicted[cand.label]))
+            elif isinstance(r, str):
+                out.append(decision(cand, False, r, predicted[cand.label]))
+            elif keep and cand.label != best:
+                out.append(self._judge(cand, predicted[cand.label], f0, r, noise, better=best))
+            else:
+                out.append(self._judge(cand, predicted[cand.label], f0, r, noise))
+        return out
+
+    def _refit(self) -> None:
+        """Re-fit the cost model's scales to every plan measured so far."""
+        points = []
+        for m in self.measurements.values():
+            if m.spec.startswith("sharding="):  # another program's T0: not this predictor's plan
+                continue
+            pred = self.predictor.predict(_specs(m.spec), self.base_profile)
+            if math.isfinite(pred.est_us):
+                points.append((dict(pred.breakdown), m.f_us))
+        if points:
+            self.fitted, self.fit = fit_profile(self.base_profile, points)
+
+    # -- sharding ----------------------------------------------------------------------------
+    def _decide_sharding(self) -> list[Decision]:
+        """The placement "auto" chose against the other policies, each as its own lifted T0:
+        one warmup step and two observations each (like the alternatives of a family)."""
+        from sparselift.compiler import _export_same_on_every_rank
+
+        profile = self.base_profile
+        base = self.predictor.predict((), profile)
+        current = self.program.sharding.to_json()
+        out: list[Decision] = []
+        variants: list[tuple[Candidate, Prediction]] = []
+        programs: dict[str, tuple[Any, Predictor]] = {}
+        for choice in ("table_wise", "row_wise", "data_parallel"):
+            cand = Candidate("sharding", choice, f"sharding={choice}", ())
+            if self._over_budget():
+                out.append(self._not_tried(cand, None))
+                continue
+            program = _export_same_on_every_rank(self.model, self.inputs, self.world, choice, self.pg)
+            if program.sharding.to_json() == current:
+                out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
+                continue
+            lifted = program.module.clone()
+            run_pipeline(lifted, [self.lift])
+            predictor = Predictor(lifted)
+            variants.append((cand, predictor.predict((), profile)))
+            programs[choice] = (program, predictor)
+        if not variants:
+            return out
+        variants.sort(key=lambda item: (round(item[1].est_us - base.est_us, 6), item[0].label))
+        predicted = {c.label: p.est_us - base.est_us for c, p in variants}
+        if self._over_budget():
+            return out + [self._not_tried(c, predicted[c.label]) for c, _ in variants]
+        error = self._ready([()])
+        if error:
+            return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
+        o0 = self._steps((), label="sharding=auto")
+        (f0,), (noise,) = self._combine([o0])
+        self._record(("sharding=auto",), f0, noise, o0)
+        results: dict[str, float | str] = {}
+        for cand, _ in variants:
+            if self._over_budget():
+                break
+            program = programs[cand.label][0]
+            error = self._ready([()], program)
+            if error:
+                results[cand.label] = error
+                continue
+            o1 = self._steps((), program, label=cand.change)
+            (f1,), (spread,) = self._combine([o1])
+            self._record((cand.change,), f1, spread, o1)
+            results[cand.label] = f1
+        decided = self._pick(variants, predicted, results, f0, noise, "budget" if self.exhausted else "")
+        chosen = [d for d in decided if d.accepted]
+        if chosen:
+            self.program, self.predictor = programs[chosen[0].label]
+            self.sharding_json = self.program.sharding.to_json()
+            self._models.clear()
+            self._refit()
+        return out + decided
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self, key: str = "", fields: Mapping[str, str] | None = None) -> PlanRecord:
+        global CALIBRATIONS
+        CALIBRATIONS += 1
+        self._start = self.clock()
+        lifted = self.program.module.clone()
+        run_pipeline(lifted, [self.lift])
+        self.predictor = Predictor(lifted)
+        sharding_decisions = self._decide_sharding() if self.try_sharding else []
+        result = search(self.predictor, self.plan_options, self)
+        if self.measurements and not self.fit:
+            self._refit()
+        t0 = self.measurements.get("")
+        final = self.measurements.get(",".join(result.pipeline))
+        calibration = self._elapsed()
+        self._models.clear()
+        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in result.pipeline) else "reference"
+        return PlanRecord(
+            key=key, key_fields=dict(fields or {}), pipeline=result.pipeline, kernels=kernels,
+            sharding=self.sharding_json, decisions=(*sharding_decisions, *result.decisions), measurements=tuple(self.measurements.values()), fit=self.fit,
+            calibration_s=round(calibration, 3), budget_s=self.budget_s, budget_exhausted=self.exhausted,
+            mode="measured", incumbent_us=None if t0 is None else t0.f_us,
+            final_us=None if final is None else final.f_us,
+            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        )
+
+
+def _specs(spec: str) -> list[str]:
+    from sparselift.passes.plan_sparse import split_pipeline
+
+    return split_pipeline(spec)
+
+
+__all__ = [
+    "PLAN_MODES",
+    "CALIBRATIONS",
+    "PlanOutcome",
+    "Planner",
+    "resolve_plan",
+    "key_fields",
+    "plan_key",
+    "record_path",
+    "describe_miss",
+    "diff_fields",
+    "fit_profile",
+    "planner_options",
+    "device_kind",
+]

@@ -1,0 +1,31 @@
+// RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse,plan-sparse{optimizations=aggregation,codegen}' | filecheck %s
+// RUN: echo '{"pipeline": ["aggregate-comm{roles=output_pooled}"]}' > %t.json
+// RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse,plan-sparse{decisions="%t.json"}' | filecheck %s --check-prefix=REPLAY
+// RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse,plan-sparse{memory-cap-bytes=1 optimizations=aggregation,codegen}' | filecheck %s --check-prefix=CAP
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse,plan-sparse{decisions="%t.missing"}' 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse,plan-sparse{optimizations=sharding}' 2>&1 | filecheck %s --check-prefix=BADFAMILY
+
+// Planning by the analytic model: both towers' pooled outputs and pooled gradients merge
+// (aggregation adds one role at a time), then the tables of the item tower fuse into generated
+// kernels. Roles with nothing to merge are rejected, with the reason.
+// CHECK:       builtin.module attributes {plan = "aggregate-comm{roles={{([a-z_]+,)*}}output_pooled,grad_pooled},generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate sparse_grad: no effect: aggregate-comm{roles=sparse_grad} left the IR unchanged (nothing to rewrite)", "aggregation aggregate dense_grad: no effect: aggregate-comm{roles=dense_grad} left the IR unchanged (nothing to rewrite)"]}
+// CHECK:       sched.kernel @lookup_{{.*}} kind "lookup"
+// CHECK:       coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
+// CHECK-NOT:   role #coll.role<output_pooled>
+// CHECK:       coll.all_to_all {{.*}} role #coll.role<grad_pooled> {{.*}} {group = "item/table_wise+user/table_wise"}
+// CHECK-NOT:   role #coll.role<grad_pooled>
+// CHECK:       sched.kernel @lookup_update_{{.*}} kind "lookup_update"
+
+// Replaying recorded decisions applies exactly those specs: no search, nothing rejected.
+// REPLAY:      builtin.module attributes {plan = "aggregate-comm{roles=output_pooled}"} {
+// REPLAY-NOT:  sched.kernel
+// REPLAY:      coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
+// REPLAY-COUNT-2: coll.all_to_all {{.*}} role #coll.role<grad_pooled>
+
+// A 1-byte memory cap: aggregate-comm gets it as max-bytes and refuses every merge; the
+// refusals are the rejected candidates' reasons. Code generation needs no memory and stays.
+// CAP:         builtin.module attributes {plan = "generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate output_pooled: aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1", "aggregation aggregate grad_pooled: aggregate-comm: not merged: the merged buffer would hold 4096 bytes, over max-bytes 1"
+// CAP-COUNT-2: coll.all_to_all {{.*}} role #coll.role<output_pooled>
+
+// MISSING:     plan-sparse: decisions {{.*}}.missing: cannot read it
+// BADFAMILY:   plan-sparse: unknown optimization 'sharding'; known: aggregation, parallelism, codegen, latency-hiding

@@ -1,0 +1,205 @@
+"""`plan-sparse`: candidates, analytic predictions, constraints, deterministic search, replay, records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
+from xdsl.utils.exceptions import PassFailedException
+
+import sparselift.passes.plan_sparse as ps
+from sparselift.ir.sched import KernelOp
+from sparselift.passes.annotate_cost import annotate_step, op_cost
+from sparselift.passes.plan_sparse import (
+    AnalyticConfirmer,
+    Candidate,
+    Decision,
+    Measurement,
+    PlanOptions,
+    PlanRecord,
+    PlanSparse,
+    Predictor,
+    cost_terms,
+    enumerate_candidates,
+    predict,
+    search,
+    split_pipeline,
+    with_change,
+)
+from sparselift.passes.profiles import CPU_GLOO
+from sparselift.passes.srsv import Sizer, build_srsv, steps_of
+
+INPUTS = Path(__file__).resolve().parents[1] / "filecheck" / "inputs"
+# The tests use the two optimizations that are finished; the others join as they land.
+FAMILIES = ("aggregation", "codegen")
+
+
+def lifted(name: str = "two-tower-ws2"):
+    module = parse((INPUTS / f"{name}.mlir").read_text())
+    ps.run_pipeline(module, ["lift-sparse"], context())
+    return module
+
+
+def test_pipeline_helpers_keep_options_and_canonical_order():
+    assert split_pipeline("a{x=1,2 y=3},b , c{z=4}") == ["a{x=1,2 y=3}", "b", "c{z=4}"]
+    assert ps.format_spec("aggregate-comm", {"roles": ["a", "b"], "max-bytes": 5}) == "aggregate-comm{roles=a,b max-bytes=5}"
+    assert ps.format_spec("hide-latency", {"forward": True, "backward": False}) == "hide-latency{forward=true backward=false}"
+    # A change replaces the same pass's spec, else goes where its family belongs (the paper's order).
+    plan = with_change(("generate-kernels",), "aggregate-comm{roles=input}")
+    assert plan == ("aggregate-comm{roles=input}", "generate-kernels")
+    assert with_change(plan, "aggregate-comm{roles=input,grad_pooled}") == (
+        "aggregate-comm{roles=input,grad_pooled}", "generate-kernels")
+
+
+def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
+    module = lifted()
+    cands = enumerate_candidates(module, PlanOptions(families=FAMILIES))
+    roles = [c.label for c in cands if c.family == "aggregation"]
+    assert "aggregate output_pooled" in roles and "aggregate grad_pooled" in roles
+    assert [c.change for c in cands if c.family == "codegen"] == ["generate-kernels"]
+    # Relative to an incumbent that aggregates output_pooled: the next role adds to it.
+    inc = ("aggregate-comm{roles=output_pooled}",)
+    nxt = [c for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)), inc)
+           if c.label == "aggregate grad_pooled"][0]
+    assert nxt.change == "aggregate-comm{roles=output_pooled,grad_pooled}" and nxt.pipeline == (nxt.change,)
+    # A memory cap is handed to the pass as its byte limit.
+    capped = enumerate_candidates(module, PlanOptions(memory_cap_bytes=64, families=("aggregation",)))
+    assert all("max-bytes=64" in c.change for c in capped)
+    # Reference kernels requested: code generation is a candidate that cannot be tried, with the reason.
+    ref = enumerate_candidates(module, PlanOptions(allow_generated=False, families=("codegen",)))
+    assert [(c.available, c.reason) for c in ref] == [
+        (False, "disabled: reference kernels requested (kernels='reference')")]
+    # A pass missing from the registry is an unavailable optimization, not an error.
+    registry = {k: v for k, v in ps.registered_passes().items() if k != "parallelize-tables"}
+    monkeypatch.setattr(ps, "registered_passes", lambda: registry)
+    par = enumerate_candidates(module, PlanOptions(families=("parallelism",)))
+    assert [(c.available, c.reason) for c in par] == [(False, "unavailable: pass 'parallelize-tables' is not registered")]
+
+
+def test_cost_terms_add_up_to_annotate_cost():
+    # The categories the runtime planner fits must be annotate-cost's estimate, split.
+    module = lifted()
+    for step in steps_of(module):
+        view = build_srsv(step)
+        sizer = Sizer(view.world_size, view.batch)
+        for op in view.graph.nodes:
+            want = op_cost(op, view, CPU_GLOO, sizer).est_us
+            assert sum(cost_terms(op, view, CPU_GLOO, sizer).values()) == pytest.approx(want, rel=1e-9, abs=1e-9), op.name
+
+
+def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_launches():
+    module = lifted()
+    t0 = predict(module, "", CPU_GLOO)
+    clone = module.clone()
+    want = sum(annotate_step(step, CPU_GLOO) for step in steps_of(clone))
+    assert t0.est_us == pytest.approx(want, abs=1e-2)
+    assert sum(v for _, v in t0.breakdown) == pytest.approx(t0.est_us, abs=1e-2)
+    gen = predict(module, "generate-kernels", CPU_GLOO)
+    # A fused kernel still gathers its tables' rows: it saves per-table launches and overheads.
+    saved = t0.est_us - gen.est_us
+    assert 0 < saved < t0.category("gather") + t0.category("update") + t0.category("fixed")
+    assert gen.category("gather") == pytest.approx(t0.category("gather"), rel=1e-6)
+    assert gen.text_hash != t0.text_hash and module.is_structurally_equivalent(lifted())  # module untouched
+    assert any(isinstance(op, KernelOp) for op in Predictor(module).apply(["generate-kernels"]).module.walk())
+
+
+def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
+    result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, families=FAMILIES))
+    rejected = {d.label: d.reason for d in result.decisions if not d.accepted}
+    assert rejected["aggregate output_pooled"] == (
+        "aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1")
+    assert "over max-bytes 1" in rejected["aggregate grad_pooled"]
+    assert not any(p.startswith("aggregate-comm") for p in result.pipeline)
+
+
+def test_lane_limit_rejects_parallelism_before_applying_it():
+    result = search(Predictor(lifted()), PlanOptions(max_lanes=1, families=("parallelism",)))
+    reasons = {d.reason for d in result.decisions}
+    assert result.pipeline == ()
+    assert reasons and all(r.startswith("lane limit:") or r.startswith("unavailable") for r in reasons)
+
+
+def test_search_is_deterministic_and_orders_by_predicted_gain():
+    a = search(Predictor(lifted()), PlanOptions(families=FAMILIES))
+    b = search(Predictor(lifted()), PlanOptions(families=FAMILIES))
+    assert a == b
+    assert a.pipeline[-1] == "generate-kernels"
+    agg = [p for p in a.pipeline if p.startswith("aggregate-comm")][0]
+    assert "output_pooled" in agg and "grad_pooled" in agg
+    # Accepted aggregation roles come in order of predicted gain (most negative first).
+    gains = [d.predicted_us for d in a.decisions if d.accepted and d.family == "aggregation"]
+    assert gains == sorted(gains) and all(g < 0 for g in gains)
+
+
+class ScriptedConfirmer(AnalyticConfirmer):
+    """Confirms with fixed 'measured' step times: the search follows the measurements."""
+
+    def __init__(self, times: dict[str, float]):
+        self.times = times
+
+    def confirm(self, family, incumbent, variants, incumbent_prediction):
+        f0 = self.times.get(",".join(incumbent), 100.0)
+        out = []
+        for cand, pred in variants:
+            f1 = self.times.get(cand.spec, f0)
+            ok = f1 < f0 and not any(d.accepted for d in out)
+            out.append(ps.decision(cand, ok, "scripted", pred.est_us - incumbent_prediction.est_us,
+                                   measured_us=f1 - f0))
+        return out
+
+
+def test_same_measurements_give_the_same_plan():
+    times = {"generate-kernels": 90.0}  # aggregation measured as no gain, code generation as a gain
+    runs = [search(Predictor(lifted()), PlanOptions(families=FAMILIES), ScriptedConfirmer(times)) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert runs[0].pipeline == ("generate-kernels",)
+
+
+def test_decisions_replay_applies_exactly_those_specs(tmp_path):
+    specs = ["aggregate-comm{roles=grad_pooled}", "generate-kernels"]
+    path = tmp_path / "decisions.json"
+    record = PlanRecord(key="k", pipeline=tuple(specs))
+    path.write_text(record.to_json())
+    replayed = lifted()
+    PlanSparse(decisions=str(path)).apply(context(), replayed)
+    direct = lifted()
+    ps.run_pipeline(direct, specs, context())
+    assert replayed.attributes["plan"].data == ",".join(specs)
+    del replayed.attributes["plan"]
+    assert str(replayed) == str(direct)
+    # A bare {"pipeline": [...]} works too; a pass that does not exist is a clear error.
+    path.write_text(json.dumps({"pipeline": ["no-such-pass"]}))
+    with pytest.raises(PassFailedException, match="decisions name unknown pass 'no-such-pass'"):
+        PlanSparse(decisions=str(path)).apply(context(), lifted())
+
+
+def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
+    cand = Candidate("codegen", "generated kernels", "generate-kernels", ("generate-kernels",))
+    accepted = ps.decision(cand, True, "measured increment -3.00 ms beyond noise 0.50 ms", -120.0,
+                           measured_us=-3000.0, incumbent_us=20000.0, candidate_us=17000.0, noise_us=500.0)
+    rejected = Decision("aggregation", "aggregate input", "aggregate-comm{roles=input max-bytes=1}", (), False,
+                        "aggregate-comm: input exchanges not merged: over max-bytes 1")
+    record = PlanRecord(key="abc", key_fields={"world_size": "2"}, pipeline=("generate-kernels",),
+                        kernels="generated", decisions=(rejected, accepted),
+                        measurements=(Measurement("", 20000.0, 500.0, (20000.0, 20500.0)),),
+                        fit={"points": 2, "residual_us": 10.0, "fitted": {"launch_us": 7.0}},
+                        calibration_s=1.25, budget_s=30.0, incumbent_us=20000.0, final_us=17000.0, created="now")
+    path = tmp_path / "r.json"
+    path.write_text(record.to_json())
+    assert PlanRecord.load(path) == record
+    text = record.explain()
+    assert "pipeline: generate-kernels" in text and "codegen: generated kernels" in text
+    assert "predicted -0.120 | measured -3.00 (noise 0.50)" in text
+    assert "aggregate-comm: input exchanges not merged: over max-bytes 1" in text
+    assert "calibration: 1.25 s of a 30 s budget" in text and "T0 20.00 ms -> chosen 17.00 ms" in text
+    with pytest.raises(ValueError, match="not a plan record"):
+        PlanRecord.from_json("[1, 2]")
+
+
+def test_pass_failures_are_clear():
+    with pytest.raises(PassFailedException, match="unknown hardware profile 'nope'"):
+        PlanSparse(profile="nope").apply(context(), lifted())
+    with pytest.raises(PassFailedException, match="unknown optimization 'sharding'"):
+        PlanSparse(optimizations=("sharding",)).apply(context(), lifted())

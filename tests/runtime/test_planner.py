@@ -1,0 +1,195 @@
+"""The runtime planner: identical decisions on every rank, constraints, plan reuse, `explain`."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+
+import sparselift
+import sparselift.planner as planner
+from sparselift.models import build
+from sparselift.passes.plan_sparse import PlanRecord
+from sparselift.passes.profiles import CPU_GLOO
+
+MODEL, ROWS, BATCH = "two-tower", 200, 8
+SHARDING = "table_wise"  # both towers exchange pooled vectors: there is something to aggregate
+# The finished optimizations; parallelism and latency hiding join these tests when they land.
+FAMILIES = ("aggregation", "codegen")
+
+
+def _options(tmp, **kw):
+    return sparselift.CompileOptions(cache_dir=str(tmp), optimizations=FAMILIES, **kw)
+
+
+# -- determinism: injected measurements ---------------------------------------------------
+
+# Seconds per step by plan and rank. Rank 1 is slower; aggregating output_pooled looks like a
+# gain on rank 0 alone but not on rank 1, so F (max over ranks of each rank's min) rejects it
+# on both ranks.
+FAKE = {
+    "": (0.010, 0.011),
+    "aggregate-comm{roles=output_pooled}": (0.0090, 0.0115),
+    "generate-kernels": (0.008, 0.009),
+}
+
+
+def _fake_measure(rank):
+    def measure(pipeline):
+        spec = ",".join(pipeline)
+        times = FAKE.get(spec, FAKE[""] if "generate-kernels" not in spec else FAKE["generate-kernels"])
+        return times[rank]
+
+    return measure
+
+
+def _planner_worker(rank, world):
+    from sparselift.compiler import _export_same_on_every_rank, lift_spec
+    from sparselift.optim import SGD
+
+    model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    program = _export_same_on_every_rank(model, inputs, world, SHARDING, None)
+    options = sparselift.CompileOptions(optimizations=FAMILIES)
+    tables = dict(model.named_parameters())
+    popts = planner.planner_options(options, "cpu")
+    records = []
+    for _ in range(2):  # the same measurements twice: the same plan
+        p = planner.Planner(program, tables, inputs, lift=lift_spec(SGD()), rank=rank, world=world,
+                            process_group=None, optimizer=SGD(), options=options, plan_options=popts,
+                            measure=_fake_measure(rank))
+        records.append(p.run("k"))
+    return [r.to_json() for r in records]
+
+
+def test_same_measurements_same_plan_on_every_rank():
+    results = sparselift.launch(_planner_worker, 2, timeout_s=120)
+    records = [PlanRecord.from_json(r) for rank in results for r in rank]
+    for r in records[1:]:  # both runs on both ranks decide the same
+        assert (r.pipeline, r.decisions, r.incumbent_us, r.final_us) == (
+            records[0].pipeline, records[0].decisions, records[0].incumbent_us, records[0].final_us)
+    rec = records[0]
+    assert rec.pipeline == ("generate-kernels",) and rec.kernels == "generated"
+    by_label = {d.label: d for d in rec.decisions}
+    agg = by_label["aggregate output_pooled"]
+    # F(T0) = max(10, 11) ms, F(T1) = max(9, 11.5) ms: slower, although rank 0 alone was faster.
+    assert not agg.accepted and agg.incumbent_us == pytest.approx(11000) and agg.candidate_us == pytest.approx(11500)
+    gen = by_label["generated kernels"]
+    assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(0)
+    assert rec.fit["points"] >= 2
+
+
+# -- constraints, reuse and explain on 2 gloo ranks -----------------------------------------
+
+
+def _compile_worker(rank, world, cache, kw):
+    model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    n = planner.CALIBRATIONS
+    first = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
+    untouched = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    second = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
+    return {
+        "record": first.plan.record.to_json(), "explain": first.plan.explain(), "reused_first": first.plan.reused,
+        "calibration_first": first.plan.calibration_s, "calibrations": planner.CALIBRATIONS - n,
+        "reused_second": second.plan.reused, "calibration_second": second.plan.calibration_s,
+        "same_plan": second.plan.record == first.plan.record and second.plan.hash == first.plan.hash,
+        "untouched": untouched, "out": first(*inputs).detach(),
+    }
+
+
+def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
+    results = sparselift.launch(_compile_worker, 2, str(tmp_path), {"memory_cap_bytes": 1, "calibration_budget_s": 20},
+                                timeout_s=120)
+    r0, r1 = results
+    assert r0["record"] == r1["record"]  # rank 0 decided for both (F is combined over the ranks)
+    record = PlanRecord.from_json(r0["record"])
+    for r in results:
+        assert not r["reused_first"] and r["calibration_first"] > 0 and r["untouched"]
+        # The second compile reuses the cached plan: no calibration at all.
+        assert r["reused_second"] and r["calibration_second"] == 0 and r["calibrations"] == 1 and r["same_plan"]
+    # The 1-byte cap: aggregate-comm refuses every merge; that refusal is the reason in explain.
+    rejected = {d.label: d.reason for d in record.decisions if not d.accepted}
+    assert re.fullmatch(r"aggregate-comm: not merged: the merged buffer would hold \d+ bytes, over max-bytes 1",
+                        rejected["aggregate output_pooled"])
+    assert not any(s.startswith("aggregate-comm") for s in record.pipeline)
+    # explain shows the record: every decision with its reason, predicted vs measured.
+    text = r0["explain"]
+    assert text.endswith(record.explain()) and "re-planning: no cached plan record" in text
+    for d in record.decisions:
+        assert f"{d.change}: {d.reason}" in text
+    gen = [d for d in record.decisions if d.family == "codegen"][0]
+    assert gen.measured_us is not None and f"measured {gen.measured_us / 1e3:+.2f}" in text
+    assert f"calibration: {record.calibration_s:.2f} s of a 20 s budget" in text
+    assert record.key_fields["world_size"] == "2" and record.calibration_s < 20 + 5
+
+    # The same model at world size 1 re-plans, and says which key field changed.
+    model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    with pytest.raises(RuntimeError, match=r"plan='reuse-only' but .*differs in world_size \(2 -> 1\)"):
+        sparselift.compile(model, inputs, sharding=SHARDING,
+                           options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=1))
+    with caplog.at_level(logging.INFO, logger="sparselift"):
+        single = sparselift.compile(model, inputs, sharding=SHARDING,
+                                    options=_options(tmp_path, memory_cap_bytes=1, calibration_budget_s=0))
+    assert "re-planning: no cached plan for key" in caplog.text and "world_size (2 -> 1)" in caplog.text
+    assert not single.plan.reused
+
+    # A saved record replays as given (no calibration), and the CLI prints it.
+    path = planner.record_path(tmp_path, record.key)
+    n = planner.CALIBRATIONS
+    replay = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(tmp_path, plan=str(path)))
+    assert replay.plan.reused and planner.CALIBRATIONS == n and replay.plan.record.pipeline == record.pipeline
+    assert "made for a different key: world_size (2 -> 1)" in replay.plan.planning
+
+
+def test_explain_cli_prints_a_saved_record(tmp_path, capsys):
+    from sparselift.tools.cli import main
+
+    record = PlanRecord(key="k1", pipeline=("generate-kernels",), kernels="generated", calibration_s=0.5,
+                        budget_s=30.0)
+    path = tmp_path / "plan.json"
+    path.write_text(record.to_json())
+    assert main(["explain", "--plan", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == record.explain()
+    path.write_text("{}")
+    assert main(["explain", "--plan", str(path)]) == 2
+    assert "not a plan record" in capsys.readouterr().err
+
+
+# -- one process ---------------------------------------------------------------------------
+
+
+def test_zero_budget_keeps_t0_and_says_why(tmp_path):
+    model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    reference = build(MODEL, rows_cap=ROWS, batch_size=BATCH)[0]
+    compiled = sparselift.compile(model, inputs, options=_options(tmp_path, calibration_budget_s=0))
+    record = compiled.plan.record
+    assert record.pipeline == () and record.kernels == "reference" and record.budget_exhausted
+    assert record.measurements == ()
+    tried = [d for d in record.decisions if d.reason.startswith("not tried: calibration budget exhausted")]
+    assert tried and all(not d.accepted for d in record.decisions)
+    torch.testing.assert_close(compiled(*inputs), reference(*inputs))
+
+
+def test_reuse_only_without_a_record_and_bad_plan_files(tmp_path):
+    model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    with pytest.raises(RuntimeError, match="plan='reuse-only' but no cached plan record in"):
+        sparselift.compile(model, inputs, options=_options(tmp_path, plan="reuse-only"))
+    with pytest.raises(RuntimeError, match="no such plan record file"):
+        sparselift.compile(model, inputs, options=_options(tmp_path, plan=str(tmp_path / "missing.json")))
+    with pytest.raises(ValueError, match="unknown 'sharding'"):
+        sparselift.compile(model, inputs, options=sparselift.CompileOptions(cache_dir=str(tmp_path),
+                                                                            optimizations=("sharding",)))
+
+
+def test_fit_moves_the_scales_toward_the_measurements():
+    # Plans that differ in gathers and launches, measured with gathers 2x and launches 3x slower
+    # than the profile says, plus 1 ms the model does not see.
+    points = []
+    for gather, fixed in ((1000.0, 200.0), (600.0, 400.0), (300.0, 100.0), (800.0, 50.0)):
+        points.append(({"gather": gather, "fixed": fixed}, 1000.0 + 2 * gather + 3 * fixed))
+    fitted, report = planner.fit_profile(CPU_GLOO, points)
+    assert report["points"] == 4 and report["scales"]["gather"] > 1.5 and report["scales"]["fixed"] > 2.0
+    assert fitted.mem_bw_gbps < CPU_GLOO.mem_bw_gbps and fitted.kernel_launch_us > CPU_GLOO.kernel_launch_us
+    assert report["residual_us"] < 200
