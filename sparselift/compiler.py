@@ -136,8 +136,11 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     if options.passes or options.plan == "none":
         from sparselift.passes.plan_sparse import split_pipeline
 
-        specs = [lift, *(["generate-kernels"] if options.kernels == "generated" else []),
-                 *split_pipeline(options.passes)]
+        extra = split_pipeline(options.passes)
+        # Generated kernels fuse right after lifting unless the pipeline places generate-kernels
+        # itself (after parallelize-tables, it fuses per lane).
+        fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
+        specs = [lift, *(["generate-kernels"] if fuse else []), *extra]
         return build_compiled(program, tables, specs, rank=rank, world=world, process_group=process_group,
                               optimizer=optimizer, options=options)
 

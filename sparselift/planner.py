@@ -133,7 +133,10 @@ def key_fields(program, *, lift: str, plan_options: PlanOptions, device: str,
 
     import sparselift
 
-    ir_text = program.text  # exported, before any pass
+    # Exported, before any pass. Pooling factors are measured on the example batch; they enter
+    # the key bucketed (factors of sqrt 2), so another batch of the same data reuses the plan
+    # and a real shift in the workload re-plans.
+    ir_text = re.sub(r"pooling_factor = ([0-9.eE+-]+)", _bucket_pooling, program.text)
     code = ""
     exported = getattr(program, "exported", None)
     if exported is not None:
@@ -163,6 +166,11 @@ def key_fields(program, *, lift: str, plan_options: PlanOptions, device: str,
         "constraints": json.dumps(constraints, sort_keys=True),
         "ir": _sha(ir_text),
     }
+
+
+def _bucket_pooling(m: re.Match) -> str:
+    pf = float(m.group(1))
+    return f"pooling_factor ~ {2 ** (round(math.log2(pf) * 2) / 2):.3g}" if pf > 0 else m.group(0)
 
 
 def plan_key(fields: Mapping[str, str]) -> str:
@@ -304,7 +312,12 @@ def resolve_plan(
 
 
 def _with_sharding(program, record: PlanRecord, model, example_inputs, world, pg):
+    """The program to build: re-exported with the sharding the plan chose, if it chose one."""
     if record.sharding is None or record.sharding == program.sharding.to_json():
+        return program
+    if record.key_fields.get("world_size") != str(world):  # a plan file made for another world size
+        log.warning("sparselift: the plan's sharding is for world size %s, not %s; keeping this export's",
+                    record.key_fields.get("world_size"), world)
         return program
     from sparselift.compiler import _export_same_on_every_rank
     from sparselift.passes.sharding import ShardingPlan
@@ -417,6 +430,10 @@ class Planner:
         self._models: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._cache_models = cache_models
         self._start = 0.0
+        # Where calibration time goes: building candidate plans (IR, plan module, kernels),
+        # timed steps (warmups included), exports of sharding alternatives; the rest is analysis
+        # (candidates, predictions, fits) and waiting for the other ranks.
+        self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0}
         cuda = any(t.is_cuda for t in model_tables.values())
         self._sync = torch.cuda.synchronize if cuda else None
 
@@ -449,8 +466,10 @@ class Planner:
 
         kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
+        start = time.perf_counter()
         model = build_compiled(program, self.tables, [self.lift, *pipeline], rank=self.rank, world=self.world,
                                process_group=self.pg, optimizer=self.optimizer, options=opts, scratch=True)
+        self.spent["build_s"] += time.perf_counter() - start
         self._models[spec] = model
         while len(self._models) > self._cache_models:
             self._models.popitem(last=False)
@@ -474,6 +493,7 @@ class Planner:
 
     def _observe(self, pipeline: tuple[str, ...], program=None, label: str = "") -> float:
         """One complete step (forward + backward) of `pipeline` on the example batch, in seconds."""
+        self.spent["steps"] += 1
         if self.measure is not None:
             return float(self.measure((label,) if label else tuple(pipeline)))
         model = self._model(pipeline, program)
@@ -488,6 +508,7 @@ class Planner:
         dt = time.perf_counter() - t0
         for p in model._dense_params:
             p.grad = None
+        self.spent["steps_s"] += time.perf_counter() - t0
         return dt
 
     def _combine(self, obs: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
@@ -516,12 +537,12 @@ class Planner:
         if error:  # the incumbent itself cannot run: nothing can be confirmed
             return [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
         if family == "parallelism":
-            return self._sweep(incumbent, variants, predicted)
-        if family in ("aggregation", "codegen") and len(variants) == 1:
+            out = self._sweep(incumbent, variants, predicted)
+        elif family in ("aggregation", "codegen") and len(variants) == 1:
             cand = variants[0][0]
             error = self._ready([cand.pipeline])
             if error:
-                return [decision(cand, False, error, predicted[cand.label])]
+                return [decision(cand, False, f"candidate {error}", predicted[cand.label])]
             o0, o1 = (self._codegen if family == "codegen" else self._pairs)(incumbent, cand.pipeline)
             (f0, f1), (noise, spread) = self._combine([o0, o1])
             self._record(incumbent, f0, noise, o0)
@@ -674,7 +695,9 @@ class Planner:
             if self._over_budget():
                 out.append(self._not_tried(cand, None))
                 continue
+            start = time.perf_counter()
             program = _export_same_on_every_rank(self.model, self.inputs, self.world, choice, self.pg)
+            self.spent["export_s"] += time.perf_counter() - start
             if program.sharding.to_json() == current:
                 out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
                 continue
@@ -725,19 +748,27 @@ class Planner:
         lifted = self.program.module.clone()
         run_pipeline(lifted, [self.lift])
         self.predictor = Predictor(lifted)
-        sharding_decisions = self._decide_sharding() if self.try_sharding else []
-        result = search(self.predictor, self.plan_options, self)
-        if self.measurements and not self.fit:
+        # Calibration must not move the RNG streams training draws from (dropout, sampling).
+        devices = [torch.cuda.current_device()] if self._sync is not None else []
+        with torch.random.fork_rng(devices=devices):
+            sharding_decisions = self._decide_sharding() if self.try_sharding else []
+            result = search(self.predictor, self.plan_options, self)
+        if self.measurements:  # the record's fit covers every plan measured, accepted or not
             self._refit()
         t0 = self.measurements.get("")
         final = self.measurements.get(",".join(result.pipeline))
         calibration = self._elapsed()
         self._models.clear()
+        local = time.perf_counter() - self._start if self.clock is time.perf_counter else calibration
+        spent = {k: round(v, 3) for k, v in self.spent.items()}
+        spent["analysis_s"] = round(max(0.0, local - self.spent["build_s"] - self.spent["steps_s"]
+                                        - self.spent["export_s"]), 3)
         kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in result.pipeline) else "reference"
         return PlanRecord(
             key=key, key_fields=dict(fields or {}), pipeline=result.pipeline, kernels=kernels,
             sharding=self.sharding_json, decisions=(*sharding_decisions, *result.decisions), measurements=tuple(self.measurements.values()), fit=self.fit,
-            calibration_s=round(calibration, 3), budget_s=self.budget_s, budget_exhausted=self.exhausted,
+            calibration_s=round(calibration, 3), spent=spent, budget_s=self.budget_s,
+            budget_exhausted=self.exhausted,
             mode="measured", incumbent_us=None if t0 is None else t0.f_us,
             final_us=None if final is None else final.f_us,
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -198,6 +198,7 @@ class PlanRecord:
     measurements: tuple[Measurement, ...] = ()
     fit: dict[str, Any] = attrs.field(factory=dict)
     calibration_s: float = 0.0
+    spent: dict[str, float] = attrs.field(factory=dict, eq=False)  # where calibration went (rank 0)
     budget_s: float = 0.0
     budget_exhausted: bool = False
     mode: str = "measured"  # measured (lookahead on real batches) | analytic (cost model only)
@@ -784,15 +785,17 @@ def search(
             if not feasible:
                 break
             feasible.sort(key=lambda item: _sort_key(item, base.est_us))
-            # Aggregation: one role per round; the others: all variants at once.
-            batch = feasible[:1] if family == "aggregation" else feasible
+            # Aggregation: one role per round; the others (and everything once the confirmer's
+            # budget is spent, so each candidate still gets its decision): all variants at once.
+            exhausted = getattr(confirmer, "exhausted", False)
+            batch = feasible[:1] if family == "aggregation" and not exhausted else feasible
             outcome = confirmer.confirm(family, current, batch, base)
             decisions.extend(outcome)
             tried.update(c.label for c, _ in batch)
             accepted = [d for d in outcome if d.accepted]
             if accepted:
                 current = accepted[0].pipeline
-            if family != "aggregation" or getattr(confirmer, "exhausted", False):
+            if family != "aggregation" or exhausted:
                 break
     return SearchResult(current, tuple(decisions), confirmer.profile(profile))
 
@@ -821,6 +824,14 @@ def explain_record(record: PlanRecord) -> str:
     budget = f" of a {record.budget_s:g} s budget" if record.budget_s else ""
     exhausted = " (budget exhausted: later candidates not tried)" if record.budget_exhausted else ""
     lines.append(f"  calibration: {record.calibration_s:.2f} s{budget}{exhausted}")
+    if record.spent:
+        sp = record.spent
+        parts = [f"building candidate plans {sp.get('build_s', 0.0):.2f} s",
+                 f"{int(sp.get('steps', 0))} timed steps {sp.get('steps_s', 0.0):.2f} s"]
+        if sp.get("export_s"):
+            parts.append(f"sharding exports {sp['export_s']:.2f} s")
+        parts.append(f"analysis and waiting {sp.get('analysis_s', 0.0):.2f} s")
+        lines.append(f"    spent on rank 0: {', '.join(parts)}")
     lines.append("  decisions (increments in ms, negative is faster; predicted | measured):")
     for d in record.decisions:
         mark = "accepted" if d.accepted else "rejected"

@@ -99,7 +99,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
     opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
     compiled = sparselift.compile(
         model, example, sharding=sharding, sparse_optimizer=opt,
-        options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes),
+        options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes, plan="none"),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
     batches = local_batches(model_name, world, steps, batch, rows_cap, seed)

@@ -77,3 +77,29 @@ def test_kernel_bench_reports_speedups_over_fbgemm(tmp_path):
     (case,) = result["cases"]
     assert case["name"] == "kaggle-onehot"
     assert case["speedup_vs_fbgemm_fwd"] > 0 and case["speedup_vs_fbgemm_fwd_bwd"] > 0
+
+
+def test_ablation_runs_every_configuration(tmp_path):
+    cmd = CLI + ["bench", "ablation", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "500",
+                 "--batch-size", "32", "--steps", "2", "--rounds", "2", "--warmup", "1", "--json", str(tmp_path / "a.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "a.json").read_text())
+    configs = [r["config"] for r in result["rows"]]
+    assert configs[0] == "unoptimized" and "all four" in configs and len(configs) == 10
+    for name in ("aggregate-comm", "parallelize-tables", "generate-kernels", "hide-latency"):
+        assert f"+{name}" in configs and f"all four - {name}" in configs
+        assert f"all four - {name}" in proc.stdout
+    rows = {r["config"]: r for r in result["rows"]}
+    assert rows["unoptimized"]["pipeline"] == "lift-sparse" and rows["unoptimized"]["kernels"] == "reference"
+    assert rows["all four"]["pipeline"] == (
+        "lift-sparse,aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
+    )
+    for r in result["rows"]:
+        assert set(r["breakdown"]) == {"sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other"}
+        assert r["step_ms_p25"] <= r["step_ms_median"] <= r["step_ms_p75"] and r["speedup"] > 0
+
+
+def test_ablation_rejects_one_rank():
+    proc = subprocess.run(CLI + ["bench", "ablation", "--world-size", "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--world-size must be at least 2" in proc.stderr

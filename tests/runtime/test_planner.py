@@ -31,6 +31,9 @@ def _options(tmp, **kw):
 # on both ranks.
 FAKE = {
     "": (0.010, 0.011),
+    "sharding=auto": (0.010, 0.011),
+    "sharding=table_wise": (0.0105, 0.0105),
+    "sharding=row_wise": (0.007, 0.0075),
     "aggregate-comm{roles=output_pooled}": (0.0090, 0.0115),
     "generate-kernels": (0.008, 0.009),
 }
@@ -60,12 +63,19 @@ def _planner_worker(rank, world):
                             process_group=None, optimizer=SGD(), options=options, plan_options=popts,
                             measure=_fake_measure(rank))
         records.append(p.run("k"))
-    return [r.to_json() for r in records]
+    # The sharding family (asked for, with sharding="auto"): each policy's T0 against auto's.
+    options = sparselift.CompileOptions(optimizations=("sharding", "codegen"))
+    auto = _export_same_on_every_rank(model, inputs, world, "auto", None)
+    p = planner.Planner(auto, tables, inputs, lift=lift_spec(SGD()), rank=rank, world=world, process_group=None,
+                        optimizer=SGD(), options=options, plan_options=planner.planner_options(options, "cpu"),
+                        measure=_fake_measure(rank), model=model, sharding="auto")
+    sharded = p.run("s")
+    return [r.to_json() for r in records] + [sharded.to_json(), p.program.sharding.to_json()]
 
 
 def test_same_measurements_same_plan_on_every_rank():
     results = sparselift.launch(_planner_worker, 2, timeout_s=120)
-    records = [PlanRecord.from_json(r) for rank in results for r in rank]
+    records = [PlanRecord.from_json(r) for rank in results for r in rank[:2]]
     for r in records[1:]:  # both runs on both ranks decide the same
         assert (r.pipeline, r.decisions, r.incumbent_us, r.final_us) == (
             records[0].pipeline, records[0].decisions, records[0].incumbent_us, records[0].final_us)
@@ -78,6 +88,15 @@ def test_same_measurements_same_plan_on_every_rank():
     gen = by_label["generated kernels"]
     assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(0)
     assert rec.fit["points"] >= 2
+
+    # Sharding: row-wise measured fastest, so the plan fixes it (and reuse re-exports with it).
+    for rank in results:
+        sharded = PlanRecord.from_json(rank[2])
+        by_label = {d.label: d for d in sharded.decisions}
+        assert by_label["row_wise"].accepted and not by_label["table_wise"].accepted
+        assert by_label["data_parallel"].reason == "no effect: the same placement as 'auto'"
+        assert sharded.sharding == rank[3] and '"row_wise"' in sharded.sharding
+        assert sharded.pipeline == ("generate-kernels",)
 
 
 # -- constraints, reuse and explain on 2 gloo ranks -----------------------------------------
@@ -178,9 +197,9 @@ def test_reuse_only_without_a_record_and_bad_plan_files(tmp_path):
         sparselift.compile(model, inputs, options=_options(tmp_path, plan="reuse-only"))
     with pytest.raises(RuntimeError, match="no such plan record file"):
         sparselift.compile(model, inputs, options=_options(tmp_path, plan=str(tmp_path / "missing.json")))
-    with pytest.raises(ValueError, match="unknown 'sharding'"):
+    with pytest.raises(ValueError, match="unknown 'sharded'"):
         sparselift.compile(model, inputs, options=sparselift.CompileOptions(cache_dir=str(tmp_path),
-                                                                            optimizations=("sharding",)))
+                                                                            optimizations=("sharded",)))
 
 
 def test_fit_moves_the_scales_toward_the_measurements():
@@ -193,3 +212,29 @@ def test_fit_moves_the_scales_toward_the_measurements():
     assert report["points"] == 4 and report["scales"]["gather"] > 1.5 and report["scales"]["fixed"] > 2.0
     assert fitted.mem_bw_gbps < CPU_GLOO.mem_bw_gbps and fitted.kernel_launch_us > CPU_GLOO.kernel_launch_us
     assert report["residual_us"] < 200
+
+
+def test_parallelism_sweep_turns_where_steps_get_slower():
+    # The sweep itself, with scripted step times (no pass needed): from the best predicted G,
+    # up while faster, then down while faster; two observations per G after one warmup.
+    from sparselift.passes.plan_sparse import Candidate, Prediction
+
+    times = {"": 0.010, "G=2": 0.009, "G=4": 0.008, "G=8": 0.007, "G=16": 0.0075}
+    seen = []
+
+    def measure(pipeline):
+        seen.append(pipeline)
+        return times[pipeline[0].split("{")[0] if pipeline else ""]
+
+    cands = [Candidate("parallelism", f"G={g}", f"G={g}", (f"G={g}",), lanes=g) for g in (2, 4, 8, 16)]
+    options = sparselift.CompileOptions()
+    p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+                        options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+    p._start = p.clock()
+    pred = Prediction("", 0.0, (), "")
+    order = [cands[2], cands[1], cands[3], cands[0]]  # best predicted first: G=8
+    out = {d.label: d for d in p._sweep((), [(c, pred) for c in order], {c.label: -1.0 for c in cands})}
+    assert out["G=8"].accepted and out["G=8"].measured_us == pytest.approx(-3000)
+    assert out["G=16"].reason.endswith("G=8 was faster") and out["G=4"].reason.endswith("G=8 was faster")
+    assert out["G=2"].reason == "not measured: the sweep turned before it"
+    assert len(seen) == 3 * 4  # T0, G=8, G=16, G=4: one warmup and two observations each
