@@ -13,6 +13,10 @@ machine drift cancels out:
 `generate-kernels` selects the generated C kernels (without it the per-table reference
 lowering runs). The planner is off: each row is exactly its pipeline. Per row: median and
 p25/p75 step time, the five-column stage breakdown and the speedup over `unoptimized`.
+
+Cost-model accuracy: first the planner calibrates as `compile()` does; its fitted profile then
+predicts every row's forward + backward time, next to the measured one (median absolute error
+in `cost_model`; `--no-cost-model` skips this).
 JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p25",
 "step_ms_p75", "speedup", "breakdown": {...}}], "config": {...}, "machine": {...}}`.
 """
@@ -62,7 +66,43 @@ def ablation_rows() -> list[AblationRow]:
     return rows
 
 
-def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow]) -> dict[str, Any]:
+def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[AblationRow], rank: int) -> dict[str, Any]:
+    """The planner's calibrated cost model's step time (forward + backward) for every row.
+
+    The planner calibrates on this rank group as `compile()` does (`plan="replan"`, its own
+    measured candidates), then the fitted profile and intercept price each row's pipeline.
+    """
+    import tempfile
+
+    import sparselift
+    from sparselift.bench.systems import dlrm_inputs
+    from sparselift.compiler import lift_spec
+    from sparselift.models.dlrm import build_dlrm
+    from sparselift.passes.plan_sparse import Predictor, run_pipeline, split_pipeline
+    from sparselift.passes.profiles import HardwareProfile
+
+    model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=cfg.seed)
+    opt = sparselift.optim.SGD(lr=cfg.lr)
+    with tempfile.TemporaryDirectory() as cache:
+        start = time.perf_counter()
+        compiled = sparselift.compile(model, dlrm_inputs(example), sparse_optimizer=opt,
+                                      options=sparselift.CompileOptions(plan="replan", cache_dir=cache))
+        calibration_s = time.perf_counter() - start
+    record = compiled.plan.record
+    if rank != 0 or not record.fit:
+        return {"calibration_s": calibration_s, "rows": {}}
+    program = sparselift.export(model, dlrm_inputs(example), world_size=cfg.world_size, sharding="auto")
+    run_pipeline(program.module, [lift_spec(opt)])
+    predictor = Predictor(program.module)
+    profile = HardwareProfile.from_dict(record.fit["profile"])
+    intercept = float(record.fit.get("intercept_us", 0.0))
+    out = {r.config: (intercept + predictor.predict(split_pipeline(r.pipeline), profile).est_us) / 1e3 for r in rows}
+    return {"calibration_s": calibration_s, "rows": out, "fit": {k: v for k, v in record.fit.items() if k != "profile"},
+            "chosen": record.spec}
+
+
+def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow],
+                    cost_model: bool = True) -> dict[str, Any]:
     import itertools
 
     import torch
@@ -76,6 +116,7 @@ def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[Ablation
     source = synthetic_source(config, seed=cfg.seed)
     locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
                for i in range(cfg.data_pool)]
+    predicted = _calibrated_predictions(cfg, config, locals_[0], rows, rank) if cost_model else None
     runners = {}
     setup_s = {}
     for r in rows:
@@ -108,6 +149,7 @@ def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[Ablation
         "step_ms": step_ms,
         "breakdown": {n: [attrs.asdict(t) for t in r.stage_times] for n, r in runners.items()},
         "setup_s": setup_s,
+        "predicted": predicted,
     }
 
 
@@ -132,7 +174,24 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
     base = out[0]["step_ms_median"]
     for row in out:
         row["speedup"] = base / row["step_ms_median"]
-    return {"rows": out, "config": attrs.asdict(cfg), "machine": machine_info()}
+    result = {"rows": out, "config": attrs.asdict(cfg), "machine": machine_info()}
+    predicted = per_rank[0].get("predicted")
+    if predicted and predicted["rows"]:
+        # Forward + backward (the planner's F): the step without the optimizer and data ("other").
+        errors = []
+        for row in out:
+            measured = sum(v for c, v in row["breakdown"].items() if c != "other")
+            row["fwd_bwd_ms"] = measured
+            row["predicted_fwd_bwd_ms"] = predicted["rows"][row["config"]]
+            row["cost_model_error_pct"] = 100.0 * abs(row["predicted_fwd_bwd_ms"] - measured) / measured
+            errors.append(row["cost_model_error_pct"])
+        result["cost_model"] = {
+            "median_abs_error_pct": statistics.median(errors),
+            "calibration_s": predicted["calibration_s"],
+            "planner_choice": predicted["chosen"],
+            "fit": predicted["fit"],
+        }
+    return result
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -149,6 +208,15 @@ def format_table(result: dict[str, Any]) -> str:
             f"{r['config']:<34}{r['step_ms_median']:>10.1f}{r['step_ms_p25']:>9.1f}{r['step_ms_p75']:>9.1f}"
             f"{r['speedup']:>8.2f}x" + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
         )
+    cm = result.get("cost_model")
+    if cm:
+        lines += ["", "cost model after the planner's calibration (forward + backward, ms):",
+                  f"{'configuration':<34}{'measured':>10}{'predicted':>11}{'error':>8}"]
+        for r in result["rows"]:
+            lines.append(f"{r['config']:<34}{r['fwd_bwd_ms']:>10.1f}{r['predicted_fwd_bwd_ms']:>11.1f}"
+                         f"{r['cost_model_error_pct']:>7.1f}%")
+        lines.append(f"median absolute error {cm['median_abs_error_pct']:.1f}% (calibration {cm['calibration_s']:.1f} s; "
+                     f"planner chose: lift-sparse{',' + cm['planner_choice'] if cm['planner_choice'] else ''})")
     return "\n".join(lines)
 
 
@@ -162,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
     p.add_argument("--rows-cap", type=int, default=50_000, help="ten compiled copies live at once: keep tables small")
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
+    p.add_argument("--no-cost-model", action="store_true",
+                   help="skip the planner calibration that predicts every row (cost-model accuracy)")
     p.add_argument("--json", help="write the results as JSON")
     a = p.parse_args(argv)
     if a.world_size < 2:
@@ -174,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sparselift.runtime.distributed import launch
 
     rows = ablation_rows()
-    result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, timeout_s=1800))
+    result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, not a.no_cost_model,
+                                         timeout_s=1800))
     result["command"] = "sparselift bench ablation " + " ".join(argv if argv is not None else sys.argv[1:])
     print(format_table(result))
     if a.json:

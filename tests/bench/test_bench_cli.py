@@ -98,6 +98,11 @@ def test_ablation_runs_every_configuration(tmp_path):
     for r in result["rows"]:
         assert set(r["breakdown"]) == {"sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other"}
         assert r["step_ms_p25"] <= r["step_ms_median"] <= r["step_ms_p75"] and r["speedup"] > 0
+        assert r["predicted_fwd_bwd_ms"] > 0 and r["cost_model_error_pct"] >= 0
+    # The planner's calibrated cost model predicts every row; the error is reported, not asserted.
+    errors = sorted(r["cost_model_error_pct"] for r in result["rows"])
+    assert result["cost_model"]["median_abs_error_pct"] == pytest.approx((errors[4] + errors[5]) / 2)
+    assert "median absolute error" in proc.stdout
 
 
 def test_ablation_rejects_one_rank():
