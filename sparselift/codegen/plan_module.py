@@ -349,11 +349,19 @@ class _Emitter:
         if isinstance(op, WaitOp) and op.handle.owner in waited:
             return []  # waited on early (see below)
         is_input = isinstance(op, AllToAllOp | AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES
-        if not (is_input and op.send_splits is not None and op.recv_splits is None and isinstance(op.send_splits.owner, RouteOp)):
+        if not (is_input and op.send_splits is not None and op.recv_splits is None):
             return self.emit_op(op)
-        lengths_exchange = self._lengths_exchange(op.send_splits.owner)
+        lengths_exchange = self._lengths_exchange(op.send_splits.owner) if isinstance(op.send_splits.owner, RouteOp) else None
+        rs = f"rs_{self.name(op.send_splits)}"
         if lengths_exchange is None:
-            return self.emit_op(op)
+            if not isinstance(op, AllToAllStartOp):
+                return self.emit_op(op)  # synchronous: the sizes exchange runs inside
+            # Asynchronous: the segment sizes travel first, also asynchronously, so a prefetch
+            # for the next batch never blocks on a peer.
+            call = self.emit_op(op)[0]
+            send = self.name(op.send_splits)
+            return [f"h_{rs} = rt.exchange_sizes(self, {send}, async_op=True)", 'yield "lengths"',
+                    f"{rs} = rt.wait(h_{rs})[0]", call.replace(f"{send}, None,", f"{send}, {rs},")]
         lines = []
         if isinstance(lengths_exchange, AllToAllStartOp):
             wait = next(iter(lengths_exchange.handle.uses)).operation
@@ -363,7 +371,6 @@ class _Emitter:
                 waited[lengths_exchange] = lengths
         else:
             lengths = self.name(lengths_exchange.outputs[0])
-        rs = f"rs_{self.name(op.send_splits)}"
         lines.append(f"{rs} = rt.recv_splits(self, {lengths})")
         call = self.emit_op(op)
         assert len(call) == 1

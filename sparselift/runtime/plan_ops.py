@@ -30,6 +30,7 @@ __all__ = [
     "route",
     "all_to_all",
     "all_to_all_dynamic",
+    "exchange_sizes",
     "wait",
     "recv_splits",
     "lookup",
@@ -257,8 +258,7 @@ _segment.register_autograd(_backward, setup_context=_setup_context)
 
 def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
     plan.batch = offsets[0].numel() - 1
-    for f, i, o in zip(spec, ids, offsets):
-        ref.validate_feature(f.name, f.table, f.rows, i, o, plan.batch)
+    ref.validate_features(spec, ids, offsets, plan.batch)
     weighted = [f for f in spec if f.weighted]
     wmap = {f.name: w for f, w in zip(weighted, weights)}
     for f in weighted:
@@ -301,6 +301,14 @@ def all_to_all_dynamic(plan: PlanBase, inputs, send_splits, recv_splits=None, *,
     out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out, recv_splits))
+    return pending if async_op else pending.wait()
+
+
+def exchange_sizes(plan: PlanBase, send_splits: torch.Tensor, async_op: bool = False):
+    """What every peer will send us (one integer per peer), for a dynamic all-to-all."""
+    recv = torch.empty_like(send_splits)
+    work = dist.all_to_all_single(recv, send_splits, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (recv,))
     return pending if async_op else pending.wait()
 
 

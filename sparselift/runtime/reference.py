@@ -51,6 +51,29 @@ def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offset
             raise ValueError(f"{where}: id {hi} is out of range for a table of {rows} rows")
 
 
+def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tensor],
+                      offsets: Sequence[torch.Tensor], batch: int) -> None:
+    """`validate_feature` for a whole group at once: a few vectorized checks, and the per-feature
+    checks (which name what is wrong) only when one of them fails."""
+    ok = all(
+        i.dim() == 1 and o.dim() == 1 and o.numel() == batch + 1
+        and i.dtype in (torch.int32, torch.int64) and o.dtype in (torch.int32, torch.int64)
+        for i, o in zip(ids, offsets)
+    )
+    if ok and features:
+        offs = torch.stack([o.to(torch.int64) for o in offsets])
+        counts = torch.tensor([i.numel() for i in ids], dtype=torch.int64)
+        ok = bool((offs[:, 0] == 0).all()) and bool((offs[:, -1] == counts).all())
+        ok = ok and not (batch and bool((offs[:, 1:] < offs[:, :-1]).any()))
+        if ok and int(counts.sum()):
+            flat = torch.cat([i.to(torch.int64) for i in ids])
+            rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64), counts)
+            ok = not bool(((flat < 0) | (flat >= rows)).any())
+    if not ok:
+        for f, i, o in zip(features, ids, offsets):
+            validate_feature(f.name, f.table, f.rows, i, o, batch)
+
+
 def route(
     features: Sequence[RouteFeature],
     ids: Sequence[torch.Tensor],
@@ -62,6 +85,8 @@ def route(
     index_dtype: torch.dtype = torch.int64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bucket a group's local ids by destination rank (see `sparse.route`)."""
+    if features and all(f.kind != "row_wise" for f in features):
+        return _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype)
     lengths_out, ids_out, w_out, splits = [], [], [], []
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
@@ -98,6 +123,33 @@ def route(
         cat(ids_out, index_dtype),
         torch.tensor(splits, dtype=torch.int64, device=ids[0].device if ids else None),
         cat(w_out, torch.float32) if with_weights else None,
+    )
+
+
+def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype):
+    """`route` when every feature goes whole to its destination (table-wise, data-parallel): one
+    gather of the lengths and one concatenation of the ids, in destination-then-feature order."""
+    order = [
+        k for dest in range(world) for k, f in enumerate(features)
+        if (f.kind == "table_wise" and f.ranks[0] == dest) or (f.kind == "data_parallel" and dest == rank)
+    ]
+    lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int32) for o in offsets])
+    splits = [0] * world
+    for k in order:
+        f = features[k]
+        splits[f.ranks[0] if f.kind == "table_wise" else rank] += ids[k].numel()
+    device = ids[0].device
+    routed_w = None
+    if with_weights:
+        routed_w = torch.cat([
+            weights[features[k].name].to(torch.float32) if features[k].name in weights
+            else torch.ones(ids[k].numel(), device=device) for k in order
+        ]) if order else torch.empty(0, dtype=torch.float32)
+    return (
+        lengths[order].reshape(-1) if order else torch.empty(0, dtype=torch.int32),
+        torch.cat([ids[k].to(index_dtype) for k in order]) if order else torch.empty(0, dtype=index_dtype),
+        torch.tensor(splits, dtype=torch.int64, device=device),
+        routed_w,
     )
 
 
