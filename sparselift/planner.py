@@ -7,10 +7,11 @@ itself (candidates, analytic predictions, constraints, the family order) is
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
   a candidate T1 is built like a real compile (`compiler.build_compiled`) on scratch copies of
   the tables and dense parameters, and timed on the example batch with `time.perf_counter`
-  around forward + backward. Each rank takes the minimum of its observations and ranks combine
+  around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
+  exchange started, backward). Each rank takes the minimum of its observations and ranks combine
   with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
-  if F(T1) < F(T0) - noise, noise being the spread (max - min) of T0's observations (MAX over
-  ranks).
+  if F(T1) < F(T0) - noise, noise being the spread (max - min, MAX over ranks) of the steadier
+  of the two plans' observations, and at least 1% of F(T0) (`_noise`).
 - **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
@@ -396,6 +397,16 @@ def fit_profile(
 # --------------------------------------------------------------------------------------
 
 
+def _noise(f0_us: float, incumbent_spread_us: float, candidate_spread_us: float) -> float:
+    """The margin a candidate must beat the incumbent by.
+
+    F is each plan's best observation, so one slow outlier of either plan does not move it; the
+    margin is the spread of the steadier of the two plans, and never below 1% of F(T0) (timer
+    and scheduling jitter on a busy machine).
+    """
+    return max(0.01 * f0_us, min(incumbent_spread_us, candidate_spread_us))
+
+
 def _loss(out) -> torch.Tensor | None:
     leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
     if not leaves:
@@ -500,9 +511,14 @@ class Planner:
         if self._sync:
             self._sync()
         t0 = time.perf_counter()
-        loss = _loss(model(*self.inputs))
+        out = model(*self.inputs)
+        # A steady-state step as TrainPipeline runs it: the next batch's input exchange starts
+        # during this one (plans without start ops do nothing here) and moves on after backward.
+        model.start(*self.inputs)
+        loss = _loss(out)
         if loss is not None:
             loss.backward()
+        model.advance()
         if self._sync:
             self._sync()
         dt = time.perf_counter() - t0
@@ -547,7 +563,7 @@ class Planner:
             (f0, f1), (noise, spread) = self._combine([o0, o1])
             self._record(incumbent, f0, noise, o0)
             self._record(cand.pipeline, f1, spread, o1)
-            out = [self._judge(cand, predicted[cand.label], f0, f1, noise)]
+            out = [self._judge(cand, predicted[cand.label], f0, f1, _noise(f0, noise, spread))]
         else:
             out = self._alternatives(incumbent, variants, predicted)
         if any(d.accepted for d in out):
@@ -650,6 +666,9 @@ class Planner:
         """At most one variant: the fastest measured, if it beats the incumbent beyond noise."""
         timed = {k: v for k, v in results.items() if isinstance(v, float)}
         best = min(timed, key=lambda k: (timed[k], k)) if timed else None
+        if best is not None:
+            spec = next(",".join(c.pipeline) for c, _ in variants if c.label == best)
+            noise = _noise(f0, noise, self.measurements[spec].noise_us if spec in self.measurements else noise)
         keep = best is not None and timed[best] < f0 - noise
         out = []
         for cand, _ in variants:

@@ -86,7 +86,7 @@ def test_same_measurements_same_plan_on_every_rank():
     # F(T0) = max(10, 11) ms, F(T1) = max(9, 11.5) ms: slower, although rank 0 alone was faster.
     assert not agg.accepted and agg.incumbent_us == pytest.approx(11000) and agg.candidate_us == pytest.approx(11500)
     gen = by_label["generated kernels"]
-    assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(0)
+    assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(110)  # the 1% floor of F(T0) = 11 ms
     assert rec.fit["points"] >= 2
 
     # Sharding: row-wise measured fastest, so the plan fixes it (and reuse re-exports with it).
