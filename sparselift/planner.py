@@ -16,7 +16,8 @@ itself (candidates, analytic predictions, constraints, the family order) is
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
   observations per G; code generation: one warmup per implementation, then ref -> gen -> gen
-  -> ref; latency hiding: one warmup step, then two complete-step observations per schedule.
+  -> ref; latency hiding: one warmup step, then two complete-step observations per schedule
+  (interleaved with the incumbent's, round by round).
 - **Re-fitting.** After every accepted candidate, one scale per cost category (collective
   alpha and beta, bytes/s of gathers, updates and copies, fixed overheads, dense FLOP/s) plus an
   intercept (what the model does not see) is fitted by least squares to the measured F of every
@@ -629,14 +630,32 @@ class Planner:
         return f1
 
     def _alternatives(self, inc, variants, predicted) -> list[Decision]:
-        """Mutually exclusive variants (latency-hiding schedules): each measured, the best kept."""
-        f0, noise = self._baseline(inc)
+        """Mutually exclusive variants (latency-hiding schedules): each measured, the best kept.
+
+        One warmup step each, then two rounds of one complete step per schedule, the incumbent
+        included, interleaved so that drift of the machine hits every schedule alike.
+        """
         results: dict[str, float | str] = {}
+        ready = []
         for cand, _ in variants:
-            if self._over_budget():
-                break
-            results[cand.label] = self._variant(cand)
-        return self._pick(variants, predicted, results, f0, noise, "")
+            error = self._ready([cand.pipeline])
+            if error:
+                results[cand.label] = error
+            else:
+                ready.append(cand)
+        plans = [inc, *(c.pipeline for c in ready)]
+        for pipeline in plans:
+            self._observe(pipeline)
+        obs: list[list[float]] = [[] for _ in plans]
+        for _ in range(2):
+            for i, pipeline in enumerate(plans):
+                obs[i].append(self._observe(pipeline))
+        f, spread = self._combine(obs)
+        for i, pipeline in enumerate(plans):
+            self._record(pipeline, f[i], spread[i], obs[i])
+        for i, cand in enumerate(ready):
+            results[cand.label] = f[i + 1]
+        return self._pick(variants, predicted, results, f[0], spread[0], "")
 
     def _sweep(self, inc, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""

@@ -140,6 +140,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         "warmup_s": warmup_s,
         "losses": losses,
         "torchrec_pipeline": getattr(runners.get("torchrec"), "pipeline", None),
+        "sparselift_plan": getattr(runners.get("sparselift"), "plan_summary", None),
     }
 
 
@@ -193,6 +194,7 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
         "ratios": ratios,
         "config": attrs.asdict(cfg),
         "torchrec_pipeline": per_rank[0].get("torchrec_pipeline"),
+        "sparselift_plan": per_rank[0].get("sparselift_plan"),
         "machine": machine_info(),
     }
 
@@ -238,6 +240,10 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(f"setup/warmup (excluded from timing): {setup}")
     if result.get("torchrec_pipeline"):
         lines.append(f"TorchRec pipeline: {result['torchrec_pipeline']}")
+    if result.get("sparselift_plan"):
+        plan = result["sparselift_plan"]
+        lines.append(f"SparseLift plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
+                     "(in its setup time, excluded from the timed steps)")
     return "\n".join(lines)
 
 
