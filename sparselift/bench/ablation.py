@@ -122,7 +122,7 @@ def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[Ablation
     for r in rows:
         start = time.perf_counter()
         runners[r.config] = SparseLiftRunner(
-            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=r.kernels, passes=r.pipeline or None,
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=r.kernels, passes=r.pipeline,
             batches=itertools.cycle(locals_),
         )
         setup_s[r.config] = time.perf_counter() - start
@@ -149,6 +149,7 @@ def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[Ablation
         "step_ms": step_ms,
         "breakdown": {n: [attrs.asdict(t) for t in r.stage_times] for n, r in runners.items()},
         "setup_s": setup_s,
+        "compiled": {n: r.plan_summary["pipeline"] for n, r in runners.items()},  # what actually ran
         "predicted": predicted,
     }
 
@@ -170,6 +171,7 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
             "kernels": r.kernels, "step_ms_median": statistics.median(steps), "step_ms_p25": _pct(steps, 0.25),
             "step_ms_p75": _pct(steps, 0.75), "breakdown": breakdown,
             "setup_s": max(p["setup_s"][name] for p in per_rank),
+            "compiled": per_rank[0]["compiled"][name],
         })
     base = out[0]["step_ms_median"]
     for row in out:

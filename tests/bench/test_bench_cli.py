@@ -92,6 +92,8 @@ def test_ablation_runs_every_configuration(tmp_path):
         assert f"all four - {name}" in proc.stdout
     rows = {r["config"]: r for r in result["rows"]}
     assert rows["unoptimized"]["pipeline"] == "lift-sparse" and rows["unoptimized"]["kernels"] == "reference"
+    for r in result["rows"]:  # exactly the row's pipeline ran: no planning
+        assert r["compiled"] == r["pipeline"], r
     assert rows["all four"]["pipeline"] == (
         "lift-sparse,aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
     )
