@@ -10,8 +10,8 @@ itself (candidates, analytic predictions, constraints, the family order) is
   around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
   exchange started, backward). Each rank takes the minimum of its observations and ranks combine
   with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
-  if F(T1) < F(T0) - noise, noise being the spread (max - min, MAX over ranks) of the steadier
-  of the two plans' observations, and at least 1% of F(T0) (`_noise`).
+  if F(T1) < F(T0) - noise, noise being half the spread (max - min, MAX over ranks) of the
+  steadier of the two plans' observations, and at least 1% of F(T0) (`_noise`).
 - **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
@@ -332,6 +332,9 @@ def _with_sharding(program, record: PlanRecord, model, example_inputs, world, pg
 # --------------------------------------------------------------------------------------
 
 
+SCALE_MIN, SCALE_MAX = 0.01, 200.0
+
+
 def fit_profile(
     base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
 ) -> tuple[HardwareProfile, dict[str, Any]]:
@@ -339,7 +342,9 @@ def fit_profile(
 
     `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
     Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
-    not tell apart keep the profile's value. Scales are clamped to [0.05, 20].
+    not tell apart keep the profile's value. Scales are clamped to [SCALE_MIN, SCALE_MAX] (the
+    reference lowering's per-table torch ops can be two orders of magnitude off the profile's
+    bandwidths); the intercept is never negative.
     """
     cats = [c for c in CATEGORIES if c != "other" and any(abs(b.get(c, 0.0)) > 1e-9 for b, _ in points)]
     rows = [[1.0, *(b.get(c, 0.0) for c in cats)] for b, _ in points]
@@ -355,7 +360,11 @@ def fit_profile(
     a = np.array(rows, dtype=np.float64)
     y = np.array(rhs, dtype=np.float64)
     x, *_ = np.linalg.lstsq(a, y, rcond=None)
-    scales = {c: float(min(20.0, max(0.05, x[j + 1]))) for j, c in enumerate(cats)}
+    if x[0] < 0:  # time the model does not see cannot be negative: refit through the origin
+        a[:, 0] = 0.0
+        x, *_ = np.linalg.lstsq(a, y, rcond=None)
+        x[0] = 0.0
+    scales = {c: float(min(SCALE_MAX, max(SCALE_MIN, x[j + 1]))) for j, c in enumerate(cats)}
     n = len(points)
     pred = a[:n] @ np.array([x[0], *(scales[c] for c in cats)])
     residual = float(np.sqrt(np.mean((pred - y[:n]) ** 2))) if n else 0.0
@@ -402,10 +411,11 @@ def _noise(f0_us: float, incumbent_spread_us: float, candidate_spread_us: float)
     """The margin a candidate must beat the incumbent by.
 
     F is each plan's best observation, so one slow outlier of either plan does not move it; the
-    margin is the spread of the steadier of the two plans, and never below 1% of F(T0) (timer
-    and scheduling jitter on a busy machine).
+    margin is half the spread of the steadier of the two plans (how far the better of two
+    observations can sit from the plan's typical step), and never below 1% of F(T0) (timer and
+    scheduling jitter on a busy machine).
     """
-    return max(0.01 * f0_us, min(incumbent_spread_us, candidate_spread_us))
+    return max(0.01 * f0_us, 0.5 * min(incumbent_spread_us, candidate_spread_us))
 
 
 def _loss(out) -> torch.Tensor | None:

@@ -214,6 +214,17 @@ def test_fit_moves_the_scales_toward_the_measurements():
     assert report["residual_us"] < 200
 
 
+def test_fit_never_predicts_negative_time():
+    # The profile is 50x optimistic about gathers (like the reference lowering's per-table torch
+    # ops on big bags): an unconstrained intercept would go negative; the fit goes through the
+    # origin instead and every refitted prediction stays positive.
+    points = [({"gather": g, "fixed": 10.0}, 50 * g) for g in (1000.0, 8000.0, 40000.0)]
+    _, report = planner.fit_profile(CPU_GLOO, points)
+    assert report["intercept_us"] >= 0
+    assert report["scales"]["gather"] == pytest.approx(50, rel=0.1)
+    assert report["residual_us"] < 0.05 * 50 * 40000  # within 5% of the largest step
+
+
 def test_parallelism_sweep_turns_where_steps_get_slower():
     # The sweep itself, with scripted step times (no pass needed): from the best predicted G,
     # up while faster, then down while faster; two observations per G after one warmup.
