@@ -96,18 +96,18 @@ def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -
     fixed = p.kernel_launch_us + p.lookup_overhead_us
     if isinstance(op, LookupOp):
         t = view.table(op.table.name_str)
-        return OpCost(t.bytes_gathered, t.lookups_per_rank, fixed + p.per_table_factor * p.gather_us(t.bytes_gathered))
+        return OpCost(t.bytes_gathered, t.lookups_per_rank, fixed + p.gather_us(t.bytes_gathered))
     if isinstance(op, LookupUpdateOp):
         t = view.table(op.table.name_str)
         if op.dense:
             nbytes = 3 * t.max_table_bytes
             return OpCost(nbytes, t.rows, fixed + 1.5 * p.copy_us(t.max_table_bytes))
         return OpCost(
-            2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.per_table_factor * p.update_factor * p.gather_us(t.bytes_gathered)
+            2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.update_factor * p.gather_us(t.bytes_gathered)
         )
     if isinstance(op, LookupGradOp):
         t = view.table(op.table.name_str)
-        est = fixed + 0.5 * p.copy_us(t.max_table_bytes) + p.per_table_factor * p.update_factor * p.gather_us(t.bytes_gathered)
+        est = fixed + 0.5 * p.copy_us(t.max_table_bytes) + p.update_factor * p.gather_us(t.bytes_gathered)
         return OpCost(t.max_table_bytes + 2 * t.bytes_gathered, t.lookups_per_rank, est)
     if isinstance(op, COLLECTIVE_OPS):
         return collective_cost(view.collective(op), p)

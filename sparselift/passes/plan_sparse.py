@@ -77,7 +77,7 @@ FAMILY_OF = {v: k for k, v in PASS_OF.items()}
 PASS_ORDER = tuple(PASS_OF.values())
 
 # Cost categories of the analytic model; the runtime planner fits one scale per category.
-CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "per_table", "copy", "fixed", "dense", "other")
+CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "other")
 
 _EPS_US = 1e-6
 RECORD_FORMAT = 1
@@ -462,29 +462,26 @@ def enumerate_candidates(
 def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -> dict[str, float]:
     """`annotate-cost`'s estimate of `op` split into cost categories (they add up to `op_cost`).
 
-    Collectives: `coll_alpha` (per call and per peer message) and `coll_beta` (bytes); fused
-    kernels' lookups: `gather`, their updates: `update`; per-table lookups, updates and
-    gradients: `per_table`; packs, unpacks, routes and whole-table
+    Collectives: `coll_alpha` (per call and per peer message) and `coll_beta` (bytes); lookups:
+    `gather`; backward updates and gradients: `update`; packs, unpacks, routes and whole-table
     streams: `copy`; launches and per-table overheads: `fixed`; dense regions: `dense`.
     """
     from sparselift.passes.annotate_cost import dense_flops
 
     p = profile
     fixed = p.kernel_launch_us + p.lookup_overhead_us
-    # Per-table ops (the reference lowering, one op per table): their own category, so the fit
-    # can price them apart from the fused kernels.
     if isinstance(op, LookupOp):
         t = view.table(op.table.name_str)
-        return {"fixed": fixed, "per_table": p.per_table_factor * p.gather_us(t.bytes_gathered)}
+        return {"fixed": fixed, "gather": p.gather_us(t.bytes_gathered)}
     if isinstance(op, LookupUpdateOp):
         t = view.table(op.table.name_str)
         if op.dense:
             return {"fixed": fixed, "copy": 1.5 * p.copy_us(t.max_table_bytes)}
-        return {"fixed": fixed, "per_table": p.per_table_factor * p.update_factor * p.gather_us(t.bytes_gathered)}
+        return {"fixed": fixed, "update": p.update_factor * p.gather_us(t.bytes_gathered)}
     if isinstance(op, LookupGradOp):
         t = view.table(op.table.name_str)
         return {"fixed": fixed, "copy": 0.5 * p.copy_us(t.max_table_bytes),
-                "per_table": p.per_table_factor * p.update_factor * p.gather_us(t.bytes_gathered)}
+                "update": p.update_factor * p.gather_us(t.bytes_gathered)}
     if isinstance(op, COLLECTIVE_OPS):
         entry = view.collective(op)
         total = collective_cost(entry, p).est_us

@@ -62,9 +62,6 @@ class HardwareProfile:
     - `net_bw_gbps`: point-to-point bandwidth between ranks of one node (per direction).
     - `inter_node_bw_gbps`: point-to-point bandwidth between ranks of different nodes.
     - `ranks_per_node`: consecutive ranks `[k * n, (k + 1) * n)` share node `k`.
-    - `per_table_factor`: gathers and updates of per-table ops (`sparse.lookup`, pooled
-      `sparse.lookup_update`, `sparse.lookup_grad`) cost this many times those of a fused
-      `sched.kernel` (the reference lowering runs one torch op per table; the planner fits it).
     """
 
     name: str = attrs.field(validator=_name)
@@ -79,7 +76,6 @@ class HardwareProfile:
     net_bw_gbps: float = attrs.field(validator=_positive)
     inter_node_bw_gbps: float = attrs.field(validator=_positive)
     ranks_per_node: int = attrs.field(validator=_positive_int)
-    per_table_factor: float = attrs.field(default=1.0, validator=_positive)
 
     # -- derived numbers --------------------------------------------------------------------
     def gather_us(self, nbytes: float) -> float:
