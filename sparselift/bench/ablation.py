@@ -24,7 +24,6 @@ JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p2
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from sparselift.bench.dlrm import COLUMNS, BenchConfig, _pct, _progress, dlrm_config, machine_info
+from sparselift.bench.dlrm import COLUMNS, BenchConfig, _pct, _progress, dlrm_config, machine_info, report
 
 OPTIMIZATIONS = {
     "aggregate-comm": "aggregate-comm",
@@ -248,11 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = ablation_rows()
     result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, not a.no_cost_model,
                                          timeout_s=1800))
-    result["command"] = "sparselift bench ablation " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(format_table(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    report(result, "ablation", argv, format_table, a.json)
     return 0
 
 

@@ -312,17 +312,22 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
     return cfg
 
 
+def report(result: dict[str, Any], bench: str, argv: Sequence[str] | None, table, json_path: str | None) -> None:
+    """Every benchmark's ending: record the command, print the table, write the JSON."""
+    result["command"] = f"sparselift bench {bench} " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(table(result))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sparselift bench dlrm", description=__doc__.split("\n")[0])
     add_arguments(p)
     a = p.parse_args(argv)
     cfg = config_from_args(a)
     result = run(cfg)
-    result["command"] = "sparselift bench dlrm " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(format_table(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    report(result, "dlrm", argv, format_table, a.json)
     if a.plot:
         plot(result, a.plot)
     return 0

@@ -9,7 +9,6 @@ training-loss curves over matched steps.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -153,14 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     cfg = QualityConfig(model=a.model, world_size=a.world_size, steps=a.steps, eval_batches=a.eval_batches,
                         batch_size=a.batch_size, rows_cap=a.rows_cap, lr=a.lr)
+    from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch
 
     result = summarize(cfg, launch(quality_worker, cfg.world_size, cfg, timeout_s=3600))
-    result["command"] = "sparselift bench quality " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(format_table(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+    report(result, "quality", argv, format_table, a.json)
     return 0
 
 

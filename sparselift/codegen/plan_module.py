@@ -39,7 +39,7 @@ from sparselift.ir.coll import (
     ReduceScatterOp,
     WaitOp,
 )
-from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp, YieldOp
+from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp, YieldOp, values_used_from_outside
 from sparselift.ir.sparse import (
     LookupGradOp,
     LookupOp,
@@ -93,17 +93,6 @@ class _Segment:
     backward_ops: list[Operation]
     grad_of: list[SSAValue]  # backward values that are gradients of `outputs` (same order)
     stages: list[list[Operation]] = dataclasses.field(default_factory=list)
-
-
-def _used_values(op: Operation):
-    """Operands of `op` and the values its nested regions use from outside them."""
-    yield from op.operands
-    for region in op.regions:
-        for inner in region.walk():
-            for v in inner.operands:
-                parent = v.owner if isinstance(v.owner, Operation) else v.owner.parent_op()
-                if parent is None or not op.is_ancestor(parent):
-                    yield v
 
 
 class _Emitter:
@@ -163,7 +152,7 @@ class _Emitter:
         sparse = [op for op in fwd if not isinstance(op, DenseOp)]
         groups = nx.utils.UnionFind(sparse)
         for op in sparse:
-            for v in _used_values(op):
+            for v in values_used_from_outside(op):
                 if v.owner in position and not isinstance(v.owner, DenseOp):
                     groups.union(op, v.owner)
         # Backward ops tie together the forward ops whose values they read.
@@ -174,7 +163,7 @@ class _Emitter:
         for op in bwd.ops:
             if isinstance(op, DenseOp | YieldOp):
                 continue
-            owners = [forward_of[v] for v in _used_values(op) if v in forward_of]
+            owners = [forward_of[v] for v in values_used_from_outside(op) if v in forward_of]
             for result in op.results:
                 if owners:
                     forward_of[result] = owners[0]
@@ -187,7 +176,7 @@ class _Emitter:
             defined = {r for op in ops for r in op.results}
             inputs: list[SSAValue] = []
             for op in ops:
-                for v in _used_values(op):
+                for v in values_used_from_outside(op):
                     if v not in defined and v not in inputs:
                         inputs.append(v)
             for v in inputs:
@@ -217,12 +206,12 @@ class _Emitter:
         for op in bwd.ops:
             if isinstance(op, DenseOp | YieldOp):
                 continue
-            segs = {owner[forward_of[v]].index for v in _used_values(op) if v in forward_of}
+            segs = {owner[forward_of[v]].index for v in values_used_from_outside(op) if v in forward_of}
             if len(segs) != 1:
                 raise EmitError(f"{op.name} in backward reads values of {len(segs)} sparse segments; expected one")
             segments[segs.pop()].backward_ops.append(op)
         for seg in segments:
-            used = {v for op in seg.backward_ops for v in _used_values(op)}
+            used = {v for op in seg.backward_ops for v in values_used_from_outside(op)}
             seg.grad_of = [None] * len(seg.outputs)
             for grad, value in grad_source.items():
                 if grad in used and value in seg.outputs:

@@ -50,7 +50,7 @@ from sparselift.ir.coll import (
     HandleType,
     WaitOp,
 )
-from sparselift.ir.sched import DenseOp, KernelOp, StepOp
+from sparselift.ir.sched import DenseOp, KernelOp, StepOp, values_used_from_outside
 from sparselift.ir.sparse import LookupUpdateOp
 from sparselift.passes.srsv import build_srsv, step_batch
 
@@ -165,7 +165,7 @@ class HideLatency(ModulePass):
                 g.add_edge(("start", op), ("wait", op))
         for op in ops:
             consumer = ("start", op) if op in split else node[op]
-            for v in _used_values(op):
+            for v in values_used_from_outside(op):
                 producer = v.owner
                 if isinstance(producer, Operation) and producer in index:
                     g.add_edge(node[producer], consumer)
@@ -202,17 +202,6 @@ class HideLatency(ModulePass):
 
         order = list(nx.lexicographical_topological_sort(g, key=key))
         return [*order, terminator]
-
-
-def _used_values(op: Operation):
-    """Operands of `op` and values its nested regions use from outside them."""
-    yield from op.operands
-    for region in op.regions:
-        for inner in region.walk():
-            for v in inner.operands:
-                owner = v.owner
-                if isinstance(owner, Operation) and not op.is_ancestor(owner):
-                    yield v
 
 
 def _peak_inflight(order: list, split: list[Operation], sizes: dict[Operation, int]) -> tuple[int, list[Operation]]:

@@ -28,4 +28,4 @@
 // CAP-COUNT-2: coll.all_to_all {{.*}} role #coll.role<output_pooled>
 
 // MISSING:     plan-sparse: decisions {{.*}}.missing: cannot read it
-// BADFAMILY:   plan-sparse: unknown optimization 'sharding'; known: aggregation, parallelism, codegen, latency-hiding
+// BADFAMILY:   plan-sparse: unknown optimization 'sharding'; known: codegen, aggregation, parallelism, latency-hiding
