@@ -114,6 +114,16 @@ def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
     assert not any(p.startswith("aggregate-comm") for p in result.pipeline)
 
 
+def test_tiny_memory_cap_rejects_parallelism_for_its_workspace():
+    # Enough lanes allowed: only the cap on the lanes' concurrent workspace stands in the way.
+    result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, max_lanes=8, families=FAMILIES))
+    parallel = [d for d in result.decisions if d.family == "parallelism"]
+    assert parallel and not any(d.accepted for d in parallel)
+    for d in parallel:
+        assert d.reason.startswith("memory cap: parallel workspace ") and d.reason.endswith("> memory-cap-bytes 1")
+    assert not any(p.startswith("parallelize-tables") for p in result.pipeline)
+
+
 def test_lane_limit_rejects_parallelism_before_applying_it():
     result = search(Predictor(lifted()), PlanOptions(max_lanes=1, families=("parallelism",)))
     reasons = {d.reason for d in result.decisions}
