@@ -116,7 +116,7 @@ def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
 
 def test_tiny_memory_cap_rejects_parallelism_for_its_workspace():
     # Enough lanes allowed: only the cap on the lanes' concurrent workspace stands in the way.
-    result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, max_lanes=8, families=FAMILIES))
+    result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, max_lanes=8, families=("parallelism",)))
     parallel = [d for d in result.decisions if d.family == "parallelism"]
     assert parallel and not any(d.accepted for d in parallel)
     for d in parallel:
