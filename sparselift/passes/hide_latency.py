@@ -26,7 +26,7 @@ Feasibility checks, each refusal leaving a `remark` on the collective that names
   (SRSV estimates for the step's batch) may not exceed it; the largest exchange in flight at the
   peak stays synchronous until the schedule fits;
 - nothing independent to overlap: a collective whose wait would directly follow its start stays
-  synchronous.
+  synchronous; input exchanges are exempt (`TrainPipeline` starts them during the previous step).
 """
 
 from __future__ import annotations

@@ -64,9 +64,10 @@ class _Exchanged:
     def exchanges(self) -> tuple[AllToAllOp, ...]:
         return (self.lengths, self.indices, *([self.weights] if self.weights is not None else []))
 
-    def served(self, world: int) -> list[int]:
-        """Features this group's route sends to each rank per sample."""
-        return list(self.lengths.splits.matrix[0]) if self.lengths.splits is not None else [0] * world
+    @property
+    def served(self) -> list[int]:
+        """Features this group's route sends to each rank per sample (static lengths splits)."""
+        return list(self.lengths.splits.matrix[0])
 
 
 def _exchange_of(value: SSAValue, role: str) -> AllToAllOp | None:
@@ -115,7 +116,7 @@ def merge_input_exchanges(step: StepOp, max_bytes: int, batch: int) -> None:
     if world == 1 or not groups:
         return
     # Row-wise (uniformly served) groups first, so later groups shift by the same count everywhere.
-    groups.sort(key=lambda g: (len(set(g.served(world))) != 1, list(block.ops).index(g.route)))
+    groups.sort(key=lambda g: (len(set(g.served)) != 1, list(block.ops).index(g.route)))
     saved_args = _saved_args(step)
     accepted: list[_Exchanged] = []
     for g in groups:
@@ -168,7 +169,7 @@ def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) 
         if isinstance(v.owner, Operation) and v.owner in order and order.index(v.owner) > order.index(anchor):
             return (f"input exchanges not merged: the ids of group '{_group(g.route)}' are computed after "
                     f"the route of group '{_group(anchor)}'")
-    shift = [sum(a.served(world)[r] for a in accepted) for r in range(world)]
+    shift = [sum(a.served[r] for a in accepted) for r in range(world)]
     return _shift_refusal(g, shift, world, saved_args)
 
 
@@ -225,7 +226,7 @@ def _rewrite(step: StepOp, groups: list[_Exchanged], world: int, saved_args) -> 
         },
         attributes={"group": StringAttr("+".join(_group(r) for r in routes))},
     )
-    served = [sum(g.served(world)[r] for g in groups) for r in range(world)]
+    served = [sum(g.served[r] for g in groups) for r in range(world)]
     served_attr = DenseArrayBase.from_list(i64, served)
     pack = PackIdsOp.create(
         operands=[route.lengths, route.indices, *route.routed_weights],
@@ -261,7 +262,7 @@ def _rewrite(step: StepOp, groups: list[_Exchanged], world: int, saved_args) -> 
         if g.weights is not None:
             g.weights.outputs[0].replace_all_uses_with(unpack.weights)
         for r in range(world):
-            shift[r] += g.served(world)[r]
+            shift[r] += g.served[r]
     for g in groups:
         for op in reversed(g.exchanges):
             Rewriter.erase_op(op)

@@ -105,22 +105,24 @@ class HardwareProfile:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "hardware profile", default_name: str = "custom") -> HardwareProfile:
-        """A profile from a mapping of field names; missing fields take their `cpu-gloo` value."""
+    def from_dict(cls, data: Any, where: str = "hardware profile", default_name: str = "custom",
+                  base: HardwareProfile | None = None) -> HardwareProfile:
+        """A profile from a mapping of field names; missing fields take their value in `base`
+        (default `cpu-gloo`)."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected a JSON object of profile fields, got {type(data).__name__}")
         known = {f.name for f in attrs.fields(cls)}
         for key in data:
             if key not in known:
                 raise ValueError(f"{where}: unknown field '{key}'; known fields: {', '.join(sorted(known))}")
-        values = CPU_GLOO.to_dict() | data
+        values = (base or CPU_GLOO).to_dict() | data
         if "name" not in data:
-            values["name"] = default_name
+            values["name"] = base.name if base is not None else default_name
         if isinstance(values["ranks_per_node"], float) and values["ranks_per_node"].is_integer():
             values["ranks_per_node"] = int(values["ranks_per_node"])
         try:
             return cls(**values)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: {e}") from None
 
 

@@ -309,18 +309,7 @@ def calibrated(profile: HardwareProfile, overrides: Mapping[str, Any], where: st
     """
     if not isinstance(overrides, Mapping):
         raise ValueError(f"{where}: expected a JSON object of profile fields, got {type(overrides).__name__}")
-    known = {f.name for f in attrs.fields(HardwareProfile)}
-    for key in overrides:
-        if key not in known:
-            raise ValueError(f"{where}: unknown field '{key}'; known fields: {', '.join(sorted(known))}")
-    values = dict(overrides)
-    rpn = values.get("ranks_per_node")
-    if isinstance(rpn, float) and rpn.is_integer():
-        values["ranks_per_node"] = int(rpn)
-    try:
-        return attrs.evolve(profile, **values)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{where}: {e}") from None
+    return HardwareProfile.from_dict(dict(overrides), where, base=profile)
 
 
 def load_calibration(path: str | Path) -> dict[str, Any]:

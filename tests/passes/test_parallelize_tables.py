@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, DenseArrayBase, ModuleOp, TensorType, f32, i64
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, TensorType, f32, i64
 from xdsl.ir import Block, Region
 from xdsl.parser import Parser
 from xdsl.passes import PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from sparselift.ir import get_all_dialects
+from sparselift.ir import make_context
 from sparselift.ir.sched import ParallelOp, StepOp, YieldOp, values_used_from_outside
 from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, PermuteOp
 from sparselift.passes import get_all_passes
@@ -24,11 +24,7 @@ INPUTS = Path(__file__).parents[1] / "filecheck" / "inputs"
 
 
 def context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(Builtin)
-    for name, factory in get_all_dialects().items():
-        ctx.register_dialect(name, factory)
-    return ctx
+    return make_context()
 
 
 def run(module: ModuleOp, spec: str) -> ModuleOp:

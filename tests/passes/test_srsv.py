@@ -5,10 +5,10 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.parser import Parser
 
-from sparselift.ir import get_all_dialects
+from sparselift.ir import make_context
 from sparselift.ir.coll import AllToAllOp
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import LookupOp, LookupUpdateOp, PackOp, RouteOp
@@ -17,11 +17,7 @@ from sparselift.passes.srsv import PrintSRSV, build_srsv, steps_of
 
 
 def context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(Builtin)
-    for name, factory in get_all_dialects().items():
-        ctx.register_dialect(name, factory)
-    return ctx
+    return make_context()
 
 
 def parse(text: str) -> ModuleOp:
