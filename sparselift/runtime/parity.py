@@ -21,7 +21,7 @@ from sparselift.models import build
 
 def _loss(out) -> torch.Tensor:
     out = out if isinstance(out, torch.Tensor) else out[0]
-    target = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    target = torch.linspace(-1.0, 1.0, out.numel(), device=out.device).reshape(out.shape)
     return ((out - target) ** 2).mean()
 
 
@@ -87,14 +87,27 @@ def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap:
     }
 
 
+def _to(device: str, x):
+    """`x` (a tensor, or tuples and lists of them) on `device`."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(device, v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(device, v) for k, v in x.items()}
+    return x
+
+
 def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: int, rows_cap: int,
                     sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference",
-                    pipeline: bool = False, passes: str = "") -> dict[str, Any]:
+                    pipeline: bool = False, passes: str = "", device: str = "cpu") -> dict[str, Any]:
+    """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
     from sparselift.optim import SGD, RowWiseAdagrad
 
     torch.manual_seed(seed)
     model, example = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
+    model, example = model.to(device), _to(device, example)
     kind, lr, eps = optimizer
     opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
     compiled = sparselift.compile(
@@ -102,7 +115,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes, plan="none"),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
-    batches = local_batches(model_name, world, steps, batch, rows_cap, seed)
+    batches = _to(device, local_batches(model_name, world, steps, batch, rows_cap, seed))
     outputs, grads = [], {}
     if pipeline:
         from sparselift.runtime.pipeline import TrainPipeline
@@ -124,21 +137,25 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         dense_opt.step()
     state = compiled.state_dict()
     tables = {info.param: state[info.param] for info in compiled.program.tables}
-    return {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables)}
+    return _to("cpu", {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables)})
 
 
 def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
                  batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5,
-                 pipeline: bool = False, passes: str = "") -> None:
-    """Raise AssertionError if the compiled run diverges from the single-process reference."""
+                 pipeline: bool = False, passes: str = "", device: str = "cpu", backend: str | None = None) -> None:
+    """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
+
+    `device="cuda"` trains the compiled side on the GPU; with `backend` (say "nccl") the ranks
+    join a process group even when `world` is 1, so the plan's collectives run too.
+    """
     from sparselift.runtime.distributed import launch
 
-    if world == 1:
+    if world == 1 and backend is None:
         results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline,
-                                   passes)]
+                                   passes, device)]
     else:
         results = launch(compiled_worker, world, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels,
-                         pipeline, passes, timeout_s=120)
+                         pipeline, passes, device, backend=backend or "gloo", timeout_s=120)
     ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"])
     for rank, res in enumerate(results):
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):

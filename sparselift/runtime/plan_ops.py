@@ -402,7 +402,7 @@ def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[in
         if ws is not None:  # bit-exact: the f32 bits, sign-extended
             parts.append(ws[d].contiguous().view(torch.int32).to(torch.int64))
     sizes = [f * b + n * (2 if ws is not None else 1) for f, n in zip(features, n_ids)]
-    return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64)
+    return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64, device=indices.device)
 
 
 def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype):

@@ -61,13 +61,15 @@ def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tens
         for i, o in zip(ids, offsets)
     )
     if ok and features:
+        device = ids[0].device
         offs = torch.stack([o.to(torch.int64) for o in offsets])
-        counts = torch.tensor([i.numel() for i in ids], dtype=torch.int64)
+        counts = torch.tensor([i.numel() for i in ids], dtype=torch.int64, device=device)
         ok = bool((offs[:, 0] == 0).all()) and bool((offs[:, -1] == counts).all())
         ok = ok and not (batch and bool((offs[:, 1:] < offs[:, :-1]).any()))
         if ok and int(counts.sum()):
             flat = torch.cat([i.to(torch.int64) for i in ids])
-            rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64), counts)
+            rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
+                                           counts)
             ok = not bool(((flat < 0) | (flat >= rows)).any())
     if not ok:
         for f, i, o in zip(features, ids, offsets):
@@ -117,11 +119,12 @@ def route(
                 w_out.append(sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel(), device=sel_ids.device))
             seg_ids += sel_ids.numel()
         splits.append(seg_ids)
-    cat = lambda xs, dtype: torch.cat(xs) if xs else torch.empty(0, dtype=dtype)  # noqa: E731
+    device = ids[0].device if ids else None
+    cat = lambda xs, dtype: torch.cat(xs) if xs else torch.empty(0, dtype=dtype, device=device)  # noqa: E731
     return (
         cat(lengths_out, torch.int32),
         cat(ids_out, index_dtype),
-        torch.tensor(splits, dtype=torch.int64, device=ids[0].device if ids else None),
+        torch.tensor(splits, dtype=torch.int64, device=device),
         cat(w_out, torch.float32) if with_weights else None,
     )
 
@@ -144,10 +147,11 @@ def _route_whole_features(features, ids, offsets, weights, rank, world, with_wei
         routed_w = torch.cat([
             weights[features[k].name].to(torch.float32) if features[k].name in weights
             else torch.ones(ids[k].numel(), device=device) for k in order
-        ]) if order else torch.empty(0, dtype=torch.float32)
+        ]) if order else torch.empty(0, dtype=torch.float32, device=device)
     return (
-        lengths[order].reshape(-1) if order else torch.empty(0, dtype=torch.int32),
-        torch.cat([ids[k].to(index_dtype) for k in order]) if order else torch.empty(0, dtype=index_dtype),
+        lengths[order].reshape(-1) if order else torch.empty(0, dtype=torch.int32, device=device),
+        torch.cat([ids[k].to(index_dtype) for k in order]) if order else torch.empty(0, dtype=index_dtype,
+                                                                                      device=device),
         torch.tensor(splits, dtype=torch.int64, device=device),
         routed_w,
     )

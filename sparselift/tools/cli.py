@@ -267,6 +267,7 @@ BENCHES = {
     "ablation": "sparselift.bench.ablation",
     "quality": "sparselift.bench.quality",
     "kernels": "sparselift.bench.kernels",
+    "gpu": "sparselift.bench.gpu",
 }
 
 
@@ -343,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels")
+    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu")
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)

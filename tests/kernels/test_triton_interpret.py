@@ -82,6 +82,20 @@ def _worker() -> int:
     errs += [float((a - b).abs().max()) for a, b in zip(mine, tables)]
     print(json.dumps({"case": "fused", "fwd": max(errs), "upd": max(errs), "state": 0.0, "changed": True,
                       "dups": 1}), flush=True)
+    # two tables reading the same slot (one update per table) and row-wise Adagrad across tables
+    tables = [torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)]
+    grads = [torch.randn(4, 8, generator=g), torch.randn(4, 16, generator=g)]
+    states = [torch.rand(5, generator=g), torch.rand(7, generator=g)]
+    lengths = torch.randint(0, 4, (2 * 4,), generator=g, dtype=torch.int32)
+    idx = torch.randint(0, 5, (int(lengths.sum()),), generator=g)
+    mine, my_states = [t.clone() for t in tables], [st.clone() for st in states]
+    tk.fused_lookup_update(mine, my_states, lengths, idx, None, grads, [[0], [1, 0]], 2, 4, "sum", "rowwise_adagrad",
+                           0.1, 1e-3)
+    for t, st, gr, sl in zip(tables, states, grads, [[0], [1, 0]]):
+        ref.lookup_update(t, st, lengths, idx, None, gr, sl, 2, 4, "sum", "rowwise_adagrad", 0.1, 1e-3)
+    errs = [float((a - b).abs().max()) for a, b in zip(mine + my_states, tables + states)]
+    print(json.dumps({"case": "shared-slot", "fwd": 0.0, "upd": max(errs), "state": max(errs), "changed": True,
+                      "dups": 1}), flush=True)
     # bad id -> ValueError naming the table, table unchanged
     t = torch.randn(3, 4)
     before = t.clone()
@@ -131,6 +145,11 @@ def test_interpreted_kernels_match_reference(interpreted, case):
 
 def test_interpreted_fused_multi_table(interpreted):
     assert interpreted["fused"]["fwd"] <= 1e-5
+    assert interpreted["fused"]["upd"] <= 1e-5
+
+
+def test_interpreted_tables_sharing_a_slot(interpreted):
+    assert interpreted["shared-slot"]["upd"] <= 1e-5
 
 
 def test_interpreted_bad_id_names_table(interpreted):
