@@ -382,7 +382,7 @@ class _Emitter:
         poolings = tuple(str(t.pooling.data) for t in tables)
         lengths, indices = op.args[0], op.args[1]
         n_shared = 2 + (1 if (op.kind.data == "lookup" and len(op.args) == 3)
-                        or (op.kind.data == "lookup_update" and len(op.args) - len(tables) == 3) else 0)
+                        or (op.kind.data != "lookup" and len(op.args) - len(tables) == 3) else 0)
         weights = op.args[2] if n_shared == 3 else None
         served, _ = self._served(lengths)
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
@@ -395,8 +395,12 @@ class _Emitter:
             outs = self.names_of(op.res)
             return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup(self, {common})",
                                list(op.res))
-        opt = op.attributes["optimizer"]
         grads = self.names_of(op.args[n_shared:])
+        if op.kind.data == "lookup_grad":
+            outs = self.names_of(op.res)
+            return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup_grad(self, {common}, "
+                               f"grads=[{grads}])", list(op.res))
+        opt = op.attributes["optimizer"]
         return self._guard(
             ranks,
             f"rt.fused_lookup_update(self, {common}, grads=[{grads}], optimizer={str(opt.kind.data)!r}, "

@@ -50,6 +50,7 @@ class Phase(StrEnum):
 class KernelKind(StrEnum):
     LOOKUP = auto()
     LOOKUP_UPDATE = auto()
+    LOOKUP_GRAD = auto()
     PACK = auto()
     UNPACK = auto()
 
@@ -281,7 +282,7 @@ class KernelOp(IRDLOperation):
         where = f"sched.kernel @{self.callee.root_reference.data}"
         if self.kind.data not in set(KernelKind):
             raise VerifyException(f"{where}: unknown kind '{self.kind.data}'; expected one of {', '.join(KernelKind)}")
-        if self.kind.data in (KernelKind.LOOKUP, KernelKind.LOOKUP_UPDATE):
+        if self.kind.data in (KernelKind.LOOKUP, KernelKind.LOOKUP_UPDATE, KernelKind.LOOKUP_GRAD):
             self._verify_table_kernel(where)
 
     def _verify_table_kernel(self, where: str) -> None:
@@ -312,6 +313,14 @@ class KernelOp(IRDLOperation):
                     raise VerifyException(
                         f"{where}: result for table '{t.name_str}' must be [bags, {t.dim.data * len(sl)}], got {r.type}"
                     )
+        elif self.kind.data == KernelKind.LOOKUP_GRAD:
+            if len(self.res) != n or len(self.args) - n not in (2, 3):
+                raise VerifyException(f"{where}: a fused table gradient takes lengths, indices[, weights] and one "
+                                      "gradient per table, and returns one table gradient per table")
+            for t, r in zip(tables.data, self.res):
+                if r.type.get_shape() != (t.rows.data, t.dim.data):
+                    raise VerifyException(f"{where}: table gradient of '{t.name_str}' must be "
+                                          f"[{t.rows.data}, {t.dim.data}], got {r.type}")
         else:
             if self.res or len(self.args) - n not in (2, 3):
                 raise VerifyException(f"{where}: a fused update takes lengths, indices[, weights] and one gradient per table")

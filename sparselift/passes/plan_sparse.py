@@ -498,12 +498,17 @@ def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer
 
 
 def kernel_terms(op: KernelOp, tables: dict[str, TableEntry], profile: HardwareProfile) -> dict[str, float]:
-    """A fused `sched.kernel`: one launch and one overhead, plus every table's gathers (or updates)."""
+    """A fused `sched.kernel`: one launch and one overhead, plus every table's gathers (updates;
+    for table gradients, updates and zeroing the tables' gradient buffer)."""
     p = profile
     names = [t.name_str for t in op.attributes["tables"].data] if "tables" in op.attributes else []
     gathered = sum(tables[n].bytes_gathered for n in names if n in tables)
     terms = {"fixed": p.kernel_launch_us + (p.lookup_overhead_us if names else 0.0)}
     if op.kind.data == "lookup_update":
+        terms["update"] = p.update_factor * p.gather_us(gathered)
+    elif op.kind.data == "lookup_grad":
+        table_bytes = sum(tables[n].max_table_bytes for n in names if n in tables)
+        terms["copy"] = 0.5 * p.copy_us(table_bytes)
         terms["update"] = p.update_factor * p.gather_us(gathered)
     else:
         terms["gather"] = p.gather_us(gathered)

@@ -35,6 +35,7 @@ __all__ = [
     "recv_splits",
     "lookup",
     "lookup_update",
+    "fused_lookup_grad",
     "lookup_grad",
     "fused_lookup",
     "fused_lookup_update",
@@ -377,8 +378,37 @@ def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots,
     return ref.lookup_grad(t, lengths, indices, weights, grad, slots, features_per_segment, plan.batch, pooling)
 
 
+def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
+                      grads):
+    """Several replicated tables' whole-table gradients, back to back in one zeroed float32
+    buffer (returned as views), so the all-reduce that follows needs no copy."""
+    tables = [plan.tables[n] for n in names]
+    sizes = [t.numel() for t in tables]
+    flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].device)
+    # Table gradients are read by their all-reduce only (lift-sparse makes them for it), so
+    # `all_reduce` may reduce this buffer in place.
+    flat._sparselift_grad_buffer = True
+    views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
+    if plan.kernels is not None and all(t.dtype == torch.float32 for t in tables):
+        # As in `lookup_grad`: SGD at lr = -1 on zero tables accumulates exactly the gradients.
+        plan.kernels.fused_lookup_update(views, [None] * len(views), lengths, indices, weights, grads, slots,
+                                         features_per_segment, plan.batch, list(poolings), "sgd", -1.0, 0.0, 1.0,
+                                         names=list(names))
+        return views
+    for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
+        v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, plan.batch, p))
+    return views
+
+
 def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
-    ref.dense_update(plan.tables[table], plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
+    t = plan.tables[table]
+    if optimizer == "sgd" and t.dtype == grad.dtype == torch.float32:
+        # The reference updates the touched rows only; an untouched row has a zero gradient and
+        # t + (-lr * 0) == t, so the whole-table update is the same, with the same rounding
+        # (scale, then add) and without finding the touched rows.
+        t.add_((grad * plan.grad_scale) * -lr)
+        return
+    ref.dense_update(t, plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
 
 
 def pack(plan: PlanBase, members, layout, dtype):
@@ -430,8 +460,13 @@ def reduce_scatter(plan: PlanBase, x, *, reduction: str):
 
 
 def all_reduce(plan: PlanBase, inputs, *, reduction: str, async_op: bool = False):
-    """One all-reduce for all operands: flattened into one buffer, reduced, split back."""
-    flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
+    """One all-reduce for all operands: flattened into one buffer, reduced, split back.
+
+    Operands that already lie back to back in one buffer (`fused_lookup_grad`) are reduced in
+    place, without the copy into a new buffer."""
+    flat = _back_to_back(inputs)
+    if flat is None:
+        flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
     work = dist.all_reduce(flat, group=plan.pg, async_op=True)
 
     def finish():
@@ -445,6 +480,22 @@ def all_reduce(plan: PlanBase, inputs, *, reduction: str, async_op: bool = False
 
     pending = _Pending([work], finish)
     return pending if async_op else pending.wait()
+
+
+def _back_to_back(inputs) -> torch.Tensor | None:
+    """The `fused_lookup_grad` buffer that `inputs` tile exactly, in order; else None."""
+    if len(inputs) < 2:
+        return None
+    base = inputs[0]._base
+    if base is None or not getattr(base, "_sparselift_grad_buffer", False):
+        return None
+    offset = 0
+    for x in inputs:
+        if (x._base is not base or x.dtype != base.dtype or not x.is_contiguous()
+                or x.storage_offset() != base.storage_offset() + offset):
+            return None
+        offset += x.numel()
+    return base if offset == base.numel() else None
 
 
 # ---- concurrent lanes (`sched.parallel`) -----------------------------------------------------

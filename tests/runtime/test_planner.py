@@ -249,3 +249,42 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
     assert out["G=16"].reason.endswith("G=8 was faster") and out["G=4"].reason.endswith("G=8 was faster")
     assert out["G=2"].reason == "not measured: the sweep turned before it"
     assert len(seen) == 3 * 4  # T0, G=8, G=16, G=4: one warmup and two observations each
+
+
+def _scripted_planner(steps_by_plan):
+    """A one-rank planner whose step times come from per-plan scripts (seconds)."""
+    scripts = {k: iter(v) for k, v in steps_by_plan.items()}
+
+    def measure(pipeline):
+        return next(scripts[pipeline[0] if pipeline else ""])
+
+    options = sparselift.CompileOptions()
+    p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+                        options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+    p._start = p.clock()
+    return p
+
+
+@pytest.mark.parametrize("paired_gain_ms, accepted", [(0.3, True), (None, False)])
+def test_inconclusive_schedule_is_decided_by_extra_paired_rounds(paired_gain_ms, accepted):
+    # The paper's budget (one warmup, two rounds) sees the candidate 0.4 ms faster with a 2 ms
+    # noise margin (half the 4 ms spread): inconclusive. Eight paired rounds then decide: a
+    # steady 0.3 ms gain under drift is accepted; a coin flip is not.
+    from sparselift.passes.plan_sparse import Candidate, Prediction
+
+    drift = [0.0, 0.004, 0.001, 0.003, 0.0, 0.002, 0.005, 0.001]
+    inc = [0.012, 0.010, 0.014] + [0.010 + d for d in drift]
+    if paired_gain_ms is None:
+        extra = [0.010 + d + (0.0003 if k % 2 else -0.0003) for k, d in enumerate(drift)]
+    else:
+        extra = [0.010 + d - paired_gain_ms / 1e3 for d in drift]
+    cand = [0.012, 0.0096, 0.0135] + extra
+    p = _scripted_planner({"": inc, "hide": cand})
+    c = Candidate("latency-hiding", "hide", "hide", ("hide",))
+    (d,) = p._alternatives((), [(c, Prediction("hide", 0.0, (), ""))], {"hide": -500.0})
+    assert d.accepted is accepted, d.reason
+    assert p.spent["tie_break_rounds"] == 8
+    if accepted:
+        assert "faster in 8 of 8 extra paired rounds" in d.reason and d.measured_us == pytest.approx(-300)
+    else:
+        assert "not faster than the incumbent beyond noise" in d.reason

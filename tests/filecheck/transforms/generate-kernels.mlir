@@ -42,6 +42,57 @@ sched.step @weights_differ world_size = 1 outputs = 2 {
   sched.yield
 }
 
+// -----
+
+// Replicated tables: their whole-table gradients fuse into one kernel that returns them all, in
+// the place of the last one, and the all-reduce reads the kernel's results.
+// CHECK-LABEL: sched.step @replicated_gradients
+// CHECK:       } backward {
+// CHECK-NEXT:  ^{{.*}}
+// CHECK-NEXT:  %[[G0:[0-9a-z_]+]], %[[G1:[0-9a-z_]+]] = sched.kernel @lookup_grad_dp_{{[0-9]+}}(%sl, %si, %g0, %g1) kind "lookup_grad" {{.*}} : (tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>, tensor<?x4xf32>) -> (tensor<10x8xf32>, tensor<6x4xf32>)
+// CHECK-NEXT:  coll.all_reduce %[[G0]], %[[G1]]
+// CHECK-NOT:   sparse.lookup_grad
+// MIN3-LABEL:  sched.step @replicated_gradients
+// MIN3-NOT:    sched.kernel
+sched.step @replicated_gradients world_size = 2 outputs = 2 {
+^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %x0: tensor<?x8xf32>, %x1: tensor<?x4xf32>):
+  sched.yield %x0, %x1, %l, %i : tensor<?x8xf32>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
+} backward {
+^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
+  %t0 = sparse.lookup_grad %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] {group = "dp"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32> -> tensor<10x8xf32>
+  %t1 = sparse.lookup_grad %sl, %si grad %g1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] {group = "dp"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<6x4xf32>
+  %r0, %r1 = coll.all_reduce %t0, %t1 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<10x8xf32>, tensor<6x4xf32> -> tensor<10x8xf32>, tensor<6x4xf32>
+  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<6x4xf32>
+  sched.yield
+}
+
+// -----
+
+// The first table gradient is all-reduced before the second one is computed: fusing them would
+// move the first past its reader, so both stay per-table ops.
+// CHECK-LABEL: sched.step @gradient_read_early
+// CHECK-NOT:   sched.kernel
+// CHECK:       sparse.lookup_grad
+// CHECK:       coll.all_reduce
+// CHECK:       sparse.lookup_grad
+sched.step @gradient_read_early world_size = 2 outputs = 2 {
+^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %x0: tensor<?x8xf32>, %x1: tensor<?x4xf32>):
+  sched.yield %x0, %x1, %l, %i : tensor<?x8xf32>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
+} backward {
+^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
+  %t0 = sparse.lookup_grad %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32> -> tensor<10x8xf32>
+  %r0 = coll.all_reduce %t0 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<10x8xf32> -> tensor<10x8xf32>
+  %t1 = sparse.lookup_grad %sl, %si grad %g1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<6x4xf32>
+  %r1 = coll.all_reduce %t1 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<6x4xf32> -> tensor<6x4xf32>
+  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<6x4xf32>
+  sched.yield
+}
+
 // Kaggle, 2 ranks: the table-wise lookups of each owner rank fuse into one kernel per rank.
 // KAGGLE-COUNT-2: sched.kernel @lookup_emb_l_table_wise_{{[0-9]+}}
 // KAGGLE-NOT:     sparse.lookup {{.*}}table_wise
+// Then, in backward, the replicated tables' gradients fuse into one kernel.
+// KAGGLE: sched.kernel @lookup_grad_emb_l_data_parallel_{{[0-9]+}}({{.*}}) kind "lookup_grad"
+// KAGGLE-NOT: sparse.lookup_grad

@@ -207,13 +207,14 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 // FUSED-NEXT:    sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}
 // FUSED-NEXT:    sched.yield
 
-// The other order: fused kernels are one per rank already, so only the replicated tables'
-// gradients and updates (not fused) get lanes.
+// The other order: fused kernels are one per rank already (the replicated tables' gradients
+// too), so only the replicated tables' updates (not fused) get lanes.
 // KFIRST:      sched.kernel @lookup_emb_l_table_wise_0{{.*}}remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"
 // KFIRST:      sched.kernel @lookup_emb_l_data_parallel_2
 // KFIRST:      } backward {
+// KFIRST:      sched.kernel @lookup_grad_emb_l_data_parallel_{{[0-9]+}}
 // KFIRST:      sched.parallel lanes 2
-// KFIRST-NEXT:   sparse.lookup_grad
+// KFIRST-NEXT:   sparse.lookup_update grad
 // KFIRST:      sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}{{.*}}remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"
 
 // The plan module: each lane is a closure returning what it yields; rt.parallel runs them.

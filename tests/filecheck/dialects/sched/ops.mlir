@@ -42,6 +42,7 @@ sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i
 // CHECK-LABEL: func.func @kernels(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x32xf32>, %b: tensor<?xf32>) -> (tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>) {
 // CHECK-NEXT:    %p = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x32xf32>
 // CHECK-NEXT:    sched.kernel @fused_update(%l, %i, %g) kind "lookup_update" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> ()
+// CHECK-NEXT:    %tg = sched.kernel @fused_table_grad(%l, %i, %g) kind "lookup_grad" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", data_parallel>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> tensor<10x32xf32>
 // CHECK-NEXT:    %buf = sched.kernel @fused_pack(%p) kind "pack" : (tensor<?x32xf32>) -> tensor<?xf32>
 // CHECK-NEXT:    %u0, %u1 = sched.kernel @fused_unpack(%b) kind "unpack" : (tensor<?xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>)
 // CHECK-NEXT:    func.return %p, %buf, %u0, %u1 : tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>
@@ -49,6 +50,7 @@ sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i
 func.func @kernels(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x32xf32>, %b: tensor<?xf32>) -> (tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>) {
   %p = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x32xf32>
   sched.kernel @fused_update(%l, %i, %g) kind "lookup_update" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> ()
+  %tg = sched.kernel @fused_table_grad(%l, %i, %g) kind "lookup_grad" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", data_parallel>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> tensor<10x32xf32>
   %buf = sched.kernel @fused_pack(%p) kind "pack" : (tensor<?x32xf32>) -> tensor<?xf32>
   %u0, %u1 = sched.kernel @fused_unpack(%b) kind "unpack" : (tensor<?xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>)
   func.return %p, %buf, %u0, %u1 : tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>

@@ -140,7 +140,7 @@ func.func @dense_bad_phase(%x: tensor<?x16xf32>) -> tensor<?x1xf32> {
 // -----
 
 // Unknown kernel kind.
-// CHECK: sched.kernel @k: unknown kind 'gather'; expected one of lookup, lookup_update, pack, unpack
+// CHECK: sched.kernel @k: unknown kind 'gather'; expected one of lookup, lookup_update, lookup_grad, pack, unpack
 func.func @kernel_bad_kind(%l: tensor<?xi32>, %i: tensor<?xi64>) -> tensor<?x16xf32> {
   %y = sched.kernel @k(%l, %i) kind "gather" : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x16xf32>
   func.return %y : tensor<?x16xf32>
@@ -241,5 +241,23 @@ func.func @kernel_without_tables(%l: tensor<?xi32>, %i: tensor<?xi64>) {
 // CHECK: sched.kernel @k: result for table 't' must be [bags, 16], got tensor<?x8xf32>
 func.func @kernel_result_width(%l: tensor<?xi32>, %i: tensor<?xi64>) {
   %p = sched.kernel @k(%l, %i) kind "lookup" {tables = [#sparse.table<"t", rows = 10, dim = 8, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0, 1>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x8xf32>
+  func.return
+}
+
+// -----
+
+// A fused table gradient returns each table's whole gradient, [rows, dim].
+// CHECK: sched.kernel @k: table gradient of 't' must be [10, 8], got tensor<?x8xf32>
+func.func @kernel_table_grad_shape(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x8xf32>) {
+  %t = sched.kernel @k(%l, %i, %g) kind "lookup_grad" {tables = [#sparse.table<"t", rows = 10, dim = 8, f32, sum>], placements = [#sparse.placement<"t", data_parallel>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>) -> tensor<?x8xf32>
+  func.return
+}
+
+// -----
+
+// One table gradient per table.
+// CHECK: sched.kernel @k: a fused table gradient takes lengths, indices[, weights] and one gradient per table, and returns one table gradient per table
+func.func @kernel_table_grad_count(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x8xf32>) {
+  sched.kernel @k(%l, %i, %g) kind "lookup_grad" {tables = [#sparse.table<"t", rows = 10, dim = 8, f32, sum>], placements = [#sparse.placement<"t", data_parallel>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>) -> ()
   func.return
 }
