@@ -11,7 +11,10 @@ itself (candidates, analytic predictions, constraints, the family order) is
   exchange started, backward). Each rank takes the minimum of its observations and ranks combine
   with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
   if F(T1) < F(T0) - noise, noise being half the spread (max - min, MAX over ranks) of the
-  steadier of the two plans' observations, and at least 1% of F(T0) (`_noise`).
+  steadier of the two plans' observations, and at least 1% of F(T0) (`_noise`). A candidate
+  faster than T0 but within the noise gets up to `EXTRA_ROUNDS` interleaved (T0, T1) rounds,
+  each round timed by its slowest rank, and is accepted if it wins `WIN_SHARE` of them by a
+  median gain of at least 1% of F(T0) (`_tie_break`).
 - **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
@@ -689,6 +692,9 @@ class Planner:
             else:
                 ready.append(cand)
         plans = [inc, *(c.pipeline for c in ready)]
+        # Every schedule stays built across the rounds: an evicted one would be rebuilt and its
+        # next observation would be a cold first step, not a steady-state one.
+        self._cache_models = max(self._cache_models, len(plans))
         for pipeline in plans:
             self._observe(pipeline)
         obs: list[list[float]] = [[] for _ in plans]
