@@ -37,6 +37,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriteWalker
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
@@ -45,6 +46,7 @@ from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     EmbeddingBagCollectionOp,
     FeatureAttr,
+    FoldUnpackOfPack,
     LayoutAttr,
     LookupGradOp,
     LookupOp,
@@ -450,6 +452,7 @@ class LiftSparse(ModulePass):
             for ebc in [o for o in step.forward.block.ops if isinstance(o, EmbeddingBagCollectionOp)]:
                 self._check_supported(step, ebc)
                 _GroupLifter(step, ebc, optimizer).lift()
+        _fold_local_regroups(op)
         verify_lifted(op)
 
     @staticmethod
@@ -470,6 +473,15 @@ class LiftSparse(ModulePass):
                     f"lift-sparse: row_wise table '{name}' of module '{ebc.module.data}' uses mean pooling, "
                     "which row-wise partial pools cannot express yet; place it table_wise"
                 )
+
+
+def _fold_local_regroups(module: ModuleOp) -> None:
+    """Drop the pack -> unpack pairs with one layout that a group without an exchange (replicated
+    tables, one rank) lowers to: they would copy every pooled vector and gradient twice for
+    nothing. Pairs that regroup (a table reading several features) stay."""
+    PatternRewriteWalker(FoldUnpackOfPack(), apply_recursively=False).rewrite_module(module)
+    for pack in [o for o in module.walk() if isinstance(o, PackOp) and not o.buffer.uses]:
+        Rewriter.erase_op(pack)
 
 
 __all__ = ["LiftSparse", "verify_lifted"]

@@ -53,9 +53,10 @@ sched.step @two_tables world_size = 2 outputs = 1 attributes {batch = "4"} {
 // -----
 
 // World size 1: no collective; 8 bags x 2 ids of 16 B rows per lookup (5 + 15 + 256 B / 6 GB/s
-// = 20.043 us). The total is the whole chain: route, lookup, pack, unpack, pack, unpack, update.
+// = 20.043 us). The total is the whole chain: route, lookup, update (one rank exchanges nothing,
+// so lift-sparse leaves no pack or unpack).
 // CHECK-LABEL: sched.step @single
-// CHECK-SAME:    cost = #sched.cost<bytes = 1632, lookups = 32, est_us = 65.209>
+// CHECK-SAME:    cost = #sched.cost<bytes = 1120, lookups = 32, est_us = 45.153>
 // CHECK-NOT:     coll.
 // CHECK:         sparse.lookup {{.*}}cost = #sched.cost<bytes = 256, lookups = 16, est_us = 20.043>
 // CHECK-NOT:     coll.
@@ -79,9 +80,9 @@ sched.step @single world_size = 1 outputs = 1 attributes {batch = "8"} {
 // -----
 
 // A dense region with a `flops` attribute: 4.5 MFLOP at 45 GFLOP/s = 100 us (forward) and
-// 9 MFLOP (backward) = 200 us, both on the critical path: 65.209 + 300 us.
+// 9 MFLOP (backward) = 200 us, both on the critical path: 45.153 + 300 us.
 // CHECK-LABEL: sched.step @flops
-// CHECK-SAME:    est_us = 365.209
+// CHECK-SAME:    est_us = 345.153
 // CHECK:         sched.dense @top{{.*}} {flops = 4500000 : i64, cost = #sched.cost<bytes = 0, lookups = 0, est_us = 100.0>}
 // CHECK:         sched.dense @top{{.*}} {flops = "9000000", cost = #sched.cost<bytes = 0, lookups = 0, est_us = 200.0>}
 // H100-LABEL: sched.step @flops

@@ -80,8 +80,9 @@ sched.step @row_wise world_size = 2 outputs = 1 {
 
 // -----
 
-// Data-parallel over 2 ranks: no input or output exchange; backward computes each table's
-// dense gradient, all-reduces it and applies it with the dense form of lookup_update.
+// Data-parallel over 2 ranks: no input or output exchange, so no pack or unpack either (the
+// local regroup is folded); backward computes each table's dense gradient from the dense
+// region's gradients, all-reduces it and applies it with the dense form of lookup_update.
 // CHECK-LABEL: sched.step @data_parallel world_size = 2
 // CHECK:       %[[L:[0-9]+]], %[[I:[0-9]+]], %{{[0-9]+}} = sparse.route
 // CHECK-NOT:   coll.
@@ -91,9 +92,9 @@ sched.step @row_wise world_size = 2 outputs = 1 {
 // CHECK:       sched.yield %out, %[[L]], %[[I]] :
 // CHECK:       } backward {
 // CHECK-NEXT:  ^bb0(%g: tensor<?xf32>, %[[SL:[0-9]+]]: tensor<?xi32>, %[[SI:[0-9]+]]: tensor<?xi64>):
-// CHECK:       %[[G0:[0-9]+]], %[[G1:[0-9]+]] = sparse.unpack
-// CHECK-NEXT:  %[[TG0:[0-9]+]] = sparse.lookup_grad %[[SL]], %[[SI]] grad %[[G0]] table = #sparse.table<"t0", {{.*}} -> tensor<10x8xf32>
-// CHECK-NEXT:  %[[TG1:[0-9]+]] = sparse.lookup_grad %[[SL]], %[[SI]] grad %[[G1]] table = #sparse.table<"t1", {{.*}} -> tensor<6x4xf32>
+// CHECK-NEXT:  %g0, %g1 = sched.dense @dense_post(%g) phase "backward"
+// CHECK-NEXT:  %[[TG0:[0-9]+]] = sparse.lookup_grad %[[SL]], %[[SI]] grad %g0 table = #sparse.table<"t0", {{.*}} -> tensor<10x8xf32>
+// CHECK-NEXT:  %[[TG1:[0-9]+]] = sparse.lookup_grad %[[SL]], %[[SI]] grad %g1 table = #sparse.table<"t1", {{.*}} -> tensor<6x4xf32>
 // The group's dense gradients go in one aggregated all-reduce.
 // CHECK-NEXT:  %[[R0:[0-9]+]], %[[R1:[0-9]+]] = coll.all_reduce %[[TG0]], %[[TG1]] on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {{.*}} : tensor<10x8xf32>, tensor<6x4xf32> -> tensor<10x8xf32>, tensor<6x4xf32>
 // CHECK-NEXT:  sparse.lookup_update grad %[[R0]] table = #sparse.table<"t0", {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.01> {{.*}} : tensor<10x8xf32>
@@ -227,14 +228,16 @@ sched.step @shared_table world_size = 2 outputs = 1 {
 
 // -----
 
-// World size 1: the same lookups and updates, no collective at all.
+// World size 1: the same lookups and updates, no collective at all, and no pack or unpack
+// (the local regroup is folded).
 // CHECK-LABEL: sched.step @world_size_1 world_size = 1
 // CHECK-NOT:   coll.
 // CHECK:       sparse.route {{.*}} world_size = 1 {{.*}} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
 // CHECK-NOT:   coll.
-// CHECK:       sparse.lookup {{.*}} table = #sparse.table<"t0", {{.*}} slots = [0]
-// CHECK-NEXT:  sparse.lookup {{.*}} table = #sparse.table<"t1", {{.*}} slots = [1]
-// CHECK-NEXT:  sparse.pack {{.*}} layout = #sparse.layout<{{\[\[}}0 : 8, 8 : 4]]>
+// CHECK:       %[[A:[0-9]+]] = sparse.lookup {{.*}} table = #sparse.table<"t0", {{.*}} slots = [0]
+// CHECK-NEXT:  %[[B:[0-9]+]] = sparse.lookup {{.*}} table = #sparse.table<"t1", {{.*}} slots = [1]
+// CHECK-NEXT:  sparse.permute %[[A]], %[[B]] order = [0, 1]
+// CHECK-NOT:   sparse.pack
 // CHECK-NOT:   coll.
 // CHECK:       sparse.lookup_update {{.*}} table = #sparse.table<"t0",
 // CHECK-NEXT:  sparse.lookup_update {{.*}} table = #sparse.table<"t1",

@@ -159,7 +159,7 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 
 // Kaggle on 2 ranks. Forward: the table-wise lookups (7 on rank 0, 8 on rank 1) in two lanes,
 // then the two per-rank packs (one per rank: refused), the replicated tables' lookups in two lanes
-// (their pack depends on them). Backward: the replicated tables' gradients, their dense updates
+// (read by the dense region directly: no pack). Backward: the replicated tables' gradients, their dense updates
 // (with the independent table-wise gradient pack), the table-wise updates.
 // KAGGLE:         sched.parallel lanes 2 -> (tensor<?x16xf32>
 // KAGGLE-COUNT-4: sparse.lookup {{.*}}placement = #sparse.placement<"emb_l.{{[0-9]+}}", table_wise, rank = 0>
@@ -170,7 +170,8 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 // KAGGLE-COUNT-6:   sparse.lookup {{.*}}data_parallel
 // KAGGLE:         }, {
 // KAGGLE-COUNT-5:   sparse.lookup {{.*}}data_parallel
-// KAGGLE:         sparse.pack {{.*}}remark = "parallelize-tables: not parallelized with the ops before it: it depends on sparse.lookup of table 'emb_l.1' (independence)"
+// KAGGLE-NOT:     sparse.pack
+// KAGGLE:         sched.dense @dense_post
 // KAGGLE:         } backward {
 // KAGGLE:         sched.parallel lanes 2
 // KAGGLE-COUNT-6:   sparse.lookup_grad
