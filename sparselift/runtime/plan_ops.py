@@ -259,14 +259,14 @@ _segment.register_autograd(_backward, setup_context=_setup_context)
 
 def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
     plan.batch = offsets[0].numel() - 1
-    ref.validate_features(spec, ids, offsets, plan.batch)
+    lengths = ref.validate_features(spec, ids, offsets, plan.batch)
     weighted = [f for f in spec if f.weighted]
     wmap = {f.name: w for f, w in zip(weighted, weights)}
     for f in weighted:
         if wmap[f.name].numel() != ids[spec.index(f)].numel():
             raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
     return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted),
-                     index_dtype=index_dtype)
+                     index_dtype=index_dtype, lengths=lengths)
 
 
 class _Pending:

@@ -52,28 +52,44 @@ def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offset
 
 
 def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tensor],
-                      offsets: Sequence[torch.Tensor], batch: int) -> None:
-    """`validate_feature` for a whole group at once: a few vectorized checks, and the per-feature
-    checks (which name what is wrong) only when one of them fails."""
+                      offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor | None:
+    """`validate_feature` for a whole group at once: a few vectorized checks (two host syncs),
+    and the per-feature checks (which name what is wrong) only when one of them fails.
+
+    Returns the `[features, batch]` int64 bag lengths it computed on the way (None when there
+    are no features), so routing need not compute them again."""
     ok = all(
         i.dim() == 1 and o.dim() == 1 and o.numel() == batch + 1
         and i.dtype in (torch.int32, torch.int64) and o.dtype in (torch.int32, torch.int64)
         for i, o in zip(ids, offsets)
     )
+    lengths = None
     if ok and features:
         device = ids[0].device
-        offs = torch.stack([o.to(torch.int64) for o in offsets])
-        counts = torch.tensor([i.numel() for i in ids], dtype=torch.int64, device=device)
-        ok = bool((offs[:, 0] == 0).all()) and bool((offs[:, -1] == counts).all())
-        ok = ok and not (batch and bool((offs[:, 1:] < offs[:, :-1]).any()))
-        if ok and int(counts.sum()):
-            flat = torch.cat([i.to(torch.int64) for i in ids])
+        same = all(o.dtype == torch.int64 for o in offsets)
+        offs = torch.stack(list(offsets)) if same else torch.stack([o.to(torch.int64) for o in offsets])
+        lengths = offs[:, 1:] - offs[:, :-1]
+        counts = [i.numel() for i in ids]
+        bad = (offs[:, 0] != 0).any() | (offs[:, -1] != torch.tensor(counts, device=device)).any()
+        if batch:
+            bad = bad | (lengths < 0).any()
+        ok = not bool(bad)
+        if ok and sum(counts):
+            flat = _cat_as(ids, torch.int64)
             rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
-                                           counts)
+                                           torch.tensor(counts, device=device), output_size=sum(counts))
             ok = not bool(((flat < 0) | (flat >= rows)).any())
     if not ok:
         for f, i, o in zip(features, ids, offsets):
             validate_feature(f.name, f.table, f.rows, i, o, batch)
+    return lengths
+
+
+def _cat_as(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """One concatenation in `dtype` (no per-tensor cast when they already have it)."""
+    if all(t.dtype == dtype for t in tensors):
+        return torch.cat(list(tensors))
+    return torch.cat([t.to(dtype) for t in tensors])
 
 
 def route(
@@ -85,10 +101,13 @@ def route(
     world: int,
     with_weights: bool,
     index_dtype: torch.dtype = torch.int64,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Bucket a group's local ids by destination rank (see `sparse.route`)."""
+    """Bucket a group's local ids by destination rank (see `sparse.route`). `lengths`: the
+    `[features, batch]` bag lengths when the caller has them (`validate_features`)."""
     if features and all(f.kind != "row_wise" for f in features):
-        return _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype)
+        return _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype,
+                                     lengths)
     lengths_out, ids_out, w_out, splits = [], [], [], []
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
@@ -129,14 +148,16 @@ def route(
     )
 
 
-def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype):
+def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths=None):
     """`route` when every feature goes whole to its destination (table-wise, data-parallel): one
     gather of the lengths and one concatenation of the ids, in destination-then-feature order."""
     order = [
         k for dest in range(world) for k, f in enumerate(features)
         if (f.kind == "table_wise" and f.ranks[0] == dest) or (f.kind == "data_parallel" and dest == rank)
     ]
-    lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int32) for o in offsets])
+    if lengths is None:
+        lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int64) for o in offsets])
+    lengths = lengths.to(torch.int32)
     splits = [0] * world
     for k in order:
         f = features[k]
@@ -149,9 +170,9 @@ def _route_whole_features(features, ids, offsets, weights, rank, world, with_wei
             else torch.ones(ids[k].numel(), device=device) for k in order
         ]) if order else torch.empty(0, dtype=torch.float32, device=device)
     return (
-        lengths[order].reshape(-1) if order else torch.empty(0, dtype=torch.int32, device=device),
-        torch.cat([ids[k].to(index_dtype) for k in order]) if order else torch.empty(0, dtype=index_dtype,
-                                                                                      device=device),
+        (lengths if order == list(range(len(features))) else lengths[order]).reshape(-1) if order
+        else torch.empty(0, dtype=torch.int32, device=device),
+        _cat_as([ids[k] for k in order], index_dtype) if order else torch.empty(0, dtype=index_dtype, device=device),
         torch.tensor(splits, dtype=torch.int64, device=device),
         routed_w,
     )
