@@ -19,7 +19,7 @@ itself (candidates, analytic predictions, constraints, the family order) is
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
   observations per G; code generation: one warmup per implementation, then ref -> gen -> gen
-  -> ref; latency hiding: one warmup step, then two complete-step observations per schedule
+  -> ref (stopped after ref -> gen when gen takes under half the time: `DECISIVE`); latency hiding: one warmup step, then two complete-step observations per schedule
   (interleaved with the incumbent's, round by round).
 - **Re-fitting.** After every accepted candidate, one scale per cost category (collective
   alpha and beta, bytes/s of gathers, updates and copies, fixed overheads, dense FLOP/s) plus an
@@ -417,6 +417,8 @@ def fit_profile(
 # cancel the machine's drift that inflates the spread of single observations.
 EXTRA_ROUNDS = 8
 WIN_SHARE = 0.75
+# Code generation's comparison stops early when the generated step is this much faster.
+DECISIVE = 0.5
 
 
 def _noise(f0_us: float, incumbent_spread_us: float, candidate_spread_us: float) -> float:
@@ -649,11 +651,18 @@ class Planner:
         return o0, o1
 
     def _codegen(self, ref: tuple[str, ...], gen: tuple[str, ...]) -> tuple[list[float], list[float]]:
-        """One warmup per implementation, then ref -> gen -> gen -> ref."""
+        """One warmup per implementation, then ref -> gen -> gen -> ref; stopped after ref -> gen
+        when the generated step takes under `DECISIVE` of the reference one (slowest ranks): no
+        noise margin (at most half a spread) can overturn that, and the reference lowering's
+        steps are the dearest of the whole calibration."""
         self._observe(ref)
         self._observe(gen)
         o0 = [self._observe(ref)]
-        o1 = [self._observe(gen), self._observe(gen)]
+        o1 = [self._observe(gen)]
+        t_ref, t_gen = self._max([o0[0], o1[0]])
+        if t_gen < DECISIVE * t_ref:
+            return o0, o1
+        o1.append(self._observe(gen))
         o0.append(self._observe(ref))
         return o0, o1
 

@@ -288,3 +288,21 @@ def test_inconclusive_schedule_is_decided_by_extra_paired_rounds(paired_gain_ms,
         assert "faster in 8 of 8 extra paired rounds" in d.reason and d.measured_us == pytest.approx(-300)
     else:
         assert "not faster than the incumbent beyond noise" in d.reason
+
+
+def test_codegen_comparison_stops_early_when_decisive():
+    # Generated kernels 10x faster: after the warmups, one ref and one gen observation decide
+    # (the reference lowering's steps are the dearest); a 20% gain takes the full budget.
+    for gen_s, observations in ((0.010, 4), (0.080, 6)):
+        seen = []
+
+        def measure(pipeline, gen_s=gen_s, seen=seen):
+            seen.append(pipeline)
+            return gen_s if pipeline == ("generate-kernels",) else 0.100
+
+        options = sparselift.CompileOptions()
+        p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+                            options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+        o0, o1 = p._codegen((), ("generate-kernels",))
+        assert len(seen) == observations
+        assert min(o1) == gen_s and min(o0) == 0.100
