@@ -110,7 +110,10 @@ def correctness(torch, device: str) -> dict:
         table = (torch.randn(rows, dim, generator=g) * 0.1).to(getattr(torch, dtype))
         grad = torch.randn(segments * batch, dim * len(slots), generator=g)
         state = torch.rand(rows, generator=g)
-        cuda = lambda t: None if t is None else t.to(device)  # noqa: E731
+
+        def cuda(t):
+            return None if t is None else t.to(device)
+
         out = tk.lookup(cuda(table), cuda(lengths), cuda(idx), cuda(w), slots, features, batch, pooling)
         want = ref.lookup(table.float(), lengths, idx, w, slots, features, batch, pooling)
         t_gpu, s_gpu = cuda(table.clone()), cuda(state.clone())
@@ -157,8 +160,11 @@ def _inputs(torch, case, device: str, uniform: bool) -> dict:
     if uniform:  # the floor case: no hot rows held in L2
         g = torch.Generator().manual_seed(1)
         data["ids"] = torch.cat([torch.randint(0, r, (n,), generator=g) for r, n in zip(case.rows, data["per_table"])])
-    return {k: ([t.to(device) for t in v] if isinstance(v, list) and v and hasattr(v[0], "to")
-                else v.to(device) if hasattr(v, "to") else v) for k, v in data.items()}
+    for key in ("lengths", "ids"):
+        data[key] = data[key].to(device)
+    for key in ("tables", "grads"):
+        data[key] = [t.to(device) for t in data[key]]
+    return data
 
 
 def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
