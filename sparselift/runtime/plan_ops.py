@@ -109,7 +109,10 @@ class PlanBase:
         # call the segment's backward (ids and offsets carry no gradient).
         anchor = self.grad_anchor if torch.is_grad_enabled() else self.grad_anchor.detach()
         start = time.perf_counter() if self.timing is not None else 0.0
-        out = list(torch.ops.sparselift.segment(self.handle, index, [anchor, *inputs])[:n_out])
+        if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in inputs):
+            out = list(torch.ops.sparselift.segment(self.handle, index, [anchor, *inputs])[:n_out])
+        else:  # eager: the op's twin without the dispatcher's flattening (see `_EagerSegment`)
+            out = list(_EagerSegment.apply(self.handle, index, anchor, *inputs)[:n_out])
         if self.timing is not None:
             self.timing["sparse_fwd"] += time.perf_counter() - start
         return out
@@ -216,8 +219,7 @@ class PlanBase:
 # ---- the custom op --------------------------------------------------------------------------
 
 
-@torch.library.custom_op("sparselift::segment", mutates_args=())
-def _segment(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _segment_impl(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     plan = _PLANS[handle]
     outputs, saved = plan.run_segment_forward(index, inputs)
     # Custom ops may not return their inputs or one tensor twice: copy any alias.
@@ -229,6 +231,11 @@ def _segment(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.
         seen.add(id(t))
         result.append(t)
     return result
+
+
+@torch.library.custom_op("sparselift::segment", mutates_args=())
+def _segment(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _segment_impl(handle, index, inputs)
 
 
 @_segment.register_fake
@@ -252,6 +259,24 @@ def _backward(ctx, grads):
 
 
 _segment.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerSegment(torch.autograd.Function):
+    """The custom op's eager twin: the same forward, saved values and backward, without the op
+    dispatcher flattening a segment's few dozen inputs twice per step. Tracing (torch.compile,
+    export: fake or functional tensors) keeps using `sparselift::segment`."""
+
+    @staticmethod
+    def forward(ctx, handle: int, index: int, *inputs: torch.Tensor):
+        output = _segment_impl(handle, index, list(inputs))
+        _setup_context(ctx, (handle, index, inputs), output)
+        ctx.mark_non_differentiable(*output[ctx.n_out:])
+        return tuple(output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return None, None, *_backward(ctx, grads)[2]
+
 
 
 # ---- ops ------------------------------------------------------------------------------------

@@ -82,3 +82,24 @@ def test_works_under_torch_compile():
     torch.testing.assert_close(out, reference(*inputs))
     out.sum().backward()
     assert not torch.equal(compiled.table("user.emb.0"), before)
+
+
+def _backward_nodes(out):
+    seen, stack, names = set(), [out.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        stack.extend(f for f, _ in fn.next_functions)
+    return names
+
+
+def test_eager_steps_skip_the_op_dispatcher_and_compiled_ones_keep_the_op():
+    model, inputs = build("two-tower", rows_cap=100, batch_size=8)
+    compiled = sparselift.compile(model, inputs, sparse_optimizer=sparselift.optim.SGD(lr=0.5))
+    eager = _backward_nodes(compiled(*inputs))
+    assert any(n.startswith("_EagerSegment") for n in eager), eager
+    traced = _backward_nodes(torch.compile(compiled)(*inputs))
+    assert not any(n.startswith("_EagerSegment") for n in traced), traced
