@@ -12,7 +12,8 @@ itself (candidates, analytic predictions, constraints, the family order) is
   with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
   if F(T1) < F(T0) - noise, noise being half the spread (max - min, MAX over ranks) of the
   steadier of the two plans' observations, and at least 1% of F(T0) (`_noise`). A candidate
-  faster than T0 but within the noise gets up to `EXTRA_ROUNDS` interleaved (T0, T1) rounds,
+  faster than T0 but within the noise (or, for aggregation and code generation, predicted faster
+  but measured slower) gets up to `EXTRA_ROUNDS` interleaved (T0, T1) rounds,
   each round timed by its slowest rank, and is accepted if it wins `WIN_SHARE` of them by a
   median gain of at least 1% of F(T0) (`_tie_break`).
 - **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
@@ -589,7 +590,10 @@ class Planner:
             self._record(incumbent, f0, noise, o0)
             self._record(cand.pipeline, f1, spread, o1)
             out = [self._judge(cand, predicted[cand.label], f0, f1, _noise(f0, noise, spread))]
-            if not out[0].accepted and f1 < f0:
+            # Paired rounds decide when the budget's observations are inconclusive, or when they
+            # contradict the cost model (a predicted gain measured as a loss: one slow moment on
+            # a busy machine must not throw away a whole family).
+            if not out[0].accepted and (f1 < f0 or predicted[cand.label] < 0):
                 out = [self._tie_break(incumbent, cand, predicted[cand.label], f0, _noise(f0, noise, spread)) or out[0]]
         else:
             out = self._alternatives(incumbent, variants, predicted)
@@ -634,7 +638,7 @@ class Planner:
         self.spent["tie_break_rounds"] += n
         if wins < WIN_SHARE * n or median < 0.01 * f0:
             return None
-        return decision(cand, True, f"inconclusive after the paper's budget (noise {noise / 1e3:.2f} ms); "
+        return decision(cand, True, f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); "
                         f"faster in {wins} of {n} extra paired rounds, median gain {median / 1e3:.2f} ms",
                         predicted, measured_us=round(-median, 3), incumbent_us=round(f0, 3),
                         candidate_us=round(f0 - median, 3), noise_us=round(noise, 3))
