@@ -240,12 +240,16 @@ def _segment(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.
 
 @_segment.register_fake
 def _segment_fake(handle: int, index: int, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    # Dynamo makes an int argument symbolic once it has seen two values (two compiled models in
+    # one process): `int` specializes it again (a guard per plan).
+    handle, index = int(handle), int(index)
     plan = _PLANS[handle]
     return plan.fake_segment(index, inputs)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     handle, index, tensors = inputs
+    handle, index = int(handle), int(index)
     plan = _PLANS[handle]
     n_out = plan.SEGMENTS[index][0]
     ctx.handle, ctx.index, ctx.n_inputs, ctx.n_out = handle, index, len(tensors), n_out

@@ -103,3 +103,14 @@ def test_eager_steps_skip_the_op_dispatcher_and_compiled_ones_keep_the_op():
     assert any(n.startswith("_EagerSegment") for n in eager), eager
     traced = _backward_nodes(torch.compile(compiled)(*inputs))
     assert not any(n.startswith("_EagerSegment") for n in traced), traced
+
+
+def test_torch_compile_of_several_compiled_models_in_one_process():
+    # Dynamo makes the plan handle symbolic once it has seen two; the op specializes it again.
+    for _ in range(3):
+        model, inputs = build("two-tower", rows_cap=100, batch_size=8)
+        reference = build("two-tower", rows_cap=100, batch_size=8)[0]
+        compiled = sparselift.compile(model, inputs, sparse_optimizer=sparselift.optim.SGD(lr=0.5))
+        out = torch.compile(compiled)(*inputs)
+        torch.testing.assert_close(out, reference(*inputs))
+        out.sum().backward()
