@@ -412,7 +412,8 @@ def fit_profile(
 
 
 # When the paper's budget leaves a candidate inconclusive (faster than the incumbent, but not
-# beyond the noise margin), up to EXTRA_ROUNDS more interleaved (incumbent, candidate) steps
+# beyond the noise margin; or, for aggregation and code generation, predicted faster but measured
+# slower), up to EXTRA_ROUNDS more interleaved (incumbent, candidate) steps
 # decide it: each round's time is the slowest rank's, and the candidate is accepted when it won
 # at least WIN_SHARE of the rounds by a median gain of at least 1% of F(T0). Paired rounds
 # cancel the machine's drift that inflates the spread of single observations.
@@ -589,12 +590,13 @@ class Planner:
             (f0, f1), (noise, spread) = self._combine([o0, o1])
             self._record(incumbent, f0, noise, o0)
             self._record(cand.pipeline, f1, spread, o1)
-            out = [self._judge(cand, predicted[cand.label], f0, f1, _noise(f0, noise, spread))]
+            margin = _noise(f0, noise, spread)
+            out = [self._judge(cand, predicted[cand.label], f0, f1, margin)]
             # Paired rounds decide when the budget's observations are inconclusive, or when they
             # contradict the cost model (a predicted gain measured as a loss: one slow moment on
             # a busy machine must not throw away a whole family).
             if not out[0].accepted and (f1 < f0 or predicted[cand.label] < 0):
-                out = [self._tie_break(incumbent, cand, predicted[cand.label], f0, _noise(f0, noise, spread)) or out[0]]
+                out = [self._tie_break(incumbent, cand, predicted[cand.label], f0, margin) or out[0]]
         else:
             out = self._alternatives(incumbent, variants, predicted)
         if any(d.accepted for d in out):

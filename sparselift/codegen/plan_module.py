@@ -347,10 +347,9 @@ class _Emitter:
                 return self.emit_op(op)  # synchronous: the sizes exchange runs inside
             # Asynchronous: the segment sizes travel first, also asynchronously, so a prefetch
             # for the next batch never blocks on a peer.
-            call = self.emit_op(op)[0]
             send = self.name(op.send_splits)
             return [f"h_{rs} = rt.exchange_sizes(self, {send}, async_op=True)", 'yield "lengths"',
-                    f"{rs} = rt.wait(h_{rs})[0]", call.replace(f"{send}, None,", f"{send}, {rs},")]
+                    f"{rs} = rt.wait(h_{rs})[0]", *self.emit_exchange(op, recv_splits=rs)]
         lines = []
         if isinstance(lengths_exchange, AllToAllStartOp):
             wait = next(iter(lengths_exchange.handle.uses)).operation
@@ -361,9 +360,7 @@ class _Emitter:
         else:
             lengths = self.name(lengths_exchange.outputs[0])
         lines.append(f"{rs} = rt.recv_splits(self, {lengths})")
-        call = self.emit_op(op)
-        assert len(call) == 1
-        return [*lines, call[0].replace(f"{self.name(op.send_splits)}, None,", f"{self.name(op.send_splits)}, {rs},")]
+        return [*lines, *self.emit_exchange(op, recv_splits=rs)]
 
     @staticmethod
     def _lengths_exchange(route: RouteOp) -> Operation | None:
@@ -461,6 +458,22 @@ class _Emitter:
             return {r: len(source.features) for r in range(self.world)}, False
         raise EmitError(f"lookup reads lengths from {source.name}; expected sparse.route or coll.all_to_all")
 
+    def emit_exchange(self, op: AllToAllOp | AllToAllStartOp, recv_splits: str | None = None) -> list[str]:
+        """An all-to-all; `recv_splits` names receive sizes known at run time (a dynamic one)."""
+        n = self.name
+        inputs = f"[{self.names_of(op.inputs)}]"
+        role = "+".join(op.role.role_list)
+        if op.splits is not None:
+            splits = self.const("SPLITS", repr(tuple(tuple(r) for r in op.splits.matrix)))
+            call = f"rt.all_to_all(self, {inputs}, splits={splits}, role={role!r}"
+        else:
+            recv = recv_splits or n(op.recv_splits)
+            call = f"rt.all_to_all_dynamic(self, {inputs}, {n(op.send_splits)}, {recv}, role={role!r}"
+        if isinstance(op, AllToAllStartOp):
+            return [f"{n(op.handle)} = {call}, async_op=True)"]
+        outs = self.names_of(op.outputs)
+        return [f"{outs}{',' if len(op.outputs) == 1 else ''} = {call})"]
+
     def emit_op(self, op: Operation) -> list[str]:
         n = self.name
         if isinstance(op, RouteOp):
@@ -481,17 +494,7 @@ class _Emitter:
                 f"index_dtype=torch.{'int32' if str(op.indices.type.element_type) == 'i32' else 'int64'})"
             ]
         if isinstance(op, AllToAllOp | AllToAllStartOp):
-            inputs = f"[{self.names_of(op.inputs)}]"
-            role = "+".join(op.role.role_list)
-            if op.splits is not None:
-                splits = self.const("SPLITS", repr(tuple(tuple(r) for r in op.splits.matrix)))
-                call = f"rt.all_to_all(self, {inputs}, splits={splits}, role={role!r}"
-            else:
-                call = f"rt.all_to_all_dynamic(self, {inputs}, {n(op.send_splits)}, {n(op.recv_splits)}, role={role!r}"
-            if isinstance(op, AllToAllStartOp):
-                return [f"{n(op.handle)} = {call}, async_op=True)"]
-            outs = self.names_of(op.outputs)
-            return [f"{outs}{',' if len(op.outputs) == 1 else ''} = {call})"]
+            return self.emit_exchange(op)
         if isinstance(op, WaitOp):
             outs = self.names_of(op.outputs)
             return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.wait({n(op.handle)})"]

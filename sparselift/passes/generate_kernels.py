@@ -74,10 +74,8 @@ def _read_early(ops: list[Operation], block: Block) -> bool:
     for o in ops:
         for r in o.results:
             for use in r.uses:
-                user = use.operation
-                while user.parent_block() is not block and user.parent_op() is not None:
-                    user = user.parent_op()
-                if position.get(user, last + 1) <= last:
+                user = block.find_ancestor_op_in_block(use.operation)
+                if user is not None and position[user] <= last:
                     return True
     return False
 

@@ -282,7 +282,6 @@ class _EagerSegment(torch.autograd.Function):
         return None, None, *_backward(ctx, grads)[2]
 
 
-
 # ---- ops ------------------------------------------------------------------------------------
 
 
@@ -396,15 +395,8 @@ def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slo
 
 
 def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, grad):
-    t = plan.tables[table]
-    if plan.kernels is not None and t.dtype == torch.float32:
-        # The fused update kernel with SGD at lr = -1 on a zero table accumulates exactly the
-        # table's gradient (duplicates summed), without a COO gradient in between.
-        dense = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
-        plan.kernels.lookup_update(dense, None, lengths, indices, weights, grad, slots, features_per_segment,
-                                   plan.batch, pooling, "sgd", -1.0, 0.0, 1.0)
-        return dense
-    return ref.lookup_grad(t, lengths, indices, weights, grad, slots, features_per_segment, plan.batch, pooling)
+    return fused_lookup_grad(plan, [table], lengths, indices, weights, slots=[slots],
+                             features_per_segment=features_per_segment, poolings=[pooling], grads=[grad])[0]
 
 
 def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
@@ -419,7 +411,8 @@ def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots
     flat._sparselift_grad_buffer = True
     views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
     if plan.kernels is not None and all(t.dtype == torch.float32 for t in tables):
-        # As in `lookup_grad`: SGD at lr = -1 on zero tables accumulates exactly the gradients.
+        # The fused update kernel with SGD at lr = -1 on zero tables accumulates exactly the
+        # tables' gradients (duplicates summed), without a COO gradient in between.
         plan.kernels.fused_lookup_update(views, [None] * len(views), lengths, indices, weights, grads, slots,
                                          features_per_segment, plan.batch, list(poolings), "sgd", -1.0, 0.0, 1.0,
                                          names=list(names))
@@ -430,14 +423,7 @@ def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots
 
 
 def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
-    t = plan.tables[table]
-    if optimizer == "sgd" and t.dtype == grad.dtype == torch.float32:
-        # The reference updates the touched rows only; an untouched row has a zero gradient and
-        # t + (-lr * 0) == t, so the whole-table update is the same, with the same rounding
-        # (scale, then add) and without finding the touched rows.
-        t.add_((grad * plan.grad_scale) * -lr)
-        return
-    ref.dense_update(t, plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
+    ref.dense_update(plan.tables[table], plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
 
 
 def pack(plan: PlanBase, members, layout, dtype):

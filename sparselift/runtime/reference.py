@@ -275,6 +275,12 @@ def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segm
 
 def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
     """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched."""
+    if kind == "sgd" and table.dtype == dense_grad.dtype == torch.float32:
+        # An untouched row has a zero gradient and t + (-lr * 0) == t, so the whole-table update
+        # equals the touched-rows one, with the same rounding (scale, then add), without
+        # searching for the touched rows.
+        table.add_((dense_grad * grad_scale) * -lr)
+        return
     touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
     apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)
 
