@@ -7,14 +7,19 @@
   and weightedness;
 - when the spec names an optimizer, a fused backward + optimizer update (`sgd` or
   `rowwise_adagrad`) that never builds a dense or COO gradient: the table's ids are sorted by
-  row with a stable LSD radix sort on `(row << 32 | position)` keys, then each unique row sums
-  the pooled-gradient rows of its occurrences (in the reference's order) and is updated once.
+  with SGD on f32 tables, one fused `w + (-lr) * g` per occurrence in the reference's order
+  (what `torch.optim.SGD` does with a sparse gradient; no sort needed); otherwise the ids are
+  sorted by row with a stable LSD radix sort on `(row << 32 | position)` keys and each unique
+  row is loaded once, takes its occurrences in the reference's order (SGD on 16-bit storage:
+  the same fused steps in f32; row-wise Adagrad: their sum) and is stored once.
 
 plus three generic entry points shared by all specs:
 
 - `sl_forward(...)`: a multi-table forward (one call over every table of a rank; per-table
   pointers, row counts, slots and kernel numbers passed as arrays);
 - `sl_update(...)`: the multi-table backward + update;
+- `sl_grad(...)`: replicated tables' whole-table gradients, every occurrence added in the
+  reference's order straight into a zeroed f32 buffer (no sort, no COO gradient);
 - `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`.
 
 Every entry point validates what it reads (non-negative bag lengths summing to the number of
@@ -24,9 +29,10 @@ out of bounds. The geometry is the reference's (`sparselift/runtime/reference.py
 lists `S` segments of `F` features x `B` samples; slot `k` of a table reads feature
 `slots[k]`; output row `s * B + b`, columns `[k * dim, (k + 1) * dim)`.
 
-Floating-point contraction is disabled at build time (`-ffp-contract=off`) and sums run in the
-reference's order, so f32 results match the reference to the last bit except for the row-wise
-Adagrad mean of squares (a different reduction order).
+Floating-point contraction is disabled at build time (`-ffp-contract=off`; the SGD step's fused
+multiply-add is explicit) and sums run in the reference's order, so f32 results match the
+reference, and SGD tables `torch.optim.SGD`, to the last bit except for the row-wise Adagrad
+mean of squares (a different reduction order).
 """
 
 from __future__ import annotations
@@ -142,6 +148,28 @@ typedef uint16_t f16_t;
 
 #define PF(p) __builtin_prefetch((const void*)(p), 0, 3)
 #define PFW(p) __builtin_prefetch((const void*)(p), 1, 3)
+
+/* a * b + c with one rounding per lane: the SGD step torch applies per occurrence (`index_add_`
+   with alpha is a fused multiply-add). Vector intrinsics where the target has FMA: GCC does not
+   vectorize lane-wise fmaf, it emits one scalar FMA per lane. */
+static inline float sl_fma1(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+static inline v4f sl_fma4(v4f a, float b, v4f c) { return (v4f)_mm_fmadd_ps((__m128)a, _mm_set1_ps(b), (__m128)c); }
+static inline v8f sl_fma8(v8f a, float b, v8f c) { return (v8f)_mm256_fmadd_ps((__m256)a, _mm256_set1_ps(b), (__m256)c); }
+#else
+static inline v4f sl_fma4(v4f a, float b, v4f c) { for (int i = 0; i < 4; i++) c[i] = __builtin_fmaf(a[i], b, c[i]); return c; }
+static inline v8f sl_fma8(v8f a, float b, v8f c) { for (int i = 0; i < 8; i++) c[i] = __builtin_fmaf(a[i], b, c[i]); return c; }
+#endif
+#if defined(__AVX512F__)
+static inline v16f sl_fma16(v16f a, float b, v16f c) { return (v16f)_mm512_fmadd_ps((__m512)a, _mm512_set1_ps(b), (__m512)c); }
+#else
+static inline v16f sl_fma16(v16f a, float b, v16f c) {
+  v8f lo = sl_fma8(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7), b, __builtin_shufflevector(c, c, 0, 1, 2, 3, 4, 5, 6, 7));
+  v8f hi = sl_fma8(__builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15), b, __builtin_shufflevector(c, c, 8, 9, 10, 11, 12, 13, 14, 15));
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
 
 /* ---- f32 ---- */
 static inline v16f ld16_f32(const float* p) { v16f v; memcpy(&v, p, 64); return v; }
@@ -274,6 +302,8 @@ typedef int (*sl_fwd_fn)(const void*, int64_t, const int32_t*, const int64_t*, c
 typedef int (*sl_upd_fn)(void*, float*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
                          const float*, const float*, const int32_t*, int, int64_t, int64_t, int64_t,
                          float, float, float, int64_t*);
+typedef void (*sl_grd_fn)(float*, const int64_t*, const void*, const float*, const float*, const int32_t*, int,
+                          int64_t, int64_t, int64_t, float);
 """
 
 _TYPES = {"f32": "float", "f16": "f16_t", "bf16": "bf16_t"}
@@ -391,7 +421,56 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH, widest: int =
     )
 
 
+def _sgd_update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16) -> str:
+    """SGD backward + update without a sort: `torch.optim.SGD` on a sparse gradient applies one
+    fused `w + (-lr) * g` per occurrence in the reference's order, and so does this loop, so a
+    row's steps round exactly as the reference's (duplicates are not summed first)."""
+    d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
+    ch = _chunks(d, widest)
+    lines = max(1, (d * (4 if st == "f32" else 2) + 63) // 64)
+    scale, mul_s = _occurrence_scale(spec)
+    pf = ([
+        f"          if (p + {prefetch} < q1) {{",
+        f"            const {tt}* pw = W + (int64_t)idx[p + {prefetch}] * {d};",
+        *[f"            PFW((const char*)pw + {64 * q});" for q in range(lines)],
+        "          }",
+    ] if prefetch > 0 else [])
+    return _lines(
+        f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
+        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
+        "    const float* restrict grad, const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S,",
+        "    float lr, float eps, float gs, int64_t* err) {",
+        f"  {tt}* restrict W = ({tt}*)W_;",
+        f"  const {it}* restrict idx = (const {it}*)idx_;",
+        "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts; (void)rows; (void)err;",
+        f"  const int64_t ldg = (int64_t){d} * nslots;",
+        "  const float nlr = -lr;",
+        "  /* The reference's order: slot-major, then segment, sample, position. */",
+        "  for (int k = 0; k < nslots; k++)",
+        "    for (int64_t s = 0; s < S; s++) {",
+        "      const int64_t bag0 = (s * F + slots[k]) * B, q1 = offs[bag0 + B];",
+        "      for (int64_t b = 0; b < B; b++) {",
+        "        const int64_t p0 = offs[bag0 + b], p1 = offs[bag0 + b + 1], n = p1 - p0;",
+        "        if (p0 == p1) continue;",
+        "        (void)n;",
+        f"        const float* gr = grad + (s * B + b) * ldg + (int64_t)k * {d};",
+        *[f"        const {_vt(w)} g{o} = ld{w}_f32(gr + {o});" for o, w in ch],
+        "        for (int64_t p = p0; p < p1; p++) {",
+        *pf,
+        f"          const float s = {scale}; (void)s;",
+        f"          {tt}* wr = W + (int64_t)idx[p] * {d};",
+        *[f"          st{w}_{st}(wr + {o}, sl_fma{w}((g{o}{mul_s}) * gs, nlr, ld{w}_{st}(wr + {o})));" for o, w in ch],
+        "        }",
+        "      }",
+        "    }",
+        "  return 0;",
+        "}",
+    )
+
+
 def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16, prefetch_l2: int = 0) -> str:
+    if spec.optimizer == "sgd" and spec.dtype == "f32":
+        return _sgd_update_fn(spec, prefetch, widest)
     d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
     ch = _chunks(d, widest)
     row_bytes = d * (4 if st == "f32" else 2)
@@ -400,22 +479,20 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
     # The sort payload: unweighted specs need only the bag (its gradient row and 1/len), weighted
     # ones the id position (its weight).
     per_id = spec.weighted
-    if spec.weighted and spec.pooling == "mean":
-        per_bag, scale = "const float inv = (float)(n > 0 ? n : 1);", "wts[p] / inv"
-    elif spec.weighted:
-        per_bag, scale = "", "wts[p]"
-    elif spec.pooling == "mean":
-        per_bag, scale = "", "1.0f / (float)(n > 0 ? n : 1)"
-    else:
-        per_bag, scale = "", "1.0f"
-    mul_s = "" if (not spec.weighted and spec.pooling == "sum") else " * s"  # x * 1.0f == x
-    g_decl = [f"    {_vt(w)} g{o} = {_zero(w)};" for o, w in ch]
-    g_add = [f"      g{o} += (ld{w}_f32(gr + {o}){mul_s}) * gs;" for o, w in ch]
+    scale, mul_s = _occurrence_scale(spec)
+    row_ptr = f"    {tt}* wr = W + row * {d};"
     if spec.optimizer == "sgd":
-        apply = [f"    st{w}_{st}(wr + {o}, ld{w}_{st}(wr + {o}) + nlr * g{o});" for o, w in ch]
-        pre = []
-    else:  # rowwise_adagrad: state += mean(g^2); w -= lr * g / (sqrt(state) + eps)
-        # Squares summed lane-wise in vectors, then one horizontal sum.
+        # 16-bit storage: the row is loaded once, takes its fused SGD steps in f32 in the
+        # reference's order, and is rounded once (f32 tables need no sort: `_sgd_update_fn`).
+        g_decl = [row_ptr, *(f"    {_vt(w)} a{o} = ld{w}_{st}(wr + {o});" for o, w in ch)]
+        g_add = [f"      a{o} = sl_fma{w}((ld{w}_f32(gr + {o}){mul_s}) * gs, nlr, a{o});" for o, w in ch]
+        pre, apply = [], [f"    st{w}_{st}(wr + {o}, a{o});" for o, w in ch]
+    else:
+        # Row-wise Adagrad: state += mean(g^2); w -= lr * g / (sqrt(state) + eps). The state
+        # needs a row's summed gradient, hence the sort. Squares are summed lane-wise in
+        # vectors, then in one horizontal sum.
+        g_decl = [f"    {_vt(w)} g{o} = {_zero(w)};" for o, w in ch]
+        g_add = [f"      g{o} += (ld{w}_f32(gr + {o}){mul_s}) * gs;" for o, w in ch]
         sq = ["    v16f q16 = (v16f){0};", "    v8f q8 = (v8f){0};", "    v4f q4 = (v4f){0};", "    float ss = 0.0f;"]
         for o, w in ch:
             sq.append(f"    q{w} += g{o} * g{o};" if w > 1 else f"    ss += g{o} * g{o};")
@@ -483,7 +560,6 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
         "        const int64_t bag = (s * F + slots[k]) * B + b;",
         "        const int64_t p0 = offs[bag], p1 = offs[bag + 1], n = p1 - p0;",
         "        (void)n;",
-        f"        {per_bag}",
         f"        const int64_t go = (s * B + b) * ldg + (int64_t)k * {d};",
         *([
             "        for (int64_t p = p0; p < p1; p++, j++) {",
@@ -511,12 +587,57 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
         *g_add,
         "      e++;",
         "    } while (e < n_ids && (int64_t)(keys[e] >> 32) == row);",
-        f"    {tt}* wr = W + row * {d};",
+        *([] if spec.optimizer == "sgd" else [row_ptr]),
         *pre,
         *apply,
         "  }",
         "  free(mem);",
         "  return 0;",
+        "}",
+    )
+
+
+def _occurrence_scale(spec: TableSpec) -> tuple[str, str]:
+    """(C expression of an occurrence's gradient scale `s`, the `* s` to apply it or "" when it is
+    1): its weight, over its bag's length for mean pooling. Needs `p` (the id) and `n` (bag length)."""
+    if spec.weighted and spec.pooling == "mean":
+        scale = "wts[p] / (float)(n > 0 ? n : 1)"
+    elif spec.weighted:
+        scale = "wts[p]"
+    elif spec.pooling == "mean":
+        scale = "1.0f / (float)(n > 0 ? n : 1)"
+    else:
+        scale = "1.0f"
+    return scale, "" if (not spec.weighted and spec.pooling == "sum") else " * s"  # x * 1.0f == x
+
+
+def _grad_fn(spec: TableSpec, widest: int = 16) -> str:
+    """Whole-table gradient of a (replicated) table: every occurrence's pooled-gradient row added
+    straight into a zeroed f32 buffer, in the reference's order. Each row thus sums its
+    occurrences in the same order as the sorted update kernel, without the sort."""
+    d, it = spec.dim, _ITYPES[spec.index_dtype]
+    ch = _chunks(d, widest)
+    scale, mul_s = _occurrence_scale(spec)
+    return _lines(
+        f"static void grd_{spec.tag}(float* restrict G, const int64_t* restrict offs, const void* idx_,",
+        "    const float* restrict wts, const float* restrict grad, const int32_t* restrict slots, int nslots,",
+        "    int64_t F, int64_t B, int64_t S, float gs) {",
+        f"  const {it}* restrict idx = (const {it}*)idx_;",
+        "  (void)wts;",
+        f"  const int64_t ldg = (int64_t){d} * nslots;",
+        "  for (int k = 0; k < nslots; k++)",
+        "    for (int64_t s = 0; s < S; s++)",
+        "      for (int64_t b = 0; b < B; b++) {",
+        "        const int64_t bag = (s * F + slots[k]) * B + b;",
+        "        const int64_t p0 = offs[bag], p1 = offs[bag + 1], n = p1 - p0;",
+        "        (void)n;",
+        f"        const float* gr = grad + (s * B + b) * ldg + (int64_t)k * {d};",
+        "        for (int64_t p = p0; p < p1; p++) {",
+        f"          const float s = {scale}; (void)s;",
+        f"          float* o = G + (int64_t)idx[p] * {d};",
+        *[f"          st{w}_f32(o + {o}, ld{w}_f32(o + {o}) + (ld{w}_f32(gr + {o}){mul_s}) * gs);" for o, w in ch],
+        "        }",
+        "      }",
         "}",
     )
 
@@ -591,6 +712,23 @@ int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, 
   return rc;
 }
 
+/* Multi-table whole-table gradients (replicated tables): G[t] (rows[t] x dim f32, zeroed by the
+   caller) += every occurrence's pooled-gradient row x scale x gscale. Kernel numbers index SL_GRD
+   (one per forward spec). Nothing is written unless every table's input is valid. */
+int sl_grad(int ntab, const int32_t* fn, float* const* G, const int64_t* rows, const int32_t* slot_off,
+            const int32_t* slots, const float* const* grad, const int32_t* lengths, int64_t nbags,
+            const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B, float gscale,
+            int64_t* err) {
+  int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
+  int64_t* offs = NULL;
+  int rc = sl_prepare(ntab, fn, SL_N_FWD, rows, slot_off, slots, lengths, nbags, idx, idx64, nidx, F, B, S, &offs, err);
+  if (!offs) return rc;
+  for (int t = 0; t < ntab && !rc; t++)
+    SL_GRD[fn[t]](G[t], offs, idx, wts, grad[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, gscale);
+  free(offs);
+  return rc;
+}
+
 /* Strided 2-D copies: desc holds n records of (dst_byte_offset_ptr, dst_stride, src_ptr, src_stride,
    row_bytes, nrows), every pointer and stride in bytes. */
 void sl_copy_blocks(int64_t n, const int64_t* desc) {
@@ -621,7 +759,7 @@ int sl_have_openmp(void) {
 }
 """
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def _dedupe(specs: Iterable[TableSpec]) -> tuple[list[TableSpec], list[TableSpec]]:
@@ -658,12 +796,16 @@ def generate_source(specs: Iterable[TableSpec], *, have_f16: bool = True, forwar
     ]
     for s in fwd:
         parts.append(f"/* forward: {s.tag} */\n" + _forward_fn(s, forward_prefetch, vector_width, forward_prefetch_l2))
+    for s in fwd:
+        parts.append(f"/* whole-table gradient: {s.tag} */\n" + _grad_fn(s, vector_width))
     for s in upd:
         parts.append(f"/* backward + {s.optimizer}: {s.tag} */\n" + _update_fn(s, update_prefetch, vector_width, update_prefetch_l2))
     fwd_tab = ", ".join(f"fwd_{s.tag}" for s in fwd) or "0"
+    grd_tab = ", ".join(f"grd_{s.tag}" for s in fwd) or "0"
     upd_tab = ", ".join(f"upd_{s.tag}" for s in upd) or "0"
     parts.append(f"#define SL_N_FWD {len(fwd)}\nstatic const sl_fwd_fn SL_FWD[] = {{{fwd_tab}}};")
     parts.append(f"#define SL_N_UPD {len(upd)}\nstatic const sl_upd_fn SL_UPD[] = {{{upd_tab}}};")
+    parts.append(f"static const sl_grd_fn SL_GRD[] = {{{grd_tab}}};")
     parts.append(_ENTRY)
     return "\n\n".join(parts) + "\n"
 

@@ -172,6 +172,9 @@ class _Library:
         lib.sl_update.restype = _I32
         lib.sl_update.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
                                   ctypes.c_float, ctypes.c_float, ctypes.c_float, _I32, _P]
+        lib.sl_grad.restype = _I32
+        lib.sl_grad.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
+                                ctypes.c_float, _P]
         lib.sl_copy_blocks.restype = None
         lib.sl_copy_blocks.argtypes = [_I64, _P]
         if lib.sl_abi_version() != ckernels.ABI_VERSION:
@@ -630,6 +633,64 @@ class GeneratedKernels:
             ctypes.addressof(err))
         if rc:
             self._raise(err, names_fn(), lengths, indices, prep["rows"], "update")
+
+    def fused_lookup_grad(self, buffers: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
+                          weights: torch.Tensor | None, grads: Sequence[torch.Tensor],
+                          slots_per_table: Sequence[Sequence[int]], features_per_segment: int, batch: int,
+                          poolings: Sequence[str] | str, grad_scale: float = 1.0,
+                          names: Sequence[str] | None = None) -> None:
+        """Add `reference.lookup_grad` of several tables into `buffers` (zeroed float32, one per
+        table, of its shape), in one C call: all or nothing on bad input."""
+        buffers = list(buffers)
+        n = len(buffers)
+        if isinstance(poolings, str):
+            poolings = [poolings] * n
+
+        def names_fn():
+            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(buffers)]
+
+        if not (n == len(grads) == len(slots_per_table) == len(poolings)) or (names is not None and len(names) != n):
+            raise ValueError("fused_lookup_grad: per-table arguments must have the same length")
+        for i, (b, p) in enumerate(zip(buffers, poolings)):
+            if p not in ("sum", "mean"):
+                raise ValueError(f"gradient of table '{names_fn()[i]}': unknown pooling '{p}'")
+            if b.dtype != torch.float32 or b.dim() != 2 or not b.is_contiguous():
+                raise ValueError(f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
+                                 f"tensor, got {b.dtype} of shape {tuple(b.shape)}")
+        def reference() -> None:
+            for b, g, sl, p in zip(buffers, grads, slots_per_table, poolings):
+                b += ref.lookup_grad(b, lengths, indices, weights, g * grad_scale, sl, features_per_segment, batch, p)
+
+        if not _on_cpu(*buffers, *grads, lengths, indices, weights):
+            return reference()
+        if indices.dtype not in _INDEX:
+            raise ValueError(f"gradient of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
+                             f"got {indices.dtype}")
+        lengths, indices, weights, segments = self._check_common(
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+        prep = self._prepare("fwd", buffers, slots_per_table, poolings, None, indices.dtype, weights is not None,
+                             features_per_segment) if n else None
+        if prep is None:  # no tables, or a shape the C kernels do not handle
+            self._check_ids_torch(names_fn(), buffers, lengths, indices, weights, slots_per_table,
+                                  features_per_segment, batch)
+            return reference()
+        nrows = segments * int(batch)
+        gs = []
+        for i, (b, g, sl) in enumerate(zip(buffers, grads, slots_per_table)):
+            want = (nrows, b.shape[1] * len(sl))
+            if g.dim() != 2 or tuple(g.shape) != want:
+                raise ValueError(f"gradient of table '{names_fn()[i]}': pooled gradient of shape {tuple(g.shape)}, "
+                                 f"expected {want}")
+            gs.append(g.to(torch.float32).contiguous())
+        ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
+        err = (ctypes.c_int64 * 4)()
+        fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
+        rc = prep["lib"].lib.sl_grad(
+            n, fn_p, w_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
+            int(features_per_segment), int(batch), float(grad_scale), ctypes.addressof(err))
+        if rc:
+            self._raise(err, names_fn(), lengths, indices, prep["rows"], "gradient")
 
     def lookup_update(self, table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
                       kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:

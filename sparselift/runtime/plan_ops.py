@@ -410,12 +410,11 @@ def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots
     # `all_reduce` may reduce this buffer in place.
     flat._sparselift_grad_buffer = True
     views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
-    if plan.kernels is not None and all(t.dtype == torch.float32 for t in tables):
-        # The fused update kernel with SGD at lr = -1 on zero tables accumulates exactly the
-        # tables' gradients (duplicates summed), without a COO gradient in between.
-        plan.kernels.fused_lookup_update(views, [None] * len(views), lengths, indices, weights, grads, slots,
-                                         features_per_segment, plan.batch, list(poolings), "sgd", -1.0, 0.0, 1.0,
-                                         names=list(names))
+    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_grad") and all(
+            t.dtype == torch.float32 for t in tables):
+        # Every occurrence added straight into the zeroed buffer, in the reference's order.
+        plan.kernels.fused_lookup_grad(views, lengths, indices, weights, grads, slots, features_per_segment,
+                                       plan.batch, list(poolings), names=list(names))
         return views
     for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
         v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, plan.batch, p))

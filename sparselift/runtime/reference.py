@@ -239,14 +239,27 @@ def apply_optimizer(
     table: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grad_rows: torch.Tensor,
     kind: str, lr: float, eps: float,
 ) -> None:
-    """Update the touched rows; duplicate ids are summed first, as a dense gradient would."""
+    """Update the touched rows.
+
+    SGD is `torch.optim.SGD` on a sparse gradient: one fused `w + (-lr) * g` per occurrence, in
+    the given order (what `index_add_` with alpha does), so an f32 table rounds exactly as
+    `nn.EmbeddingBag(sparse=True)` + `torch.optim.SGD` would. Tables stored in 16 bits accumulate
+    a row's steps in f32 and round once. Row-wise Adagrad sums a row's occurrences first: its
+    state takes the mean square of the summed gradient.
+    """
     if rows.numel() == 0:
+        return
+    if kind == "sgd":
+        if table.dtype == torch.float32:
+            table.index_add_(0, rows, grad_rows.float(), alpha=-lr)
+        else:
+            unique, inverse = torch.unique(rows, return_inverse=True)
+            w = table[unique].float().index_add_(0, inverse, grad_rows.float(), alpha=-lr)
+            table[unique] = w.to(table.dtype)
         return
     unique, inverse = torch.unique(rows, return_inverse=True)
     g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32, device=table.device).index_add_(0, inverse, grad_rows.float())
-    if kind == "sgd":
-        table.index_add_(0, unique, (-lr * g).to(table.dtype))
-    elif kind == "rowwise_adagrad":
+    if kind == "rowwise_adagrad":
         assert state is not None
         state.index_add_(0, unique, (g * g).mean(dim=1))
         step = g / (state[unique].sqrt() + eps)[:, None]
@@ -276,10 +289,10 @@ def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segm
 def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
     """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched."""
     if kind == "sgd" and table.dtype == dense_grad.dtype == torch.float32:
-        # An untouched row has a zero gradient and t + (-lr * 0) == t, so the whole-table update
-        # equals the touched-rows one, with the same rounding (scale, then add), without
+        # An untouched row has a zero gradient and fma(0, -lr, t) == t, so the whole-table update
+        # equals the touched-rows one, with the same rounding (one fused multiply-add), without
         # searching for the touched rows.
-        table.add_((dense_grad * grad_scale) * -lr)
+        table.add_(dense_grad * grad_scale, alpha=-lr)
         return
     touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
     apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)
