@@ -15,7 +15,9 @@ itself (candidates, analytic predictions, constraints, the family order) is
   faster than T0 but within the noise (or, for aggregation and code generation, predicted faster
   but measured slower) gets up to `EXTRA_ROUNDS` interleaved (T0, T1) rounds,
   each round timed by its slowest rank, and is accepted if it wins `WIN_SHARE` of them by a
-  median gain of at least 1% of F(T0) (`_tie_break`).
+  median gain of at least 1% of F(T0) (`_tie_break`). Among latency-hiding schedules, a
+  runner-up that beat T0 too and is within noise of the best plays the best the same way: the
+  budget's two observations each cannot order schedules a few percent apart.
 - **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
@@ -721,7 +723,7 @@ class Planner:
             self._record(pipeline, f[i], spread[i], obs[i])
         for i, cand in enumerate(ready):
             results[cand.label] = f[i + 1]
-        return self._pick(variants, predicted, results, f[0], spread[0], "", inc)
+        return self._pick(variants, predicted, results, f[0], spread[0], "", inc, rivals=True)
 
     def _sweep(self, inc, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
@@ -747,8 +749,13 @@ class Planner:
                 i += direction
         return self._pick(variants, predicted, results, f0, noise, stopped, inc)
 
-    def _pick(self, variants, predicted, results, f0, noise, stopped, inc=None) -> list[Decision]:
-        """At most one variant: the fastest measured, if it beats the incumbent beyond noise."""
+    def _pick(self, variants, predicted, results, f0, noise, stopped, inc=None, rivals=False) -> list[Decision]:
+        """At most one variant: the fastest measured, if it beats the incumbent beyond noise.
+
+        With `rivals` (mutually exclusive schedules), a runner-up that also beat the incumbent and
+        sits within noise of the best is played against it in paired rounds: two observations
+        each cannot order schedules a few percent apart on a noisy machine.
+        """
         timed = {k: v for k, v in results.items() if isinstance(v, float)}
         best = min(timed, key=lambda k: (timed[k], k)) if timed else None
         if best is not None:
@@ -756,10 +763,24 @@ class Planner:
             noise = _noise(f0, noise, self.measurements[spec].noise_us if spec in self.measurements else noise)
         keep = best is not None and timed[best] < f0 - noise
         confirmed = None
+        by_label = {c.label: c for c, _ in variants}
         if best is not None and not keep and timed[best] < f0 and inc is not None:
-            cand_best = next(c for c, _ in variants if c.label == best)
-            confirmed = self._tie_break(inc, cand_best, predicted[best], f0, noise)
+            confirmed = self._tie_break(inc, by_label[best], predicted[best], f0, noise)
             keep = confirmed is not None
+        if keep and rivals:
+            runner_up = min((k for k in timed if k != best and timed[k] < f0 and timed[k] - timed[best] < noise),
+                            key=lambda k: (timed[k], k), default=None)
+            if runner_up is not None:
+                won = self._tie_break(by_label[best].pipeline, by_label[runner_up], predicted[runner_up],
+                                      timed[best], noise)
+                if won is not None:
+                    gain = f0 - (timed[best] + won.measured_us)
+                    confirmed = decision(
+                        by_label[runner_up], True, f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
+                        f"observations: {best}); {won.reason.split('; ', 1)[1]} against {best}",
+                        predicted[runner_up], measured_us=round(-gain, 3), incumbent_us=round(f0, 3),
+                        candidate_us=round(f0 - gain, 3), noise_us=round(noise, 3))
+                    best = runner_up
         out = []
         for cand, _ in variants:
             r = results.get(cand.label)

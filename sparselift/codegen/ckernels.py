@@ -20,6 +20,8 @@ plus three generic entry points shared by all specs:
 - `sl_update(...)`: the multi-table backward + update;
 - `sl_grad(...)`: replicated tables' whole-table gradients, every occurrence added in the
   reference's order straight into a zeroed f32 buffer (no sort, no COO gradient);
+- `sl_concat_ids(...)`: route's concatenation of several features' ids, each checked against
+  its table's rows in the same pass;
 - `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`.
 
 Every entry point validates what it reads (non-negative bag lengths summing to the number of
@@ -729,6 +731,39 @@ int sl_grad(int ntab, const int32_t* fn, float* const* G, const int64_t* rows, c
   return rc;
 }
 
+/* Route's id concatenation: n features' ids (each i32 or i64) back to back into dst (i32 or
+   i64), every id checked against its feature's table rows in the same branch-free pass. dst is
+   the caller's fresh buffer; on a bad id err = (3, position in its feature, value, feature). */
+#define SL_CONCAT(NAME, ST, DT)                                                                  \
+  static int NAME(const ST* restrict s, int64_t n, int64_t rows, DT* restrict d, int64_t* err) { \
+    uint64_t bad = 0;                                                                          \
+    for (int64_t i = 0; i < n; i++) { bad |= (uint64_t)((uint64_t)(int64_t)s[i] >= (uint64_t)rows); d[i] = (DT)s[i]; } \
+    if (!bad) return 0;                                                                        \
+    for (int64_t i = 0; i < n; i++)                                                            \
+      if ((uint64_t)(int64_t)s[i] >= (uint64_t)rows) { err[0] = 3; err[1] = i; err[2] = (int64_t)s[i]; return 3; } \
+    return 0;                                                                                  \
+  }
+SL_CONCAT(sl_concat_i32_i32, int32_t, int32_t)
+SL_CONCAT(sl_concat_i32_i64, int32_t, int64_t)
+SL_CONCAT(sl_concat_i64_i32, int64_t, int32_t)
+SL_CONCAT(sl_concat_i64_i64, int64_t, int64_t)
+
+int sl_concat_ids(int n, const void* const* src, const int32_t* src64, const int64_t* counts, const int64_t* rows,
+                  void* dst, int dst64, int64_t* err) {
+  err[0] = err[1] = err[2] = 0; err[3] = -1;
+  int64_t at = 0;
+  for (int k = 0; k < n; k++) {
+    int rc;
+    if (src64[k]) rc = dst64 ? sl_concat_i64_i64((const int64_t*)src[k], counts[k], rows[k], (int64_t*)dst + at, err)
+                             : sl_concat_i64_i32((const int64_t*)src[k], counts[k], rows[k], (int32_t*)dst + at, err);
+    else rc = dst64 ? sl_concat_i32_i64((const int32_t*)src[k], counts[k], rows[k], (int64_t*)dst + at, err)
+                    : sl_concat_i32_i32((const int32_t*)src[k], counts[k], rows[k], (int32_t*)dst + at, err);
+    if (rc) { err[3] = k; return rc; }
+    at += counts[k];
+  }
+  return 0;
+}
+
 /* Strided 2-D copies: desc holds n records of (dst_byte_offset_ptr, dst_stride, src_ptr, src_stride,
    row_bytes, nrows), every pointer and stride in bytes. */
 void sl_copy_blocks(int64_t n, const int64_t* desc) {
@@ -759,7 +794,7 @@ int sl_have_openmp(void) {
 }
 """
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 def _dedupe(specs: Iterable[TableSpec]) -> tuple[list[TableSpec], list[TableSpec]]:

@@ -175,6 +175,8 @@ class _Library:
         lib.sl_grad.restype = _I32
         lib.sl_grad.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
                                 ctypes.c_float, _P]
+        lib.sl_concat_ids.restype = _I32
+        lib.sl_concat_ids.argtypes = [_I32, _P, _P, _P, _P, _P, _I32, _P]
         lib.sl_copy_blocks.restype = None
         lib.sl_copy_blocks.argtypes = [_I64, _P]
         if lib.sl_abi_version() != ckernels.ABI_VERSION:
@@ -697,6 +699,29 @@ class GeneratedKernels:
         """Same signature and effect as `reference.lookup_update`."""
         self.fused_lookup_update([table], [state], lengths, indices, weights, [grad], [slots], features_per_segment,
                                  batch, [pooling], [kind], lr, eps, grad_scale)
+
+    def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
+        """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to
+        lie in `[0, rows[k])` in the same pass. A bad id raises `IndexError` whose `args` are
+        (feature number, position, value); callers turn that into a message naming the feature."""
+        ids = [i if i.is_contiguous() else i.contiguous() for i in ids]
+        if (index_dtype not in _INDEX or len(ids) != len(rows) or not _on_cpu(*ids)
+                or any(i.dim() != 1 or i.dtype not in _INDEX for i in ids)):
+            raise ValueError("concat_ids: 1-D int32/int64 CPU ids, one row count per feature, int32/int64 output")
+        counts = [i.numel() for i in ids]
+        out = torch.empty(sum(counts), dtype=index_dtype)
+        if not ids:
+            return out
+        lib = self._lib or self._ensure(set())
+        s, s_p = _addr_array(ctypes.c_void_p, [i.data_ptr() for i in ids])
+        w, w_p = _addr_array(ctypes.c_int32, [int(i.dtype == torch.int64) for i in ids])
+        c, c_p = _addr_array(ctypes.c_int64, counts)
+        r, r_p = _addr_array(ctypes.c_int64, [int(x) for x in rows])
+        err = (ctypes.c_int64 * 4)()
+        if lib.lib.sl_concat_ids(len(ids), s_p, w_p, c_p, r_p, out.data_ptr(), int(index_dtype == torch.int64),
+                                 ctypes.addressof(err)):
+            raise IndexError(int(err[3]), int(err[1]), int(err[2]))
+        return out
 
     def _copy(self, descs: list[int]) -> None:
         if not descs:

@@ -287,14 +287,18 @@ class _EagerSegment(torch.autograd.Function):
 
 def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
     plan.batch = offsets[0].numel() - 1
-    lengths = ref.validate_features(spec, ids, offsets, plan.batch)
+    # Whole features on the CPU: the generated library checks every id while it concatenates
+    # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
+    concat = getattr(plan.kernels, "concat_ids", None) if (
+        spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids)) else None
+    lengths = ref.validate_features(spec, ids, offsets, plan.batch, check_ids=concat is None)
     weighted = [f for f in spec if f.weighted]
     wmap = {f.name: w for f, w in zip(weighted, weights)}
     for f in weighted:
         if wmap[f.name].numel() != ids[spec.index(f)].numel():
             raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
     return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted),
-                     index_dtype=index_dtype, lengths=lengths)
+                     index_dtype=index_dtype, lengths=lengths, concat_ids=concat)
 
 
 class _Pending:

@@ -52,9 +52,11 @@ def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offset
 
 
 def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tensor],
-                      offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor | None:
+                      offsets: Sequence[torch.Tensor], batch: int, check_ids: bool = True) -> torch.Tensor | None:
     """`validate_feature` for a whole group at once: a few vectorized checks (two host syncs),
     and the per-feature checks (which name what is wrong) only when one of them fails.
+    `check_ids=False` leaves the id range to the caller (a routing kernel that checks each id as
+    it copies it).
 
     Returns the `[features, batch]` int64 bag lengths it computed on the way (None when there
     are no features), so routing need not compute them again."""
@@ -74,7 +76,7 @@ def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tens
         if batch:
             bad = bad | (lengths < 0).any()
         ok = not bool(bad)
-        if ok and sum(counts):
+        if ok and check_ids and sum(counts):
             flat = _cat_as(ids, torch.int64)
             rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
                                            torch.tensor(counts, device=device), output_size=sum(counts))
@@ -102,12 +104,15 @@ def route(
     with_weights: bool,
     index_dtype: torch.dtype = torch.int64,
     lengths: torch.Tensor | None = None,
+    concat_ids=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bucket a group's local ids by destination rank (see `sparse.route`). `lengths`: the
-    `[features, batch]` bag lengths when the caller has them (`validate_features`)."""
+    `[features, batch]` bag lengths when the caller has them (`validate_features`).
+    `concat_ids(ids, rows, dtype)`: a checking concatenation for whole features (a kernel's
+    `concat_ids`), whose bad id is reported here naming the feature."""
     if features and all(f.kind != "row_wise" for f in features):
         return _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype,
-                                     lengths)
+                                     lengths, concat_ids)
     lengths_out, ids_out, w_out, splits = [], [], [], []
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
@@ -148,7 +153,19 @@ def route(
     )
 
 
-def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths=None):
+def _checked_concat(concat_ids, features, ids, order, index_dtype) -> torch.Tensor:
+    try:
+        return concat_ids([ids[k] for k in order], [features[k].rows for k in order], index_dtype)
+    except IndexError as e:
+        k, pos, value = e.args
+        f = features[order[k]]
+        where = f"feature '{f.name}' (table '{f.table}')"
+        raise ValueError(f"{where}: negative id {value} (position {pos})" if value < 0 else
+                         f"{where}: id {value} is out of range for a table of {f.rows} rows (position {pos})") from None
+
+
+def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths=None,
+                          concat_ids=None):
     """`route` when every feature goes whole to its destination (table-wise, data-parallel): one
     gather of the lengths and one concatenation of the ids, in destination-then-feature order."""
     order = [
@@ -172,7 +189,9 @@ def _route_whole_features(features, ids, offsets, weights, rank, world, with_wei
     return (
         (lengths if order == list(range(len(features))) else lengths[order]).reshape(-1) if order
         else torch.empty(0, dtype=torch.int32, device=device),
-        _cat_as([ids[k] for k in order], index_dtype) if order else torch.empty(0, dtype=index_dtype, device=device),
+        (_cat_as([ids[k] for k in order], index_dtype) if concat_ids is None
+         else _checked_concat(concat_ids, features, ids, order, index_dtype))
+        if order else torch.empty(0, dtype=index_dtype, device=device),
         torch.tensor(splits, dtype=torch.int64, device=device),
         routed_w,
     )

@@ -212,6 +212,26 @@ def test_fused_lookup_grad_bad_id_names_the_table_and_writes_nothing(gk):
     assert all(b.abs().sum() == 0 for b in bufs)
 
 
+@pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64])
+def test_concat_ids_checks_every_id_while_it_copies(gk, out_dtype):
+    g = torch.Generator().manual_seed(14)
+    rows = [50, 7, 1000]
+    ids = [torch.randint(0, r, (n,), generator=g).to(dt) for r, n, dt in
+           zip(rows, [33, 0, 517], [torch.int64, torch.int32, torch.int32])]
+    got = gk.concat_ids(ids, rows, out_dtype)
+    assert got.dtype == out_dtype and torch.equal(got, torch.cat([i.long() for i in ids]).to(out_dtype))
+    bad = [i.clone() for i in ids]
+    bad[2][400] = 1000  # one past the last row
+    with pytest.raises(IndexError) as e:
+        gk.concat_ids(bad, rows, out_dtype)
+    assert e.value.args == (2, 400, 1000)
+    bad[2][400] = 3
+    bad[0][5] = -2
+    with pytest.raises(IndexError) as e:
+        gk.concat_ids(bad, rows, out_dtype)
+    assert e.value.args == (0, 5, -2)
+
+
 def test_heavy_duplicates_rowwise_adagrad(gk):
     """Every id hits one of two rows: the row-wise Adagrad state needs the summed gradient."""
     table, lengths, _, _ = _inputs(2, 16, seed=8, max_len=9)

@@ -290,6 +290,32 @@ def test_inconclusive_schedule_is_decided_by_extra_paired_rounds(paired_gain_ms,
         assert "not faster than the incumbent beyond noise" in d.reason
 
 
+@pytest.mark.parametrize("runner_up_wins", [True, False])
+def test_schedules_within_noise_of_each_other_are_decided_by_paired_rounds(runner_up_wins):
+    # Both schedules beat the incumbent (12 ms) beyond its 0.5 ms noise margin; the budget's two
+    # observations put "fwd" 0.2 ms ahead of "both", within that margin, so eight paired rounds
+    # between the two decide which one the plan keeps.
+    from sparselift.passes.plan_sparse import Candidate, Prediction
+
+    drift = [0.0, 0.004, 0.001, 0.003, 0.0, 0.002, 0.005, 0.001]
+    sign = -1 if runner_up_wins else 1
+    p = _scripted_planner({
+        "": [0.012, 0.0120, 0.0130],
+        "fwd": [0.012, 0.0100, 0.0110] + [0.010 + d for d in drift],
+        "both": [0.012, 0.0102, 0.0112] + [0.010 + d + sign * 0.0005 for d in drift],
+    })
+    cands = [Candidate("latency-hiding", name, name, (name,)) for name in ("fwd", "both")]
+    out = {d.label: d for d in p._alternatives((), [(c, Prediction(c.label, 0.0, (), "")) for c in cands],
+                                                {"fwd": -500.0, "both": -600.0})}
+    assert p.spent["tie_break_rounds"] == 8
+    winner, loser = ("both", "fwd") if runner_up_wins else ("fwd", "both")
+    assert out[winner].accepted and not out[loser].accepted
+    assert out[loser].reason.endswith(f"{winner} was faster")
+    if runner_up_wins:
+        assert "faster in 8 of 8 extra paired rounds" in out["both"].reason and "against fwd" in out["both"].reason
+        assert out["both"].measured_us == pytest.approx(-2500)  # 10.0 ms - 0.5 ms against 12 ms
+
+
 def test_codegen_comparison_stops_early_when_decisive():
     # Generated kernels 10x faster: after the warmups, one ref and one gen observation decide
     # (the reference lowering's steps are the dearest); a 20% gain takes the full budget.
