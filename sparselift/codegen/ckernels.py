@@ -24,6 +24,9 @@ plus three generic entry points shared by all specs:
   its table's rows in the same pass;
 - `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`.
 
+Pooled outputs and pooled gradients may have rows further apart than their width (`ldo` /
+`ldg`): a table's column block of an exchange buffer is written or read in place.
+
 Every entry point validates what it reads (non-negative bag lengths summing to the number of
 ids, every id of a table's slots inside `[0, rows)`) before it writes anything, and reports the
 first problem through `err[0..3]` = (code, position, value, table) instead of touching memory
@@ -300,12 +303,12 @@ static void sl_radix_sort(uint64_t* keys, uint64_t* tmp, int64_t n, int nbits) {
 static int sl_bits(int64_t rows) { int b = 0; while (b < 63 && ((int64_t)1 << b) < rows) b++; return b; }
 
 typedef int (*sl_fwd_fn)(const void*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
-                         const float*, const int32_t*, int, int64_t, int64_t, int64_t, void*, int);
+                         const float*, const int32_t*, int, int64_t, int64_t, int64_t, void*, int64_t, int);
 typedef int (*sl_upd_fn)(void*, float*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
-                         const float*, const float*, const int32_t*, int, int64_t, int64_t, int64_t,
+                         const float*, const float*, int64_t, const int32_t*, int, int64_t, int64_t, int64_t,
                          float, float, float, int64_t*);
-typedef void (*sl_grd_fn)(float*, const int64_t*, const void*, const float*, const float*, const int32_t*, int,
-                          int64_t, int64_t, int64_t, float);
+typedef void (*sl_grd_fn)(float*, const int64_t*, const void*, const float*, const float*, int64_t, const int32_t*,
+                          int, int64_t, int64_t, int64_t, float);
 """
 
 _TYPES = {"f32": "float", "f16": "f16_t", "bf16": "bf16_t"}
@@ -370,12 +373,13 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH, widest: int =
     return _lines(
         f"static int fwd_{spec.tag}(const void* W_, int64_t rows, const int32_t* restrict lengths,",
         "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
-        "    const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S, void* out_, int nthreads) {",
+        "    const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S, void* out_, int64_t ldo,",
+        "    int nthreads) {",
         f"  const {tt}* restrict W = (const {tt}*)W_;",
         f"  const {it}* restrict idx = (const {it}*)idx_;",
         f"  {tt}* restrict out = ({tt}*)out_;",
         "  (void)rows; (void)nthreads;",
-        f"  const int64_t ldo = (int64_t){d} * nslots;",
+        f"  if (ldo <= 0) ldo = (int64_t){d} * nslots;  /* output rows ldo elements apart */",
         "  const int64_t nwork = S * nslots * B;",
         "  if (nwork <= 0) return 0;",
         "  /* Each thread takes a contiguous range of (segment, slot, sample) bags and walks it",
@@ -440,12 +444,12 @@ def _sgd_update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int
     return _lines(
         f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
         "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
-        "    const float* restrict grad, const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S,",
-        "    float lr, float eps, float gs, int64_t* err) {",
+        "    const float* restrict grad, int64_t ldg, const int32_t* restrict slots, int nslots, int64_t F, int64_t B,",
+        "    int64_t S, float lr, float eps, float gs, int64_t* err) {",
         f"  {tt}* restrict W = ({tt}*)W_;",
         f"  const {it}* restrict idx = (const {it}*)idx_;",
         "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts; (void)rows; (void)err;",
-        f"  const int64_t ldg = (int64_t){d} * nslots;",
+        f"  if (ldg <= 0) ldg = (int64_t){d} * nslots;  /* gradient rows ldg floats apart */",
         "  const float nlr = -lr;",
         "  /* The reference's order: slot-major, then segment, sample, position. */",
         "  for (int k = 0; k < nslots; k++)",
@@ -533,12 +537,12 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
     return _lines(
         f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
         "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
-        "    const float* restrict grad, const int32_t* restrict slots, int nslots, int64_t F, int64_t B, int64_t S,",
-        "    float lr, float eps, float gs, int64_t* err) {",
+        "    const float* restrict grad, int64_t ldg, const int32_t* restrict slots, int nslots, int64_t F, int64_t B,",
+        "    int64_t S, float lr, float eps, float gs, int64_t* err) {",
         f"  {tt}* restrict W = ({tt}*)W_;",
         f"  const {it}* restrict idx = (const {it}*)idx_;",
         "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts;",
-        f"  const int64_t ldg = (int64_t){d} * nslots;",
+        f"  if (ldg <= 0) ldg = (int64_t){d} * nslots;  /* gradient rows ldg floats apart */",
         "  int64_t n_ids = 0;",
         "  for (int k = 0; k < nslots; k++)",
         "    for (int64_t s = 0; s < S; s++) { int64_t bag0 = (s * F + slots[k]) * B; n_ids += offs[bag0 + B] - offs[bag0]; }",
@@ -622,11 +626,10 @@ def _grad_fn(spec: TableSpec, widest: int = 16) -> str:
     scale, mul_s = _occurrence_scale(spec)
     return _lines(
         f"static void grd_{spec.tag}(float* restrict G, const int64_t* restrict offs, const void* idx_,",
-        "    const float* restrict wts, const float* restrict grad, const int32_t* restrict slots, int nslots,",
-        "    int64_t F, int64_t B, int64_t S, float gs) {",
+        "    const float* restrict wts, const float* restrict grad, int64_t ldg, const int32_t* restrict slots,",
+        "    int nslots, int64_t F, int64_t B, int64_t S, float gs) {",
         f"  const {it}* restrict idx = (const {it}*)idx_;",
         "  (void)wts;",
-        f"  const int64_t ldg = (int64_t){d} * nslots;",
         "  for (int k = 0; k < nslots; k++)",
         "    for (int64_t s = 0; s < S; s++)",
         "      for (int64_t b = 0; b < B; b++) {",
@@ -667,10 +670,11 @@ static int sl_prepare(int ntab, const int32_t* fn, int nfn, const int64_t* rows,
 }
 
 /* Multi-table pooled lookup. Per table t: kernel number fn[t] (an index into SL_FWD), weights
-   W[t] (rows[t] x dim), slots slots[slot_off[t] .. slot_off[t+1]), output out[t]. Shared:
-   lengths (S*F*B bags), indices (nidx, i64 if idx64 else i32), per-id weights or NULL. */
+   W[t] (rows[t] x dim), slots slots[slot_off[t] .. slot_off[t+1]), output out[t] with rows ldo[t]
+   elements apart (ldo NULL or 0: dense rows; a column block of an exchange buffer otherwise).
+   Shared: lengths (S*F*B bags), indices (nidx, i64 if idx64 else i32), per-id weights or NULL. */
 int sl_forward(int ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off,
-               const int32_t* slots, void* const* out, const int32_t* lengths, int64_t nbags,
+               const int32_t* slots, void* const* out, const int64_t* ldo, const int32_t* lengths, int64_t nbags,
                const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
                int nthreads, int64_t* err) {
   int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
@@ -679,18 +683,19 @@ int sl_forward(int ntab, const int32_t* fn, void* const* W, const int64_t* rows,
   if (!offs) return rc;
   for (int t = 0; t < ntab && !rc; t++)
     SL_FWD[fn[t]](W[t], rows[t], lengths, offs, idx, nidx, wts, slots + slot_off[t],
-                  slot_off[t + 1] - slot_off[t], F, B, S, out[t], nthreads);
+                  slot_off[t + 1] - slot_off[t], F, B, S, out[t], ldo ? ldo[t] : 0, nthreads);
   free(offs);
   return rc;
 }
 
-/* Multi-table backward + optimizer update from pooled gradients grad[t] ([S*B, dim*nslots] f32).
-   state[t] is the row-wise Adagrad accumulator (rows[t] floats) or NULL for SGD. Nothing is
-   written unless every table's input is valid. */
+/* Multi-table backward + optimizer update from pooled gradients grad[t] ([S*B, dim*nslots] f32,
+   rows ldg[t] floats apart; ldg NULL or 0: dense rows). state[t] is the row-wise Adagrad
+   accumulator (rows[t] floats) or NULL for SGD. Nothing is written unless every table's input
+   is valid. */
 int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, const int64_t* rows,
-              const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int32_t* lengths,
-              int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
-              float lr, float eps, float gscale, int nthreads, int64_t* err) {
+              const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int64_t* ldg,
+              const int32_t* lengths, int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts,
+              int64_t F, int64_t B, float lr, float eps, float gscale, int nthreads, int64_t* err) {
   int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
   int64_t* offs = NULL;
   int rc = sl_prepare(ntab, fn, SL_N_UPD, rows, slot_off, slots, lengths, nbags, idx, idx64, nidx, F, B, S, &offs, err);
@@ -700,8 +705,8 @@ int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, 
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && ntab > 1) reduction(|:failed)
     for (int t = 0; t < ntab; t++) {
       int64_t terr[4] = {0, 0, 0, -1};
-      int r = SL_UPD[fn[t]](W[t], state[t], rows[t], lengths, offs, idx, nidx, wts, grad[t], slots + slot_off[t],
-                            slot_off[t + 1] - slot_off[t], F, B, S, lr, eps, gscale, terr);
+      int r = SL_UPD[fn[t]](W[t], state[t], rows[t], lengths, offs, idx, nidx, wts, grad[t], ldg ? ldg[t] : 0,
+                            slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, lr, eps, gscale, terr);
       if (r) {
         failed = 1;
         #pragma omp critical
@@ -715,18 +720,20 @@ int sl_update(int ntab, const int32_t* fn, void* const* W, float* const* state, 
 }
 
 /* Multi-table whole-table gradients (replicated tables): G[t] (rows[t] x dim f32, zeroed by the
-   caller) += every occurrence's pooled-gradient row x scale x gscale. Kernel numbers index SL_GRD
+   caller) += every occurrence's pooled-gradient row x scale x gscale. grad[t]'s rows are ldg[t]
+   floats apart (a column slice of a wider gradient needs no copy). Kernel numbers index SL_GRD
    (one per forward spec). Nothing is written unless every table's input is valid. */
 int sl_grad(int ntab, const int32_t* fn, float* const* G, const int64_t* rows, const int32_t* slot_off,
-            const int32_t* slots, const float* const* grad, const int32_t* lengths, int64_t nbags,
-            const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B, float gscale,
-            int64_t* err) {
+            const int32_t* slots, const float* const* grad, const int64_t* ldg, const int32_t* lengths,
+            int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, int64_t F, int64_t B,
+            float gscale, int64_t* err) {
   int64_t S = (F > 0 && B > 0) ? nbags / (F * B) : 0;
   int64_t* offs = NULL;
   int rc = sl_prepare(ntab, fn, SL_N_FWD, rows, slot_off, slots, lengths, nbags, idx, idx64, nidx, F, B, S, &offs, err);
   if (!offs) return rc;
   for (int t = 0; t < ntab && !rc; t++)
-    SL_GRD[fn[t]](G[t], offs, idx, wts, grad[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S, gscale);
+    SL_GRD[fn[t]](G[t], offs, idx, wts, grad[t], ldg[t], slots + slot_off[t], slot_off[t + 1] - slot_off[t], F, B, S,
+                  gscale);
   free(offs);
   return rc;
 }
@@ -794,7 +801,7 @@ int sl_have_openmp(void) {
 }
 """
 
-ABI_VERSION = 3
+ABI_VERSION = 5
 
 
 def _dedupe(specs: Iterable[TableSpec]) -> tuple[list[TableSpec], list[TableSpec]]:

@@ -9,7 +9,10 @@ autograd carries on with the dense backward while the gradients travel, and the 
 unpack, table updates) runs when backward ends. The runtime wraps each segment in an
 autograd-aware custom op, so dense regions train with ordinary autograd. Rank-specific ops are guarded by `self.rank`; collectives go
 through `sparselift.runtime.plan_ops` (torch.distributed with async handles). Generated fused
-kernels are referenced by name from `sched.kernel` ops.
+kernels are referenced by name from `sched.kernel` ops; a fused lookup whose results only a
+pack reads returns the packed buffer (`packed=`), and a fused update whose gradients are exactly
+an unpack's members reads the received buffer (`packed_grads=`): the pack or unpack is not
+emitted, and the runtime writes or reads the buffer's column blocks in place.
 
 No torch here: this file only writes text.
 """
@@ -369,8 +372,58 @@ class _Emitter:
                 return use.operation
         return None
 
+    # -- exchange buffers the kernels read and write in place -----------------------------------
+    def _pack_of_lookup(self, op: KernelOp) -> PackOp | None:
+        """The pack that is the only reader of every result of a fused lookup, on the same ranks
+        and in the same block: the lookup can write into the exchange buffer itself."""
+        if op.kind.data != "lookup" or not op.res or any(not r.has_one_use() for r in op.res):
+            return None
+        pack = op.res[0].get_user_of_unique_use()
+        if not isinstance(pack, PackOp) or list(pack.members) != list(op.res) or pack.parent is not op.parent:
+            return None
+        return pack if self._ranks(pack) == self._kernel_ranks(op) else None
+
+    def _update_of_unpack(self, op: UnpackOp) -> KernelOp | None:
+        """The fused update that is the only reader of every member of an unpack (its gradients,
+        in order), on the same ranks and in the same block: it can read the received buffer."""
+        if not op.members or any(not m.has_one_use() for m in op.members):
+            return None
+        kernel = op.members[0].get_user_of_unique_use()
+        if not isinstance(kernel, KernelOp) or kernel.kind.data != "lookup_update" or kernel.parent is not op.parent:
+            return None
+        if list(kernel.args[len(kernel.args) - len(op.members):]) != list(op.members):
+            return None
+        if len(kernel.args) - len(op.members) != self._n_shared(kernel):
+            return None
+        return kernel if self._ranks(op) == self._kernel_ranks(kernel) else None
+
+    def _ranks(self, op: PackOp | UnpackOp) -> tuple[int, ...]:
+        return (op.rank.value.data,) if op.rank is not None else tuple(range(self.world))
+
+    def _kernel_ranks(self, op: KernelOp) -> tuple[int, ...]:
+        return tuple(op.attributes["placements"].data[0].owner_ranks(self.world))
+
+    @staticmethod
+    def _n_shared(op: KernelOp) -> int:
+        """lengths, indices (and weights): the operands a fused kernel's tables share."""
+        n_tables = len(op.attributes["tables"].data)
+        weighted = (op.kind.data == "lookup" and len(op.args) == 3) or (
+            op.kind.data != "lookup" and len(op.args) - n_tables == 3)
+        return 3 if weighted else 2
+
+    def _layout(self, op: PackOp | UnpackOp) -> str:
+        return self.const("LAYOUT", repr(tuple(tuple(seg) for seg in op.layout.segments)))
+
+    @staticmethod
+    def _widths(op: UnpackOp) -> tuple[int, ...]:
+        return tuple((m.type.get_shape()[1] if len(m.type.get_shape()) == 2 else 1) for m in op.members)
+
     def emit_kernel(self, op: KernelOp) -> list[str]:
-        """A fused table kernel: one call for all its tables on the ranks that hold them."""
+        """A fused table kernel: one call for all its tables on the ranks that hold them. A lookup
+        whose results only a pack reads writes into the packed buffer (`packed=`), an update whose
+        gradients only come from an unpack reads the received buffer (`packed_grads=`): the
+        runtime does so without a copy when the layout gives each table the same columns in every
+        segment, and packs or unpacks otherwise."""
         n = self.name
         tables = op.attributes["tables"].data
         placements = op.attributes["placements"].data
@@ -378,8 +431,7 @@ class _Emitter:
         slots = tuple(tuple(sl.get_values()) for sl in op.attributes["slots"].data)
         poolings = tuple(str(t.pooling.data) for t in tables)
         lengths, indices = op.args[0], op.args[1]
-        n_shared = 2 + (1 if (op.kind.data == "lookup" and len(op.args) == 3)
-                        or (op.kind.data != "lookup" and len(op.args) - len(tables) == 3) else 0)
+        n_shared = self._n_shared(op)
         weights = op.args[2] if n_shared == 3 else None
         served, _ = self._served(lengths)
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
@@ -389,6 +441,11 @@ class _Emitter:
             f"features_per_segment={fps}[self.rank], poolings={poolings!r}"
         )
         if op.kind.data == "lookup":
+            pack = self._pack_of_lookup(op)
+            if pack is not None:
+                dtype = _DTYPES.get(str(pack.buffer.type.element_type), "torch.float32")
+                return self._guard(ranks, f"{self.name(pack.buffer)} = rt.fused_lookup(self, {common}, "
+                                   f"packed=({self._layout(pack)}, {dtype}))", [pack.buffer])
             outs = self.names_of(op.res)
             return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup(self, {common})",
                                list(op.res))
@@ -397,10 +454,15 @@ class _Emitter:
             outs = self.names_of(op.res)
             return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup_grad(self, {common}, "
                                f"grads=[{grads}])", list(op.res))
+        unpack = op.args[-1].owner if len(op.args) > n_shared else None
+        if isinstance(unpack, UnpackOp) and self._update_of_unpack(unpack) is op:
+            grads = f"packed_grads=({self.name(unpack.buffer)}, {self._layout(unpack)}, {self._widths(unpack)!r})"
+        else:
+            grads = f"grads=[{grads}]"
         opt = op.attributes["optimizer"]
         return self._guard(
             ranks,
-            f"rt.fused_lookup_update(self, {common}, grads=[{grads}], optimizer={str(opt.kind.data)!r}, "
+            f"rt.fused_lookup_update(self, {common}, {grads}, optimizer={str(opt.kind.data)!r}, "
             f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
             [],
         )
@@ -534,17 +596,19 @@ class _Emitter:
         if isinstance(op, ParallelOp):
             return self.emit_parallel(op)
         if isinstance(op, PackOp | UnpackOp):
-            layout = self.const("LAYOUT", repr(tuple(tuple(seg) for seg in op.layout.segments)))
-            ranks = [op.rank.value.data] if op.rank is not None else list(range(self.world))
+            ranks = self._ranks(op)
             dtype = _DTYPES.get(str(op.buffer.type.element_type), "torch.float32")
             if isinstance(op, PackOp):
+                lookup = op.members[0].owner if op.members else None
+                if isinstance(lookup, KernelOp) and self._pack_of_lookup(lookup) is op:
+                    return []  # the fused lookup wrote the buffer (emit_kernel)
+                layout = self._layout(op)
                 return self._guard(ranks, f"{n(op.buffer)} = rt.pack(self, [{self.names_of(op.members)}], {layout}, {dtype})",
                                    [op.buffer])
-            widths = tuple(
-                (m.type.get_shape()[1] if len(m.type.get_shape()) == 2 else 1) for m in op.members
-            )
-            if not op.members:
-                return []
+            if not op.members or self._update_of_unpack(op) is not None:
+                return []  # nothing to unpack, or the fused update reads the buffer (emit_kernel)
+            layout = self._layout(op)
+            widths = self._widths(op)
             outs = self.names_of(op.members)
             return self._guard(ranks, f"{outs}{',' if len(op.members) == 1 else ''} = rt.unpack(self, {n(op.buffer)}, {layout}, {widths!r})",
                                list(op.members))

@@ -168,12 +168,12 @@ class _Library:
         self.fwd_numbers, self.upd_numbers = ckernels.kernel_numbers(specs)
         lib = ctypes.CDLL(str(path))
         lib.sl_forward.restype = _I32
-        lib.sl_forward.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64, _I32, _P]
+        lib.sl_forward.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64, _I32, _P]
         lib.sl_update.restype = _I32
-        lib.sl_update.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
+        lib.sl_update.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
                                   ctypes.c_float, ctypes.c_float, ctypes.c_float, _I32, _P]
         lib.sl_grad.restype = _I32
-        lib.sl_grad.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
+        lib.sl_grad.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
                                 ctypes.c_float, _P]
         lib.sl_concat_ids.restype = _I32
         lib.sl_concat_ids.argtypes = [_I32, _P, _P, _P, _P, _P, _I32, _P]
@@ -290,6 +290,14 @@ def lane_threads(threads: int):
         yield
     finally:
         _LANE.threads = prev
+
+
+def _rows_apart(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`x` (2-D) itself when the kernels can read or write it in place: `dtype`, unit column
+    stride, rows at least a row apart (a column block of a wider buffer); else a dense copy."""
+    if x.dtype == dtype and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
+        return x
+    return x.to(dtype).contiguous()
 
 
 def _addr_array(ctype, values: Sequence[int]):
@@ -508,8 +516,12 @@ class GeneratedKernels:
 
     def fused_lookup(self, tables: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
                      weights: torch.Tensor | None, slots_per_table: Sequence[Sequence[int]], features_per_segment: int,
-                     batch: int, poolings: Sequence[str] | str, names: Sequence[str] | None = None) -> list[torch.Tensor]:
-        """`reference.lookup` of several tables that read the same lengths/indices, in one C call."""
+                     batch: int, poolings: Sequence[str] | str, names: Sequence[str] | None = None,
+                     out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """`reference.lookup` of several tables that read the same lengths/indices, in one C call.
+
+        `out`: where to write each table's pooled rows (2-D, the table's dtype, unit column stride,
+        e.g. column blocks of one exchange buffer); returned as given."""
         tables = list(tables)
         n = len(tables)
         if isinstance(poolings, str):
@@ -538,15 +550,31 @@ class GeneratedKernels:
         if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
             self._check_ids_torch(names_fn(), tables, lengths, indices, weights, slots_per_table,
                                   features_per_segment, batch)
-            return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
-                    for t, sl, p in zip(tables, slots_per_table, poolings)]
+            pooled = [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
+                      for t, sl, p in zip(tables, slots_per_table, poolings)]
+            if out is None:
+                return pooled
+            for o, x in zip(out, pooled):
+                o.copy_(x)
+            return list(out)
         nrows = segments * int(batch)
-        outs = [torch.empty(nrows, w, dtype=t.dtype) for t, w in zip(tables, prep["widths"])]
+        if out is None:
+            outs = [torch.empty(nrows, w, dtype=t.dtype) for t, w in zip(tables, prep["widths"])]
+        else:
+            outs = list(out)
+            if len(outs) != n:
+                raise ValueError(f"fused_lookup: {len(outs)} outputs for {n} tables")
+            for i, (x, t, w) in enumerate(zip(outs, tables, prep["widths"])):
+                if (x.dim() != 2 or tuple(x.shape) != (nrows, w) or x.dtype != t.dtype
+                        or x.stride(1) != 1 or x.stride(0) < w or not _on_cpu(x)):
+                    raise ValueError(f"lookup of table '{names_fn()[i]}': output of shape {tuple(x.shape)}, dtype "
+                                     f"{x.dtype}, strides {x.stride()}; expected ({nrows}, {w}) {t.dtype} rows")
         o, o_p = _addr_array(ctypes.c_void_p, [x.data_ptr() for x in outs])
+        lo, lo_p = _addr_array(ctypes.c_int64, [x.stride(0) for x in outs])
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_forward(
-            n, fn_p, w_p, r_p, so_p, sf_p, o_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            n, fn_p, w_p, r_p, so_p, sf_p, o_p, lo_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
             int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
             int(features_per_segment), int(batch), self._threads(), ctypes.addressof(err))
         if rc:
@@ -604,9 +632,7 @@ class GeneratedKernels:
             want = (nrows, t.shape[1] * len(sl))
             if g.dim() != 2 or g.shape[0] != want[0] or g.shape[1] != want[1]:
                 raise ValueError(f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}")
-            if g.dtype != torch.float32 or not g.is_contiguous():
-                g = g.to(torch.float32).contiguous()
-            gs.append(g)
+            gs.append(_rows_apart(g, torch.float32))  # a column block of the received buffer: in place
             if k == "rowwise_adagrad":
                 if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
                     raise ValueError(f"update of table '{names_fn()[i]}': row-wise Adagrad needs a contiguous float32 "
@@ -626,10 +652,11 @@ class GeneratedKernels:
             threads = 1  # one table listed twice: update in order, never concurrently
         stt, st_p = _addr_array(ctypes.c_void_p, sp)
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
+        la, l_p = _addr_array(ctypes.c_int64, [g.stride(0) for g in gs])
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_update(
-            n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, l_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
             int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
             int(features_per_segment), int(batch), float(lr), float(eps), float(grad_scale), threads,
             ctypes.addressof(err))
@@ -683,12 +710,13 @@ class GeneratedKernels:
             if g.dim() != 2 or tuple(g.shape) != want:
                 raise ValueError(f"gradient of table '{names_fn()[i]}': pooled gradient of shape {tuple(g.shape)}, "
                                  f"expected {want}")
-            gs.append(g.to(torch.float32).contiguous())
+            gs.append(_rows_apart(g, torch.float32))  # a column slice of the interaction's gradient: in place
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
+        la, l_p = _addr_array(ctypes.c_int64, [g.stride(0) for g in gs])
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_grad(
-            n, fn_p, w_p, r_p, so_p, sf_p, g_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
+            n, fn_p, w_p, r_p, so_p, sf_p, g_p, l_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
             int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
             int(features_per_segment), int(batch), float(grad_scale), ctypes.addressof(err))
         if rc:

@@ -374,10 +374,43 @@ def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slot
     )
 
 
-def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings):
-    """Several tables' lookups over the same received buffers: one generated-kernel call."""
+def _column_blocks(buffer: torch.Tensor, layout, batch: int) -> list[torch.Tensor] | None:
+    """The members of a packed buffer as views (`reference.unpack` without a copy) when the
+    layout gives every member the same columns in every segment; else None. Rows `s * B + b`
+    of member `m` are row `b` of segment `s`, as `pack` / `unpack` lay them out."""
+    first = [tuple(x) for x in layout[0]] if layout else []
+    width = sum(size for _, size in first)
+    if (not first or any([tuple(x) for x in seg] != first for seg in layout) or buffer.dim() != 1
+            or not buffer.is_contiguous() or buffer.numel() != len(layout) * batch * width
+            or any(size <= 0 or off < 0 or off + size > width for off, size in first)):
+        return None
+    rows = buffer.view(len(layout) * batch, width)
+    return [rows[:, off:off + size] for off, size in first]
+
+
+def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
+                 packed=None):
+    """Several tables' lookups over the same received buffers: one generated-kernel call.
+
+    `packed=(layout, dtype)`: return the lookups packed for the output exchange (`rt.pack`), each
+    table's kernel writing its columns of the buffer in place when the layout allows."""
     tables = [plan.tables[n] for n in names]
-    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup"):
+    generated = plan.kernels is not None and hasattr(plan.kernels, "fused_lookup")
+    if packed is not None:
+        layout, dtype = packed
+        width = sum(size for _, size in layout[0]) if layout else 0
+        buffer = torch.empty(len(layout) * plan.batch * width, dtype=dtype, device=tables[0].device)
+        fb = int(features_per_segment) * plan.batch
+        views = _column_blocks(buffer, layout, plan.batch) if generated else None
+        if (views is not None and fb > 0 and lengths.numel() == len(layout) * fb
+                and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)):
+            plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
+                                      list(poolings), names=list(names), out=views)
+            return buffer
+        members = fused_lookup(plan, names, lengths, indices, weights, slots=slots,
+                               features_per_segment=features_per_segment, poolings=poolings)
+        return pack(plan, members, layout, dtype)
+    if generated:
         return plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
                                          list(poolings), names=list(names))
     return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, plan.batch, p)
@@ -385,7 +418,14 @@ def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, fea
 
 
 def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                        grads, optimizer, lr, eps):
+                        optimizer, lr, eps, grads=None, packed_grads=None):
+    """Several tables' backward + update. `packed_grads=(buffer, layout, widths)`: the gradients
+    are the members of a received buffer (`rt.unpack`), read in place when the layout allows."""
+    if packed_grads is not None:
+        buffer, layout, widths = packed_grads
+        grads = _column_blocks(buffer, layout, plan.batch) if buffer.dtype == torch.float32 else None
+        if grads is None:
+            grads = unpack(plan, buffer, layout, widths)
     tables = [plan.tables[n] for n in names]
     states = [plan.states.get(n) for n in names]
     if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):

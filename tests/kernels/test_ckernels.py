@@ -188,11 +188,20 @@ def test_sgd_update_rounds_exactly_as_torch_sgd(gk_sgd, dim, pooling, weighted):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_fused_lookup_grad_equals_reference_bit_for_bit(gk, weighted):
-    """Replicated tables' whole-table gradients: every occurrence added in the reference's order."""
+@pytest.mark.parametrize("column_slices", [False, True])
+def test_fused_lookup_grad_equals_reference_bit_for_bit(gk, weighted, column_slices):
+    """Replicated tables' whole-table gradients: every occurrence added in the reference's order;
+    gradients that are column slices of one wider gradient (as a concatenation's backward gives
+    them) are read in place."""
     tables, lengths, idx, w, slots, poolings, features = _fused_case(weighted, seed=11)
     g = torch.Generator().manual_seed(12)
-    grads = [torch.randn(S * B, t.shape[1] * len(sl), generator=g) for t, sl in zip(tables, slots)]
+    widths = [t.shape[1] * len(sl) for t, sl in zip(tables, slots)]
+    if column_slices:
+        wide = torch.randn(S * B, sum(widths) + 5, generator=g)
+        grads = list(wide[:, 5:].split(widths, dim=1))
+        assert not any(gr.is_contiguous() for gr in grads)
+    else:
+        grads = [torch.randn(S * B, wd, generator=g) for wd in widths]
     bufs = [torch.zeros(t.shape) for t in tables]
     gk.fused_lookup_grad(bufs, lengths, idx, w, grads, slots, features, B, poolings)
     for buf, t, gr, sl, p in zip(bufs, tables, grads, slots, poolings):
