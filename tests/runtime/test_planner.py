@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -223,6 +224,28 @@ def test_fit_never_predicts_negative_time():
     assert report["intercept_us"] >= 0
     assert report["scales"]["gather"] == pytest.approx(50, rel=0.1)
     assert report["residual_us"] < 0.05 * 50 * 40000  # within 5% of the largest step
+
+
+def test_bounded_fit_refits_the_free_scales_to_the_bounded_ones():
+    # Two collinear-ish categories whose unconstrained solution has one scale far below its
+    # bound: clamping it afterwards (the old fit) leaves the other fitted to the wrong value.
+    rng = np.random.default_rng(0)
+    better = 0
+    for _ in range(20):
+        a = np.column_stack([np.ones(6), rng.uniform(1, 10, 6), rng.uniform(1, 10, 6)])
+        a[:, 2] += 0.9 * a[:, 1]
+        y = a @ np.array([0.0, 3.0, -2.0]) + rng.normal(0, 0.1, 6)
+        lo, hi = [0.0, 0.01, 0.01], [np.inf, 200.0, 200.0]
+        x = planner._bounded_lstsq(a, y, lo, hi)
+        assert all(l - 1e-12 <= v <= h for v, l, h in zip(x, lo, hi))
+        clamped = np.clip(np.linalg.lstsq(a, y, rcond=None)[0], lo, hi)
+        assert np.linalg.norm(a @ x - y) <= np.linalg.norm(a @ clamped - y) + 1e-9
+        better += np.linalg.norm(a @ x - y) < 0.5 * np.linalg.norm(a @ clamped - y)
+    assert better >= 15, better
+    # Inside the bounds it is plain least squares.
+    a = np.column_stack([np.ones(5), np.arange(5.0), np.arange(5.0) ** 2])
+    y = a @ np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(planner._bounded_lstsq(a, y, [0.0, 0.01, 0.01], [np.inf, 200.0, 200.0]), [1.0, 2.0, 0.5])
 
 
 def test_parallelism_sweep_turns_where_steps_get_slower():
