@@ -372,7 +372,8 @@ def _bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: 
 def fit_profile(
     base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
 ) -> tuple[HardwareProfile, dict[str, Any]]:
-    """Least-squares scales per cost category: F ~ intercept + sum_k scale_k x breakdown_k.
+    """Least-squares scales per cost category: F ~ intercept + sum_k scale_k x breakdown_k, in
+    relative error (each plan weighted by 1 / its F).
 
     `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
     Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
@@ -382,8 +383,11 @@ def fit_profile(
     (`_bounded_lstsq`), so the other scales are fitted to the bounded ones.
     """
     cats = [c for c in CATEGORIES if c != "other" and any(abs(b.get(c, 0.0)) > 1e-9 for b, _ in points)]
-    rows = [[1.0, *(b.get(c, 0.0) for c in cats)] for b, _ in points]
-    rhs = [f - b.get("other", 0.0) for b, f in points]
+    # Relative errors: each plan's row is divided by its measured F, so one slow plan (the
+    # reference lowering's T0 can take 8x the others) does not decide every scale.
+    weight = [1.0 / max(f, 1.0) for _, f in points]
+    rows = [[w, *(w * b.get(c, 0.0) for c in cats)] for w, (b, _) in zip(weight, points)]
+    rhs = [w * (f - b.get("other", 0.0)) for w, (b, f) in zip(weight, points)]
     data = list(rows)
     for j in range(len(cats)):
         col = [r[j + 1] for r in data]
@@ -397,8 +401,8 @@ def fit_profile(
     x = _bounded_lstsq(a, y, lower=[0.0] + [SCALE_MIN] * len(cats), upper=[math.inf] + [SCALE_MAX] * len(cats))
     scales = {c: float(x[j + 1]) for j, c in enumerate(cats)}
     n = len(points)
-    pred = a[:n] @ np.array([x[0], *(scales[c] for c in cats)])
-    residual = float(np.sqrt(np.mean((pred - y[:n]) ** 2))) if n else 0.0
+    pred = (a[:n] @ np.array([x[0], *(scales[c] for c in cats)])) / np.array(weight)
+    residual = float(np.sqrt(np.mean((pred - y[:n] / np.array(weight)) ** 2))) if n else 0.0
     s = {c: scales.get(c, 1.0) for c in CATEGORIES}
     fitted = attrs.evolve(
         base,

@@ -215,6 +215,20 @@ def test_fit_moves_the_scales_toward_the_measurements():
     assert report["residual_us"] < 200
 
 
+def test_fit_weighs_plans_by_relative_error():
+    # Five fast plans whose gathers run 2x slower than the profile says, and one plan 8x slower
+    # than them that the categories cannot explain (the reference lowering's T0): the fast
+    # plans, which the planner compares with each other, keep small relative errors.
+    points = [({"gather": g, "dense": 100_000.0}, 2 * g + 100_000.0) for g in (10_000.0, 14_000.0, 18_000.0,
+                                                                                  22_000.0, 26_000.0)]
+    points.append(({"gather": 30_000.0, "dense": 100_000.0}, 1_000_000.0))
+    fitted, report = planner.fit_profile(CPU_GLOO, points)
+    scales = report["scales"]
+    errors = [abs(report["intercept_us"] + scales["gather"] * b["gather"] + scales["dense"] * b["dense"] - f) / f
+              for b, f in points[:5]]
+    assert max(errors) < 0.1, errors
+
+
 def test_fit_never_predicts_negative_time():
     # The profile is 50x optimistic about gathers (like the reference lowering's per-table torch
     # ops on big bags): an unconstrained intercept would go negative; the fit goes through the
