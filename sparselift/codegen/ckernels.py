@@ -427,11 +427,26 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH, widest: int =
     )
 
 
+def _update_prologue(spec: TableSpec) -> list[str]:
+    """The `upd_*` signature (`sl_upd_fn`) and the casts and defaults every update kernel starts with."""
+    tt, it = _TYPES[spec.dtype], _ITYPES[spec.index_dtype]
+    return [
+        f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
+        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
+        "    const float* restrict grad, int64_t ldg, const int32_t* restrict slots, int nslots, int64_t F, int64_t B,",
+        "    int64_t S, float lr, float eps, float gs, int64_t* err) {",
+        f"  {tt}* restrict W = ({tt}*)W_;",
+        f"  const {it}* restrict idx = (const {it}*)idx_;",
+        "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts;",
+        f"  if (ldg <= 0) ldg = (int64_t){spec.dim} * nslots;  /* gradient rows ldg floats apart */",
+    ]
+
+
 def _sgd_update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16) -> str:
     """SGD backward + update without a sort: `torch.optim.SGD` on a sparse gradient applies one
     fused `w + (-lr) * g` per occurrence in the reference's order, and so does this loop, so a
     row's steps round exactly as the reference's (duplicates are not summed first)."""
-    d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
+    d, tt, st = spec.dim, _TYPES[spec.dtype], spec.dtype
     ch = _chunks(d, widest)
     lines = max(1, (d * (4 if st == "f32" else 2) + 63) // 64)
     scale, mul_s = _occurrence_scale(spec)
@@ -442,14 +457,8 @@ def _sgd_update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int
         "          }",
     ] if prefetch > 0 else [])
     return _lines(
-        f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
-        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
-        "    const float* restrict grad, int64_t ldg, const int32_t* restrict slots, int nslots, int64_t F, int64_t B,",
-        "    int64_t S, float lr, float eps, float gs, int64_t* err) {",
-        f"  {tt}* restrict W = ({tt}*)W_;",
-        f"  const {it}* restrict idx = (const {it}*)idx_;",
-        "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts; (void)rows; (void)err;",
-        f"  if (ldg <= 0) ldg = (int64_t){d} * nslots;  /* gradient rows ldg floats apart */",
+        *_update_prologue(spec),
+        "  (void)rows; (void)err;",
         "  const float nlr = -lr;",
         "  /* The reference's order: slot-major, then segment, sample, position. */",
         "  for (int k = 0; k < nslots; k++)",
@@ -477,7 +486,7 @@ def _sgd_update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int
 def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16, prefetch_l2: int = 0) -> str:
     if spec.optimizer == "sgd" and spec.dtype == "f32":
         return _sgd_update_fn(spec, prefetch, widest)
-    d, tt, it, st = spec.dim, _TYPES[spec.dtype], _ITYPES[spec.index_dtype], spec.dtype
+    d, tt, st = spec.dim, _TYPES[spec.dtype], spec.dtype
     ch = _chunks(d, widest)
     row_bytes = d * (4 if st == "f32" else 2)
     lines = max(1, (row_bytes + 63) // 64)
@@ -535,14 +544,7 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
             "      }",
         ]
     return _lines(
-        f"static int upd_{spec.tag}(void* W_, float* restrict state, int64_t rows, const int32_t* restrict lengths,",
-        "    const int64_t* restrict offs, const void* idx_, int64_t nidx, const float* restrict wts,",
-        "    const float* restrict grad, int64_t ldg, const int32_t* restrict slots, int nslots, int64_t F, int64_t B,",
-        "    int64_t S, float lr, float eps, float gs, int64_t* err) {",
-        f"  {tt}* restrict W = ({tt}*)W_;",
-        f"  const {it}* restrict idx = (const {it}*)idx_;",
-        "  (void)nidx; (void)eps; (void)state; (void)lengths; (void)wts;",
-        f"  if (ldg <= 0) ldg = (int64_t){d} * nslots;  /* gradient rows ldg floats apart */",
+        *_update_prologue(spec),
         "  int64_t n_ids = 0;",
         "  for (int k = 0; k < nslots; k++)",
         "    for (int64_t s = 0; s < S; s++) { int64_t bag0 = (s * F + slots[k]) * B; n_ids += offs[bag0 + B] - offs[bag0]; }",
