@@ -652,15 +652,16 @@ class Planner:
         return decision(cand, False, f"measured increment {inc / 1e3:+.2f} ms: not faster than the incumbent "
                         f"beyond noise {noise / 1e3:.2f} ms", predicted, **kw)
 
-    def _tie_break(self, inc: tuple[str, ...], cand: Candidate, predicted: float, f0: float,
-                   noise: float) -> Decision | None:
-        """Extra paired rounds for an inconclusive candidate; its acceptance, or None (rejected)."""
+    def _paired_rounds(self, inc: tuple[str, ...], cand: tuple[str, ...], f0: float) -> tuple[str, float] | None:
+        """Up to EXTRA_ROUNDS interleaved (inc, cand) steps, each round timed by its slowest rank.
+        If `cand` won WIN_SHARE of them by a median gain of at least 1% of `f0`: (what the rounds
+        showed, the median gain in us); else None."""
         t_inc, t_cand = [], []
         for _ in range(EXTRA_ROUNDS):
             if self._over_budget():
                 break
             t_inc.append(self._observe(inc))
-            t_cand.append(self._observe(cand.pipeline))
+            t_cand.append(self._observe(cand))
         n = len(t_inc)
         if n < 4:
             return None
@@ -671,8 +672,16 @@ class Planner:
         self.spent["tie_break_rounds"] += n
         if wins < WIN_SHARE * n or median < 0.01 * f0:
             return None
-        return decision(cand, True, f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); "
-                        f"faster in {wins} of {n} extra paired rounds, median gain {median / 1e3:.2f} ms",
+        return f"faster in {wins} of {n} extra paired rounds, median gain {median / 1e3:.2f} ms", median
+
+    def _tie_break(self, inc: tuple[str, ...], cand: Candidate, predicted: float, f0: float,
+                   noise: float) -> Decision | None:
+        """Extra paired rounds for an inconclusive candidate; its acceptance, or None (rejected)."""
+        won = self._paired_rounds(inc, cand.pipeline, f0)
+        if won is None:
+            return None
+        shown, median = won
+        return decision(cand, True, f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); {shown}",
                         predicted, measured_us=round(-median, 3), incumbent_us=round(f0, 3),
                         candidate_us=round(f0 - median, 3), noise_us=round(noise, 3))
 
@@ -799,17 +808,17 @@ class Planner:
         if keep and rivals:
             runner_up = min((k for k in timed if k != best and timed[k] < f0 and timed[k] - timed[best] < noise),
                             key=lambda k: (timed[k], k), default=None)
-            if runner_up is not None:
-                won = self._tie_break(by_label[best].pipeline, by_label[runner_up], predicted[runner_up],
-                                      timed[best], noise)
-                if won is not None:
-                    gain = f0 - (timed[best] + won.measured_us)
-                    confirmed = decision(
-                        by_label[runner_up], True, f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
-                        f"observations: {best}); {won.reason.split('; ', 1)[1]} against {best}",
-                        predicted[runner_up], measured_us=round(-gain, 3), incumbent_us=round(f0, 3),
-                        candidate_us=round(f0 - gain, 3), noise_us=round(noise, 3))
-                    best = runner_up
+            won = None if runner_up is None else self._paired_rounds(
+                by_label[best].pipeline, by_label[runner_up].pipeline, timed[best])
+            if won is not None:
+                shown, median = won
+                gain = f0 - (timed[best] - median)
+                confirmed = decision(
+                    by_label[runner_up], True, f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
+                    f"observations: {best}); {shown} against {best}",
+                    predicted[runner_up], measured_us=round(-gain, 3), incumbent_us=round(f0, 3),
+                    candidate_us=round(f0 - gain, 3), noise_us=round(noise, 3))
+                best = runner_up
         out = []
         for cand, _ in variants:
             r = results.get(cand.label)

@@ -391,9 +391,7 @@ class _Emitter:
         kernel = op.members[0].get_user_of_unique_use()
         if not isinstance(kernel, KernelOp) or kernel.kind.data != "lookup_update" or kernel.parent is not op.parent:
             return None
-        if list(kernel.args[len(kernel.args) - len(op.members):]) != list(op.members):
-            return None
-        if len(kernel.args) - len(op.members) != self._n_shared(kernel):
+        if list(kernel.args[self._n_shared(kernel):]) != list(op.members):
             return None
         return kernel if self._ranks(op) == self._kernel_ranks(kernel) else None
 

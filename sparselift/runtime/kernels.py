@@ -292,12 +292,15 @@ def lane_threads(threads: int):
         _LANE.threads = prev
 
 
+def _is_rows_apart(x: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the kernels can read or write `x` in place: 2-D, `dtype`, unit column stride, rows
+    at least a row apart (a column block of a wider buffer)."""
+    return x.dtype == dtype and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= x.shape[1]
+
+
 def _rows_apart(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`x` (2-D) itself when the kernels can read or write it in place: `dtype`, unit column
-    stride, rows at least a row apart (a column block of a wider buffer); else a dense copy."""
-    if x.dtype == dtype and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= x.shape[1]:
-        return x
-    return x.to(dtype).contiguous()
+    """`x` itself when the kernels can use it in place (`_is_rows_apart`), else a dense copy."""
+    return x if _is_rows_apart(x, dtype) else x.to(dtype).contiguous()
 
 
 def _addr_array(ctype, values: Sequence[int]):
@@ -565,8 +568,7 @@ class GeneratedKernels:
             if len(outs) != n:
                 raise ValueError(f"fused_lookup: {len(outs)} outputs for {n} tables")
             for i, (x, t, w) in enumerate(zip(outs, tables, prep["widths"])):
-                if (x.dim() != 2 or tuple(x.shape) != (nrows, w) or x.dtype != t.dtype
-                        or x.stride(1) != 1 or x.stride(0) < w or not _on_cpu(x)):
+                if not _is_rows_apart(x, t.dtype) or tuple(x.shape) != (nrows, w) or not _on_cpu(x):
                     raise ValueError(f"lookup of table '{names_fn()[i]}': output of shape {tuple(x.shape)}, dtype "
                                      f"{x.dtype}, strides {x.stride()}; expected ({nrows}, {w}) {t.dtype} rows")
         o, o_p = _addr_array(ctypes.c_void_p, [x.data_ptr() for x in outs])
@@ -686,6 +688,7 @@ class GeneratedKernels:
             if b.dtype != torch.float32 or b.dim() != 2 or not b.is_contiguous():
                 raise ValueError(f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
                                  f"tensor, got {b.dtype} of shape {tuple(b.shape)}")
+
         def reference() -> None:
             for b, g, sl, p in zip(buffers, grads, slots_per_table, poolings):
                 b += ref.lookup_grad(b, lengths, indices, weights, g * grad_scale, sl, features_per_segment, batch, p)

@@ -311,7 +311,7 @@ def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, gra
         # An untouched row has a zero gradient and fma(0, -lr, t) == t, so the whole-table update
         # equals the touched-rows one, with the same rounding (one fused multiply-add), without
         # searching for the touched rows.
-        table.add_(dense_grad * grad_scale, alpha=-lr)
+        table.add_(dense_grad if grad_scale == 1.0 else dense_grad * grad_scale, alpha=-lr)
         return
     touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
     apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)

@@ -268,6 +268,7 @@ BENCHES = {
     "quality": "sparselift.bench.quality",
     "kernels": "sparselift.bench.kernels",
     "gpu": "sparselift.bench.gpu",
+    "ops": "sparselift.bench.ops",
 }
 
 
@@ -344,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu")
+    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan)")
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)

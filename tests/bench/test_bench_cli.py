@@ -118,3 +118,20 @@ def test_ablation_runs_every_configuration(tmp_path):
 def test_ablation_rejects_one_rank():
     proc = subprocess.run(CLI + ["bench", "ablation", "--world-size", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--world-size must be at least 2" in proc.stderr
+
+
+def test_ops_bench_times_every_plan_op(tmp_path):
+    # rows cap 2000: some tables are exchanged (table-wise), the smallest replicated.
+    cmd = CLI + ["bench", "ops", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "2000",
+                 "--batch-size", "32", "--steps", "2", "--warmup", "1", "--json", str(tmp_path / "o.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "o.json").read_text())
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    for r in result["ranks"]:
+        ops = r["ops_ms_per_step"]
+        # The generated plan's route, fused kernels and dense regions all ran and were timed.
+        for name in ("route", "fused_lookup", "fused_lookup_update", "fused_lookup_grad", "PlanBase.dense"):
+            assert ops[name] > 0, (name, ops)
+        assert 0 < ops["PlanBase.dense"] < r["step_ms_median"]
+    assert "step (median)" in proc.stdout and "fused_lookup_update" in proc.stdout
