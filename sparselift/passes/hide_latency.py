@@ -13,7 +13,8 @@ reschedules each region of a `sched.step` so the exchanges run while independent
   gradients exist and are waited on after the rest of the dense backward;
 - `dense-grads=true` marks the step (`dense_grad_overlap`) so the runtime starts each bucket of
   the dense gradients' all-reduce as soon as backward has produced it, overlapping the sparse
-  backward, instead of one all-reduce after backward.
+  backward, instead of one all-reduce after backward (`dense-grads=false`; the planner measures
+  both, since the overlap pays only where the exchange can run beside compute).
 
 The new order is a topological order of the region's dependency graph (networkx; def-use edges
 plus program-order edges that keep collectives, table updates and dense regions in their

@@ -446,9 +446,15 @@ def enumerate_candidates(
         elif family == "latency-hiding":
             if name in current:
                 continue
-            for fwd, bwd, label in ((True, False, "forward"), (False, True, "backward"), (True, True, "forward+backward")):
+            # The last schedule hides both directions' sparse exchanges but keeps the dense
+            # gradients to one all-reduce after backward: whether overlapping that all-reduce
+            # with backward pays depends on spare cores the model does not see, so it is measured.
+            for fwd, bwd, dense, label in ((True, False, True, "forward"), (False, True, True, "backward"),
+                                           (True, True, True, "forward+backward"),
+                                           (True, True, False, "forward+backward, dense grads after backward")):
                 add(family, f"hide {label}", format_spec(
-                    name, {"forward": fwd, "backward": bwd} | _cap_option(options, "max-inflight-bytes")))
+                    name, {"forward": fwd, "backward": bwd} | ({} if dense else {"dense-grads": False})
+                    | _cap_option(options, "max-inflight-bytes")))
         else:
             raise ValueError(f"unknown optimization family '{family}'; known: {', '.join(FAMILIES)}")
     return out

@@ -99,8 +99,10 @@ class _GradBuckets:
     all-reduce starts asynchronously, so the exchange overlaps the rest of backward (the sparse
     backward included). Autograd runs in the same order on every rank, so buckets start in the
     same order everywhere. `finish()` waits and writes the averages back. Without `overlap`
-    (a plan that `hide-latency` did not mark `dense_grad_overlap`) every bucket starts in
-    `finish()`, after backward.
+    (a plan that `hide-latency` did not mark `dense_grad_overlap`) all dense gradients form one
+    bucket, one all-reduce after backward: where the exchange cannot run beside compute (gloo on
+    fully used cores) each extra collective costs its latency and overlapping ones slow backward
+    down; on Kaggle shapes one all-reduce measured about 5 ms a step faster than 1 MiB buckets.
     """
 
     def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20,
@@ -109,7 +111,7 @@ class _GradBuckets:
         self.buckets: list[list[nn.Parameter]] = [[]]
         size = 0
         for p in reversed(params):
-            if size and size + p.numel() * p.element_size() > bucket_bytes:
+            if overlap and size and size + p.numel() * p.element_size() > bucket_bytes:
                 self.buckets.append([])
                 size = 0
             self.buckets[-1].append(p)

@@ -78,6 +78,18 @@ def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
     assert [(c.available, c.reason) for c in par] == [(False, "unavailable: pass 'parallelize-tables' is not registered")]
 
 
+def test_latency_hiding_schedules_include_one_dense_all_reduce_after_backward():
+    # Overlapping the dense gradients' all-reduce with backward is itself a measured choice.
+    cands = enumerate_candidates(lifted(), PlanOptions(families=("latency-hiding",)))
+    assert [c.change for c in cands] == [
+        "hide-latency{forward=true backward=false}",
+        "hide-latency{forward=false backward=true}",
+        "hide-latency{forward=true backward=true}",
+        "hide-latency{forward=true backward=true dense-grads=false}",
+    ]
+    assert len({predict(lifted(), c.change, CPU_GLOO).text_hash for c in cands}) == 4  # four distinct schedules
+
+
 def test_cost_terms_add_up_to_annotate_cost():
     # The categories the runtime planner fits must be annotate-cost's estimate, split.
     module = lifted()

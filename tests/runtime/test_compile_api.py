@@ -114,3 +114,14 @@ def test_torch_compile_of_several_compiled_models_in_one_process():
         out = torch.compile(compiled)(*inputs)
         torch.testing.assert_close(out, reference(*inputs))
         out.sum().backward()
+
+
+def test_dense_gradients_form_one_all_reduce_unless_the_plan_overlaps_them():
+    from sparselift.runtime.compiled import _GradBuckets
+
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (300, 200, 100, 400)]  # 4-byte floats
+    overlapped = _GradBuckets(params, None, 2, bucket_bytes=1600, overlap=True)
+    # Reverse registration order (backward's), a new bucket once one would pass 1600 bytes.
+    assert [[p.numel() for p in b] for b in overlapped.buckets] == [[400], [100, 200], [300]]
+    after_backward = _GradBuckets(params, None, 2, bucket_bytes=1600, overlap=False)
+    assert [[p.numel() for p in b] for b in after_backward.buckets] == [[400, 100, 200, 300]]

@@ -95,6 +95,9 @@ ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-la
         pytest.param("dlrm-kaggle", 2, "auto", "hide-latency", False, id="ws2-kaggle-hide"),
         pytest.param("two-tower", 3, "auto", "hide-latency{overlap=output}", True, id="ws3-output-overlap-pipelined"),
         pytest.param("two-tower", 2, "row_wise", "hide-latency{max-inflight-bytes=2000}", False, id="ws2-capped"),
+        # The planner's schedule with the dense gradients in one all-reduce after backward.
+        pytest.param("dlrm-kaggle", 2, "auto", "generate-kernels,hide-latency{dense-grads=false}", True,
+                     id="ws2-kaggle-dense-grads-after-backward-pipelined"),
         # All four optimizations in one pipeline, with and without TrainPipeline.
         pytest.param("dlrm-kaggle", 2, "auto", ALL_FOUR, True, id="ws2-kaggle-all-four-pipelined"),
         pytest.param("two-tower", 3, "auto", ALL_FOUR, False, id="ws3-two-tower-all-four"),
