@@ -244,6 +244,7 @@ def format_table(result: dict[str, Any]) -> str:
         plan = result["sparselift_plan"]
         lines.append(f"SparseLift plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
                      "(in its setup time, excluded from the timed steps)")
+        lines += [f"  {d}" for d in plan.get("decisions", [])]
     return "\n".join(lines)
 
 

@@ -42,6 +42,11 @@ def test_dlrm_bench_json_has_every_key(dlrm_run):
     for key in ("sparselift_vs_baseline", "sparselift_vs_torchrec", "ceiling_vs_torchrec"):
         assert result["ratios"][key] > 0
     assert result["config"]["world_size"] == 2 and "torch" in result["machine"]
+    # The planner's measured verdicts say why SparseLift runs the pipeline it runs.
+    plan = result["sparselift_plan"]
+    assert plan["pipeline"].startswith("lift-sparse") and plan["decisions"]
+    assert all(d.startswith(("[accepted] ", "[rejected] ")) for d in plan["decisions"])
+    assert any(d.startswith("[accepted] codegen") for d in plan["decisions"]) == ("generate-kernels" in plan["pipeline"])
 
 
 def test_dlrm_bench_png_opens(dlrm_run):
