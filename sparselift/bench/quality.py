@@ -3,7 +3,8 @@
 Both systems start from identical weights and see identical data (the synthetic Criteo stream,
 whose planted click signal makes AUC meaningful). Reported, as in the paper's quality table:
 ROC-AUC, AP and LogLoss on the held-out split for both, and the MAE / RMSE between the two
-training-loss curves over matched steps.
+training-loss curves over matched steps; `--plot` draws the curves, their difference and the
+metrics.
 """
 
 from __future__ import annotations
@@ -144,6 +145,46 @@ def format_table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
+    """A PNG: both training-loss curves (moving average over `window` steps), their per-step
+    difference, and the held-out metrics side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = r["config"]
+    a, b = r["losses"]["baseline"], r["losses"]["sparselift"]
+    w = max(1, min(window, len(a)))
+
+    def smooth(xs: list[float]) -> list[float]:
+        return [sum(xs[i - w + 1 : i + 1]) / w for i in range(w - 1, len(xs))]
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.6))
+    steps = range(w, len(a) + 1)
+    ax1.plot(steps, smooth(a), label="DLRM-Baseline", lw=2.5, alpha=0.6)
+    ax1.plot(steps, smooth(b), label="SparseLift", lw=1.2, ls="--")
+    ax1.set_xlabel("training step")
+    ax1.set_ylabel(f"training loss (mean of {w} steps)")
+    ax1.set_title(f"Training loss: {cfg['model']}, {cfg['world_size']} ranks, sharding {cfg['sharding']}")
+    ax1.legend(fontsize=8)
+    ax2.plot(range(1, len(a) + 1), [y - x for x, y in zip(a, b)], lw=0.8, color="C3")
+    ax2.axhline(0.0, color="0.5", lw=0.6)
+    ax2.set_xlabel("training step")
+    ax2.set_ylabel("loss difference (SparseLift - Baseline)")
+    ax2.set_title(f"Per-step difference: MAE {r['loss_mae']:.2e}, RMSE {r['loss_rmse']:.2e}")
+    names = (("auc", "ROC-AUC"), ("ap", "AP"), ("logloss", "LogLoss"))
+    x = range(len(names))
+    ax3.bar([i - 0.2 for i in x], [r[k]["baseline"] for k, _ in names], width=0.4, label="DLRM-Baseline")
+    ax3.bar([i + 0.2 for i in x], [r[k]["sparselift"] for k, _ in names], width=0.4, label="SparseLift")
+    ax3.set_xticks(list(x), [label for _, label in names])
+    ax3.set_title(f"Held-out metrics ({r['eval_samples']} samples)")
+    ax3.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sparselift bench quality", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
@@ -156,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sharding", default="table_wise", choices=("table_wise", "auto", "row_wise", "data_parallel"),
                    help="SparseLift's table placement (default: table_wise, the reference's placement class)")
     p.add_argument("--json", help="write the results as JSON")
+    p.add_argument("--plot", help="write a PNG: the two loss curves, their difference, the held-out metrics")
     a = p.parse_args(argv)
     cfg = QualityConfig(model=a.model, world_size=a.world_size, steps=a.steps, eval_batches=a.eval_batches,
                         batch_size=a.batch_size, rows_cap=a.rows_cap, lr=a.lr, sharding=a.sharding)
@@ -164,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     result = summarize(cfg, launch(quality_worker, cfg.world_size, cfg, timeout_s=3600))
     report(result, "quality", argv, format_table, a.json)
+    if a.plot:
+        plot(result, a.plot)
     return 0
 
 

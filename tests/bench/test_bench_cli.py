@@ -62,6 +62,7 @@ def test_quality_bench_reports_the_paper_metrics(tmp_path, sharding):
     cmd = CLI + [
         "bench", "quality", "--model", "dlrm-kaggle", "--world-size", "2", "--steps", "8", "--batch-size", "32",
         "--rows-cap", "500", "--eval-batches", "2", "--sharding", sharding, "--json", str(tmp_path / "q.json"),
+        "--plot", str(tmp_path / "q.png"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -78,6 +79,10 @@ def test_quality_bench_reports_the_paper_metrics(tmp_path, sharding):
         # Replicated small tables update from an all-reduced dense gradient: same math, other rounding.
         assert abs(result["auc"]["baseline"] - result["auc"]["sparselift"]) < 1e-3
         assert result["loss_rmse"] < 1e-4
+    from PIL import Image
+
+    with Image.open(tmp_path / "q.png") as img:  # three panels: curves, difference, metrics
+        assert img.format == "PNG" and img.size[0] > 1200 and img.size[1] > 300
     assert "ROC-AUC" in proc.stdout and "LogLoss" in proc.stdout and f"sharding {sharding}" in proc.stdout
 
 
