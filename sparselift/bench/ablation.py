@@ -16,7 +16,8 @@ p25/p75 step time, the five-column stage breakdown and the speedup over `unoptim
 
 Cost-model accuracy: first the planner calibrates as `compile()` does; its fitted profile then
 predicts every row's forward + backward time, next to the measured one (median absolute error
-in `cost_model`; `--no-cost-model` skips this).
+in `cost_model`; `--no-cost-model` skips this). `--pipeline NAME=PIPELINE` (repeated) runs those
+pipelines instead of the ten rows: an interleaved A/B of chosen schedules.
 JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p25",
 "step_ms_p75", "speedup", "breakdown": {...}}], "config": {...}, "machine": {...}}`.
 """
@@ -62,6 +63,21 @@ def ablation_rows() -> list[AblationRow]:
     rows += [row(f"+{n}", [n]) for n in names]
     rows.append(row("all four", names))
     rows += [row(f"all four - {n}", [m for m in names if m != n]) for n in names]
+    return rows
+
+
+def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
+    """`NAME=PIPELINE` per row (the pipeline after lift-sparse; generated kernels when it has
+    `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows."""
+    rows = []
+    for spec in specs:
+        name, sep, pipeline = spec.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--pipeline '{spec}': expected NAME=PIPELINE, e.g. 'hide=generate-kernels,hide-latency'")
+        if name.strip() in {r.config for r in rows}:
+            raise ValueError(f"--pipeline '{spec}': the name '{name.strip()}' is given twice")
+        rows.append(AblationRow(name.strip(), pipeline.strip(),
+                                "generated" if "generate-kernels" in pipeline else "reference"))
     return rows
 
 
@@ -233,10 +249,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
     p.add_argument("--no-cost-model", action="store_true",
                    help="skip the planner calibration that predicts every row (cost-model accuracy)")
+    p.add_argument("--pipeline", action="append", default=[], metavar="NAME=PIPELINE",
+                   help="instead of the ten rows, these pipelines (after lift-sparse), in this order; "
+                        "the speedup is over the first (repeat the option)")
     p.add_argument("--json", help="write the results as JSON")
     a = p.parse_args(argv)
     if a.world_size < 2:
         p.error("--world-size must be at least 2 (the optimizations act on exchanges between ranks)")
+    try:
+        rows = custom_rows(a.pipeline) if a.pipeline else ablation_rows()
+    except ValueError as e:
+        p.error(str(e))
     cfg = BenchConfig(model=a.model, world_size=a.world_size, systems=("sparselift",), steps=a.steps, rounds=a.rounds,
                       warmup=a.warmup, batch_size=a.batch_size, rows_cap=a.rows_cap)
     if a.quick:
@@ -244,7 +267,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                            batch_size=min(cfg.batch_size, 256), rows_cap=min(cfg.rows_cap or 5_000, 5_000))
     from sparselift.runtime.distributed import launch
 
-    rows = ablation_rows()
     result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, not a.no_cost_model,
                                          timeout_s=1800))
     report(result, "ablation", argv, format_table, a.json)

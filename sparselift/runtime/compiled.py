@@ -102,7 +102,7 @@ class _GradBuckets:
     (a plan that `hide-latency` did not mark `dense_grad_overlap`) all dense gradients form one
     bucket, one all-reduce after backward: where the exchange cannot run beside compute (gloo on
     fully used cores) each extra collective costs its latency and overlapping ones slow backward
-    down; on Kaggle shapes one all-reduce measured about 5 ms a step faster than 1 MiB buckets.
+    down (the measured A/B is in bench/RESULTS.md, "Dense gradients in one all-reduce").
     """
 
     def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20,

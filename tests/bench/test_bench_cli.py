@@ -125,6 +125,24 @@ def test_ablation_runs_every_configuration(tmp_path):
     assert "median absolute error" in proc.stdout
 
 
+def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
+    cmd = CLI + ["bench", "ablation", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "500",
+                 "--batch-size", "32", "--steps", "2", "--rounds", "2", "--warmup", "1", "--no-cost-model",
+                 "--pipeline", "kernels=generate-kernels",
+                 "--pipeline", "after=generate-kernels,hide-latency{dense-grads=false}", "--json", str(tmp_path / "a.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads((tmp_path / "a.json").read_text())["rows"]
+    assert [(r["config"], r["compiled"], r["kernels"]) for r in rows] == [
+        ("kernels", "lift-sparse,generate-kernels", "generated"),
+        ("after", "lift-sparse,generate-kernels,hide-latency{dense-grads=false}", "generated"),
+    ]
+    assert rows[0]["speedup"] == 1.0 and "after" in proc.stdout
+    bad = subprocess.run(CLI + ["bench", "ablation", "--pipeline", "generate-kernels"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "expected NAME=PIPELINE" in bad.stderr
+
+
 def test_ablation_rejects_one_rank():
     proc = subprocess.run(CLI + ["bench", "ablation", "--world-size", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--world-size must be at least 2" in proc.stderr
