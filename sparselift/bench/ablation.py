@@ -69,15 +69,20 @@ def ablation_rows() -> list[AblationRow]:
 def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
     """`NAME=PIPELINE` per row (the pipeline after lift-sparse; generated kernels when it has
     `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows."""
+    from sparselift.passes.plan_sparse import pass_name, registered_passes, split_pipeline
+
+    known = set(registered_passes())
     rows = []
     for spec in specs:
-        name, sep, pipeline = spec.partition("=")
-        if not sep or not name.strip():
+        name, sep, pipeline = (part.strip() for part in spec.partition("="))
+        if not sep or not name:
             raise ValueError(f"--pipeline '{spec}': expected NAME=PIPELINE, e.g. 'hide=generate-kernels,hide-latency'")
-        if name.strip() in {r.config for r in rows}:
-            raise ValueError(f"--pipeline '{spec}': the name '{name.strip()}' is given twice")
-        rows.append(AblationRow(name.strip(), pipeline.strip(),
-                                "generated" if "generate-kernels" in pipeline else "reference"))
+        if name in {r.config for r in rows}:
+            raise ValueError(f"--pipeline '{spec}': the name '{name}' is given twice")
+        unknown = [pass_name(p) for p in split_pipeline(pipeline) if pass_name(p) not in known]
+        if unknown:
+            raise ValueError(f"--pipeline '{spec}': unknown pass {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        rows.append(AblationRow(name, pipeline, "generated" if "generate-kernels" in pipeline else "reference"))
     return rows
 
 

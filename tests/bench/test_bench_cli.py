@@ -141,6 +141,9 @@ def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
     bad = subprocess.run(CLI + ["bench", "ablation", "--pipeline", "generate-kernels"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "expected NAME=PIPELINE" in bad.stderr
+    typo = subprocess.run(CLI + ["bench", "ablation", "--pipeline", "a=generate-kernel"], capture_output=True,
+                          text=True, timeout=120)
+    assert typo.returncode == 2 and "unknown pass generate-kernel;" in typo.stderr
 
 
 def test_ablation_rejects_one_rank():
