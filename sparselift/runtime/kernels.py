@@ -505,6 +505,29 @@ class GeneratedKernels:
         self._prepared[key] = (lib, prep)
         return prep
 
+    def _per_table(self, wrapper: str, role: str, tables, poolings, names, **lists):
+        """The fused wrappers' shared prologue: `poolings` as a list, a lazy `names_fn` (table
+        names only when an error needs them), every per-table list as long as `tables`, and each
+        pooling known; errors name the wrapper, or the table and its `role` ("lookup of table")."""
+        n = len(tables)
+        poolings = [poolings] * n if isinstance(poolings, str) else list(poolings)
+
+        def names_fn():
+            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
+
+        if any(len(v) != n for v in [poolings, *lists.values()]) or (names is not None and len(names) != n):
+            raise ValueError(f"{wrapper}: per-table arguments must have the same length")
+        for i, p in enumerate(poolings):
+            if p not in ("sum", "mean"):
+                raise ValueError(f"{role} of table '{names_fn()[i]}': unknown pooling '{p}'")
+        return poolings, names_fn
+
+    @staticmethod
+    def _check_index_dtype(indices, names_fn, n: int, role: str) -> None:
+        if indices.dtype not in _INDEX:
+            raise ValueError(f"{role} of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
+                             f"got {indices.dtype}")
+
     def _check_common(self, names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch):
         """Fast path of `_geometry`: the usual dtypes and shapes pass with attribute checks only."""
         f, b = int(features_per_segment), int(batch)
@@ -527,23 +550,11 @@ class GeneratedKernels:
         e.g. column blocks of one exchange buffer); returned as given."""
         tables = list(tables)
         n = len(tables)
-        if isinstance(poolings, str):
-            poolings = [poolings] * n
-
-        def names_fn():
-            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
-
-        if not (n == len(slots_per_table) == len(poolings)) or (names is not None and len(names) != n):
-            raise ValueError("fused_lookup: tables, slots_per_table, poolings (and names) must have the same length")
-        for p, nm in zip(poolings, range(n)):
-            if p not in ("sum", "mean"):
-                raise ValueError(f"lookup of table '{names_fn()[nm]}': unknown pooling '{p}'")
+        poolings, names_fn = self._per_table("fused_lookup", "lookup", tables, poolings, names, slots=slots_per_table)
         if not _on_cpu(*tables, lengths, indices, weights):
             return _device_impl("fused_lookup")(tables, lengths, indices, weights, slots_per_table,
                                                 features_per_segment, batch, poolings, names=names_fn())
-        if indices.dtype not in _INDEX:
-            raise ValueError(f"lookup of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
-                             f"got {indices.dtype}")
+        self._check_index_dtype(indices, names_fn, n, "lookup")
         if not all(t.is_contiguous() for t in tables):
             tables = [t.contiguous() for t in tables]
         lengths, indices, weights, segments = self._check_common(
@@ -597,30 +608,18 @@ class GeneratedKernels:
         """`reference.lookup_update` of several tables in one C call (all or nothing on bad input)."""
         tables = list(tables)
         n = len(tables)
-        if isinstance(poolings, str):
-            poolings = [poolings] * n
-        if isinstance(kinds, str):
-            kinds = [kinds] * n
+        kinds = [kinds] * n if isinstance(kinds, str) else list(kinds)
         states = list(states) if states is not None else [None] * n
-
-        def names_fn():
-            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(tables)]
-
-        if not (n == len(states) == len(grads) == len(slots_per_table) == len(poolings) == len(kinds)) or (
-                names is not None and len(names) != n):
-            raise ValueError("fused_lookup_update: per-table arguments must have the same length")
-        for i, (k, p) in enumerate(zip(kinds, poolings)):
+        poolings, names_fn = self._per_table("fused_lookup_update", "update", tables, poolings, names,
+                                             states=states, grads=grads, slots=slots_per_table, kinds=kinds)
+        for i, k in enumerate(kinds):
             if k not in ckernels.OPTIMIZERS:
                 raise ValueError(f"update of table '{names_fn()[i]}': unknown optimizer '{k}'")
-            if p not in ("sum", "mean"):
-                raise ValueError(f"update of table '{names_fn()[i]}': unknown pooling '{p}'")
         if not _on_cpu(*tables, *states, *grads, lengths, indices, weights):
             return _device_impl("fused_lookup_update")(tables, states, lengths, indices, weights, grads, slots_per_table,
                                                        features_per_segment, batch, poolings, kinds, lr, eps,
                                                        grad_scale, names=names_fn())
-        if indices.dtype not in _INDEX:
-            raise ValueError(f"update of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
-                             f"got {indices.dtype}")
+        self._check_index_dtype(indices, names_fn, n, "update")
         for i, t in enumerate(tables):
             if not t.is_contiguous():
                 raise ValueError(f"update of table '{names_fn()[i]}': the table must be contiguous to be updated in place")
@@ -674,17 +673,9 @@ class GeneratedKernels:
         table, of its shape), in one C call: all or nothing on bad input."""
         buffers = list(buffers)
         n = len(buffers)
-        if isinstance(poolings, str):
-            poolings = [poolings] * n
-
-        def names_fn():
-            return list(names) if names is not None else [self._name(t, i) for i, t in enumerate(buffers)]
-
-        if not (n == len(grads) == len(slots_per_table) == len(poolings)) or (names is not None and len(names) != n):
-            raise ValueError("fused_lookup_grad: per-table arguments must have the same length")
-        for i, (b, p) in enumerate(zip(buffers, poolings)):
-            if p not in ("sum", "mean"):
-                raise ValueError(f"gradient of table '{names_fn()[i]}': unknown pooling '{p}'")
+        poolings, names_fn = self._per_table("fused_lookup_grad", "gradient", buffers, poolings, names,
+                                             grads=grads, slots=slots_per_table)
+        for i, b in enumerate(buffers):
             if b.dtype != torch.float32 or b.dim() != 2 or not b.is_contiguous():
                 raise ValueError(f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
                                  f"tensor, got {b.dtype} of shape {tuple(b.shape)}")
@@ -695,9 +686,7 @@ class GeneratedKernels:
 
         if not _on_cpu(*buffers, *grads, lengths, indices, weights):
             return reference()
-        if indices.dtype not in _INDEX:
-            raise ValueError(f"gradient of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
-                             f"got {indices.dtype}")
+        self._check_index_dtype(indices, names_fn, n, "gradient")
         lengths, indices, weights, segments = self._check_common(
             names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
         prep = self._prepare("fwd", buffers, slots_per_table, poolings, None, indices.dtype, weights is not None,

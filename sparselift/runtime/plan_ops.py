@@ -398,15 +398,17 @@ def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, fea
     generated = plan.kernels is not None and hasattr(plan.kernels, "fused_lookup")
     if packed is not None:
         layout, dtype = packed
-        width = sum(size for _, size in layout[0]) if layout else 0
-        buffer = torch.empty(len(layout) * plan.batch * width, dtype=dtype, device=tables[0].device)
         fb = int(features_per_segment) * plan.batch
-        views = _column_blocks(buffer, layout, plan.batch) if generated else None
-        if (views is not None and fb > 0 and lengths.numel() == len(layout) * fb
+        if (generated and layout and fb > 0 and lengths.numel() == len(layout) * fb
                 and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)):
-            plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
-                                      list(poolings), names=list(names), out=views)
-            return buffer
+            width = sum(size for _, size in layout[0])
+            buffer = torch.empty(len(layout) * plan.batch * width, dtype=dtype, device=tables[0].device)
+            views = _column_blocks(buffer, layout, plan.batch)
+            if views is not None:
+                plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
+                                          list(poolings), names=list(names), out=views)
+                return buffer
+        # The generic way (reference lowering, devices, other dtypes or layouts): look up, then pack.
         members = fused_lookup(plan, names, lengths, indices, weights, slots=slots,
                                features_per_segment=features_per_segment, poolings=poolings)
         return pack(plan, members, layout, dtype)

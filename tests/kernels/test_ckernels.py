@@ -221,6 +221,31 @@ def test_fused_lookup_grad_bad_id_names_the_table_and_writes_nothing(gk):
     assert all(b.abs().sum() == 0 for b in bufs)
 
 
+def test_fused_wrappers_name_the_table_in_argument_errors(gk):
+    """The three fused wrappers share one argument check: lengths of the per-table lists, known
+    poolings and index dtypes, each error naming the wrapper or the table."""
+    tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=14)
+    names = [f"t{i}" for i in range(len(tables))]
+    grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
+    bufs = [torch.zeros(t.shape) for t in tables]
+    calls = {
+        "lookup": lambda sl, pl, ix: gk.fused_lookup(tables, lengths, ix, None, sl, features, B, pl, names=names),
+        "update": lambda sl, pl, ix: gk.fused_lookup_update(tables, None, lengths, ix, None, grads, sl, features, B,
+                                                            pl, "sgd", 0.1, 0.0, names=names),
+        "gradient": lambda sl, pl, ix: gk.fused_lookup_grad(bufs, lengths, ix, None, grads, sl, features, B, pl,
+                                                            names=names),
+    }
+    before = [t.clone() for t in tables]
+    for role, call in calls.items():
+        with pytest.raises(ValueError, match=r"^fused_lookup\w*: per-table arguments must have the same length"):
+            call(slots[:-1], poolings, idx)
+        with pytest.raises(ValueError, match=f"^{role} of table 't1': unknown pooling 'max'"):
+            call(slots, [poolings[0], "max", *poolings[2:]], idx)
+        with pytest.raises(ValueError, match=f"^{role} of table 't0': indices must be int32 or int64, got torch.float32"):
+            call(slots, poolings, idx.float())
+    assert all(torch.equal(t, b) for t, b in zip(tables, before)) and all(b.abs().sum() == 0 for b in bufs)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64])
 def test_concat_ids_checks_every_id_while_it_copies(gk, out_dtype):
     g = torch.Generator().manual_seed(14)
