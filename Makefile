@@ -40,6 +40,9 @@ demo: $(STAMP)
 	$(BIN)/sparselift bench dlrm --quick --model dlrm-bench --world-size 2 \
 		--json bench/out/demo-bench.json --plot bench/out/demo-bench.png
 	@echo "wrote bench/out/demo.json, demo.png, demo-bench.json and demo-bench.png"
+	@echo "real table sizes (33.8M-row Criteo Kaggle, 8 x 1M x 64 dlrm-bench; several minutes each):"
+	@echo "  $(BIN)/sparselift bench dlrm --model dlrm-kaggle --rows-cap none --world-size 2"
+	@echo "  $(BIN)/sparselift bench dlrm --model dlrm-bench --rows-cap 1000000 --world-size 2"
 
 clean:
 	rm -rf $(VENV) .pytest_cache tests/filecheck/.lit_test_times.txt

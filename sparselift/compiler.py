@@ -7,12 +7,12 @@ import every stage; the stages themselves only import downstream (docs/architect
 from __future__ import annotations
 
 import copy
-import hashlib
+import functools
 import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -20,13 +20,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparselift.codegen.plan_module import emit_plan_module
-from sparselift.frontend.export import export
+from sparselift.codegen.plan_module import emit_plan_module, plan_hash
+from sparselift.frontend.errors import ExportError
+from sparselift.frontend.export import export, input_device
+from sparselift.frontend.meta import has_meta_parameters, table_initializers
 from sparselift.optim import SGD, RowWiseAdagrad
 from sparselift.passes.sharding import ShardingPlan
+from sparselift.runtime.agree import register_error_type, same_outcome
 from sparselift.runtime.compiled import CompiledModel, CompileOptions, Plan, cache_dir
+from sparselift.runtime.tables import LocalTables, check_memory_cap, missing_inits, take_local_shards
 
 log = logging.getLogger("sparselift")
+register_error_type(ExportError)  # a model refused on one rank is an ExportError on every rank
 
 
 def _load_module(path: Path, name: str):
@@ -37,21 +42,33 @@ def _load_module(path: Path, name: str):
     return module
 
 
-def _export_same_on_every_rank(model, example_inputs, world, sharding, pg):
+def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_seed: int = 0):
     """Rank 0 decides (workload statistics and placement from its example inputs) and broadcasts;
-    the other ranks export with those decisions, so every rank builds the same plan."""
+    the other ranks export with those decisions, so every rank builds the same plan.
+
+    A refusal on any rank (rank 0's export, or another rank's) is raised on every rank: the
+    others would otherwise wait for the broadcast, or the next collective, until the timeout."""
     payload = [None]
     program = None
-    if world == 1 or dist.get_rank(pg) == 0:
-        program = export(model, example_inputs, world_size=world, sharding=sharding)
-        payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
+    with same_outcome(pg, world):
+        if world == 1 or dist.get_rank(pg) == 0:
+            program = export(model, example_inputs, world_size=world, sharding=sharding, init_seed=init_seed)
+            payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
     if world > 1:
         dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
-    if program is None:
-        plan_json, stats = payload[0]
-        program = export(model, example_inputs, world_size=world, sharding=ShardingPlan.from_json(plan_json),
-                         stats=stats)
+    with same_outcome(pg, world):  # rank 0 takes part too: it must hear of the others' refusals
+        if program is None:
+            plan_json, stats = payload[0]
+            program = export(model, example_inputs, world_size=world, sharding=ShardingPlan.from_json(plan_json),
+                             stats=stats, init_seed=init_seed)
     return program
+
+
+def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
+    """`build_compiled`, with a failure on any rank (IR passes, plan module, kernels) raised on
+    every rank. Its work is local to the rank, so the ranks only meet at the end."""
+    with same_outcome(kwargs["process_group"], kwargs["world"]):
+        return build_compiled(*args, **kwargs)
 
 
 def lift_spec(optimizer: SGD | RowWiseAdagrad) -> str:
@@ -65,7 +82,7 @@ def lift_spec(optimizer: SGD | RowWiseAdagrad) -> str:
 
 def build_compiled(
     program,
-    model_tables: Mapping[str, torch.Tensor],
+    local: LocalTables,
     pipeline: Sequence[str],
     *,
     rank: int,
@@ -79,9 +96,9 @@ def build_compiled(
     `pipeline` (lift-sparse first); `options.kernels` selects the runtime kernels.
 
     The exported module is cloned, so one program serves many pipelines (the planner builds a
-    candidate per pipeline). The model's tables are always copied into the plan; with
-    `scratch=True` the dense regions are deep-copied too, so running the result (calibration)
-    never touches the model's parameters.
+    candidate per pipeline). Every plan of a rank runs on the same table storage, `local` (see
+    `sparselift.runtime.tables`); with `scratch=True` the dense regions are deep-copied, so
+    running the result (calibration) never touches the model's dense parameters.
     """
     from sparselift.passes.plan_sparse import run_pipeline
 
@@ -91,7 +108,9 @@ def build_compiled(
     lifted = attrs.evolve(program, module=module, regions=regions)
     ir_text = lifted.text
     source = emit_plan_module(module)
-    digest = hashlib.sha256((ir_text + source + torch.__version__).encode()).hexdigest()[:16]
+    # One name for the plan: the optimized IR's hash, the "plan hash" of the module's header and
+    # of explain(). A cached file of another emitter version (same IR) is rewritten below.
+    digest = plan_hash(module)
     path = cache_dir(options) / f"plan_{digest}.py"
     if path.exists() and path.read_text() == source:
         log.info("sparselift: plan %s found in the cache (%s); nothing rebuilt", digest, path)
@@ -102,7 +121,7 @@ def build_compiled(
         log.info("sparselift: plan %s written to %s", digest, path)
     loaded = _load_module(path, f"sparselift_plan_{digest}")
     plan = Plan(ir_text, source, path, digest, lifted)
-    return CompiledModel(lifted, plan, loaded.Plan, rank, world, process_group, optimizer, options, model_tables)
+    return CompiledModel(lifted, plan, loaded.Plan, rank, world, process_group, optimizer, options, local)
 
 
 def compile(  # noqa: A001 - the public API mirrors torch.compile
@@ -129,8 +148,21 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size(process_group) if distributed else 1
     rank = dist.get_rank(process_group) if distributed else 0
-    program = _export_same_on_every_rank(model, example_inputs, world, sharding, process_group)
-    tables = {name: p for name, p in model.named_parameters()}
+    seed = _init_seed(model, options, world, process_group)
+    program = _export_same_on_every_rank(model, example_inputs, world, sharding, process_group, seed)
+    model_tables = dict(model.named_parameters(remove_duplicate=False))
+    inits = table_initializers(model, program, options.table_init, seed)
+    missing = missing_inits(program, model_tables, inits)
+    if missing:  # every rank exported the same program, so every rank raises this, before allocating
+        raise ExportError(
+            f"table '{missing[0]}' is on the meta device and SparseLift does not know how to initialize it "
+            f"(not an nn.EmbeddingBag/nn.Embedding or a TorchRec EmbeddingBagCollection table"
+            f"{'; also ' + ', '.join(repr(m) for m in missing[1:]) if missing[1:] else ''}): pass "
+            "CompileOptions(table_init=fn), fn(table, shard, row_offset) filling the shard in place")
+    take = functools.partial(_take_shards, model_tables, rank=rank, world=world, optimizer=optimizer,
+                             options=options, inits=inits, device=input_device(example_inputs))
+    with same_outcome(process_group, world):  # a user's table_init or an allocation failing on one rank
+        local = take(program)
     lift = lift_spec(optimizer)
 
     if options.passes or options.plan == "none":
@@ -141,22 +173,46 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
         # itself (after parallelize-tables, it fuses per lane).
         fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
         specs = [lift, *(["generate-kernels"] if fuse else []), *extra]
-        return build_compiled(program, tables, specs, rank=rank, world=world, process_group=process_group,
-                              optimizer=optimizer, options=options)
+        return _build_on_every_rank(program, local, specs, rank=rank, world=world, process_group=process_group,
+                                    optimizer=optimizer, options=options)
 
     from sparselift.planner import resolve_plan
 
-    outcome = resolve_plan(program, tables, example_inputs, model=model, sharding=sharding, lift=lift, rank=rank,
-                           world=world, process_group=process_group, optimizer=optimizer, options=options)
+    outcome = resolve_plan(program, local, example_inputs, model=model, sharding=sharding, lift=lift, rank=rank,
+                           world=world, process_group=process_group, optimizer=optimizer, options=options,
+                           take_shards=take)
     record = outcome.record
-    compiled = build_compiled(outcome.program, tables, [lift, *record.pipeline], rank=rank, world=world,
-                              process_group=process_group, optimizer=optimizer,
-                              options=attrs.evolve(options, kernels=record.kernels))
+    if outcome.program.sharding.to_json() != program.sharding.to_json():
+        with same_outcome(process_group, world):  # the plan chose another placement: this rank's shards of it
+            local = take(outcome.program)
+    compiled = _build_on_every_rank(outcome.program, local, [lift, *record.pipeline], rank=rank, world=world,
+                                    process_group=process_group, optimizer=optimizer,
+                                    options=attrs.evolve(options, kernels=record.kernels))
     compiled.plan.record = record
     compiled.plan.reused = outcome.reused
     compiled.plan.calibration_s = outcome.calibration_s
     compiled.plan.planning = outcome.reason
     return compiled
+
+
+def _take_shards(model_tables, program, *, rank, world, optimizer, options, inits, device) -> LocalTables:
+    """This rank's table storage for `program`'s placement, after checking every rank's shards
+    against `memory_cap_bytes` (so an oversized placement fails on every rank, before allocating)."""
+    check_memory_cap(program, world, optimizer.kind, options.memory_cap_bytes)
+    return take_local_shards(program, model_tables, rank=rank, world=world, optimizer_kind=optimizer.kind,
+                             inits=inits, device=device)
+
+
+def _init_seed(model: nn.Module, options: CompileOptions, world: int, pg) -> int:
+    """The seed meta-device parameters are drawn from, the same on every rank."""
+    if options.init_seed is not None:
+        return int(options.init_seed)
+    if not has_meta_parameters(model):
+        return 0
+    seed = [torch.initial_seed()]
+    if world > 1:
+        dist.broadcast_object_list(seed, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
+    return int(seed[0])
 
 
 def _ctx():

@@ -5,8 +5,9 @@ itself (candidates, analytic predictions, constraints, the family order) is
 `sparselift.passes.plan_sparse.search`; this module is its `Confirmer`:
 
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
-  a candidate T1 is built like a real compile (`compiler.build_compiled`) on scratch copies of
-  the tables and dense parameters, and timed on the example batch with `time.perf_counter`
+  a candidate T1 is built like a real compile (`compiler.build_compiled`) on the rank's live
+  table storage (every candidate shares it; `runtime.tables`) and scratch copies of the dense
+  parameters, and timed on the example batch with `time.perf_counter`
   around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
   exchange started, backward). Each rank takes the minimum of its observations and ranks combine
   with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
@@ -76,7 +77,9 @@ from sparselift.passes.plan_sparse import (
     search,
 )
 from sparselift.passes.profiles import HardwareProfile
+from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions, cache_dir
+from sparselift.runtime.tables import LocalTables, TouchedRows, local_shard_bytes
 
 log = logging.getLogger("sparselift")
 
@@ -108,8 +111,9 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def device_kind(tables: Mapping[str, torch.Tensor]) -> str:
-    device = next((t.device for t in tables.values()), torch.device("cpu"))
+def device_kind(tables: Mapping[str, torch.Tensor], example_inputs: tuple = ()) -> str:
+    leaves = [t for t in (*tables.values(), *pytree.tree_leaves(example_inputs)) if isinstance(t, torch.Tensor)]
+    device = leaves[0].device if leaves else torch.device("cpu")
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     return device.type
@@ -121,8 +125,12 @@ def default_profile(device: str) -> str:
     return "cpu-gloo"
 
 
-def planner_options(options: CompileOptions, device: str) -> PlanOptions:
-    """The search's constraints from the compile options (resolving the defaults here)."""
+def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) -> PlanOptions:
+    """The search's constraints from the compile options (resolving the defaults here).
+
+    `memory_cap_bytes` is the whole per-rank budget: the largest rank's table shards and
+    optimizer state (`shard_bytes`) come first, workspace and in-flight buffers get the rest.
+    """
     families = tuple(f for f in (options.optimizations or FAMILIES) if f in FAMILIES)
     unknown = [f for f in (options.optimizations or ()) if f not in (*FAMILIES, "sharding")]
     if unknown:
@@ -130,7 +138,8 @@ def planner_options(options: CompileOptions, device: str) -> PlanOptions:
                          f"{', '.join(FAMILIES)}, sharding")
     lanes = options.max_lanes or (4 if device.startswith("cuda") else max(1, torch.get_num_threads()))
     profile = options.profile if options.profile != "auto" else default_profile(device)
-    return PlanOptions(profile=profile, memory_cap_bytes=options.memory_cap_bytes or 0, max_lanes=lanes,
+    cap = max(1, options.memory_cap_bytes - shard_bytes) if options.memory_cap_bytes else 0
+    return PlanOptions(profile=profile, memory_cap_bytes=cap, max_lanes=lanes,
                        allow_generated=options.kernels == "generated", families=families)
 
 
@@ -145,13 +154,7 @@ def key_fields(program, *, lift: str, plan_options: PlanOptions, device: str,
     # the key bucketed (factors of sqrt 2), so another batch of the same data reuses the plan
     # and a real shift in the workload re-plans.
     ir_text = re.sub(r"pooling_factor = ([0-9.eE+-]+)", _bucket_pooling, program.text)
-    code = ""
-    exported = getattr(program, "exported", None)
-    if exported is not None:
-        try:
-            code = exported.graph_module.code
-        except Exception:  # an exported program without python code: the tables still count
-            code = ""
+    code = program.graph_code
     structure = json.dumps([code, [(t.name, t.param, str(t.dtype), t.pooling, t.module) for t in program.tables],
                             [(f.name, f.table, f.pooling, f.weighted) for f in program.features]])
     types = sorted(set(re.findall(r"tensor<[^>]*>", ir_text)))
@@ -276,7 +279,7 @@ def _lookup(options: CompileOptions, directory: Path, key: str, fields: dict[str
 
 def resolve_plan(
     program,
-    model_tables: Mapping[str, torch.Tensor],
+    local: LocalTables,
     example_inputs: tuple,
     *,
     model,
@@ -288,15 +291,22 @@ def resolve_plan(
     optimizer,
     options: CompileOptions,
     measure: Measure | None = None,
+    take_shards: Callable[[Any], LocalTables] | None = None,
 ) -> PlanOutcome:
-    """The plan for this compile: reused from the cache (or a file) or planned now, same on every rank."""
-    device = device_kind(model_tables)
-    popts = planner_options(options, device)
-    fields = key_fields(program, lift=lift, plan_options=popts, device=device,
-                        sharding_family=options.optimizations)
-    key = plan_key(fields)
-    directory = cache_dir(options)
-    verdict = _broadcast(_lookup(options, directory, key, fields) if rank == 0 else None, rank, world, process_group)
+    """The plan for this compile: reused from the cache (or a file) or planned now, same on every rank.
+
+    Each stretch of local work between two collectives is a `same_outcome` block, so an error on
+    one rank (the cache directory, the lookup on rank 0, ...) is raised on every rank."""
+    with same_outcome(process_group, world):
+        device = device_kind(local.tables, example_inputs)
+        shard_bytes = max(sum(local_shard_bytes(program, r, world, optimizer.kind).values()) for r in range(world))
+        popts = planner_options(options, device, shard_bytes)
+        fields = key_fields(program, lift=lift, plan_options=popts, device=device,
+                            sharding_family=options.optimizations)
+        key = plan_key(fields)
+        directory = cache_dir(options)
+        verdict = _lookup(options, directory, key, fields) if rank == 0 else None
+    verdict = _broadcast(verdict, rank, world, process_group)
     if verdict["action"] == "error":
         raise RuntimeError(f"sparselift: {verdict['reason']}")
     if verdict["action"] == "reuse":
@@ -305,17 +315,22 @@ def resolve_plan(
         return PlanOutcome(record, True, verdict["reason"], 0.0, _with_sharding(program, record, model,
                                                                                 example_inputs, world, process_group))
     log.info("sparselift: %s", verdict["reason"])
-    planner = Planner(program, model_tables, example_inputs, lift=lift, rank=rank, world=world,
-                      process_group=process_group, optimizer=optimizer, options=options, plan_options=popts,
-                      measure=measure, model=model, sharding=sharding)
+    with same_outcome(process_group, world):
+        planner = Planner(program, local, example_inputs, lift=lift, rank=rank, world=world, take_shards=take_shards,
+                          process_group=process_group, optimizer=optimizer, options=options, plan_options=popts,
+                          measure=measure, model=model, sharding=sharding)
     record = planner.run(key, fields)
     # Decisions agree already (F is combined over the ranks); the broadcast also makes every
     # rank hold rank 0's record (its observations and timings), the one the cache keeps.
-    record = PlanRecord.from_json(_broadcast(record.to_json() if rank == 0 else None, rank, world, process_group))
-    if rank == 0:
-        path = record_path(directory, key)
-        save_record(record, path)
-        log.info("sparselift: plan record %s written to %s (calibration %.2f s)", key, path, record.calibration_s)
+    with same_outcome(process_group, world):
+        payload = record.to_json() if rank == 0 else None
+    record = PlanRecord.from_json(_broadcast(payload, rank, world, process_group))
+    with same_outcome(process_group, world):  # rank 0 failing to write the record fails every rank
+        if rank == 0:
+            path = record_path(directory, key)
+            save_record(record, path)
+            log.info("sparselift: plan record %s written to %s (calibration %.2f s)", key, path,
+                     record.calibration_s)
     return PlanOutcome(record, False, verdict["reason"], record.calibration_s, planner.program)
 
 
@@ -475,11 +490,17 @@ def _loss(out) -> torch.Tensor | None:
 class Planner:
     """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`)."""
 
-    def __init__(self, program, model_tables: Mapping[str, torch.Tensor], example_inputs: tuple, *, lift: str,
+    def __init__(self, program, local: LocalTables, example_inputs: tuple, *, lift: str,
                  rank: int, world: int, process_group, optimizer, options: CompileOptions, plan_options: PlanOptions,
                  measure: Measure | None = None, clock: Callable[[], float] = time.perf_counter,
-                 cache_models: int = 3, model=None, sharding: Any = None):
-        self.program, self.tables, self.inputs = program, model_tables, example_inputs
+                 cache_models: int = 3, model=None, sharding: Any = None,
+                 take_shards: Callable[[Any], LocalTables] | None = None):
+        self.program, self.inputs = program, example_inputs
+        # Table storage per program (the sharding family's alternatives place tables elsewhere),
+        # and the rows its calibration steps touch, put back after every step.
+        self._locals: dict[int, LocalTables] = {id(program): local}
+        self._touched: dict[int, TouchedRows] = {}
+        self._take_shards = take_shards
         # The sharding family re-exports the model with each placement policy (a torch.export
         # per alternative and rank), so it is only tried when asked for and "auto" was requested.
         self.model = model
@@ -503,7 +524,7 @@ class Planner:
         # timed steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
         self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0, "tie_break_rounds": 0}
-        cuda = any(t.is_cuda for t in model_tables.values())
+        cuda = device_kind(local.tables, example_inputs).startswith("cuda")
         self._sync = torch.cuda.synchronize if cuda else None
 
     # -- collective helpers ------------------------------------------------------------------
@@ -536,7 +557,7 @@ class Planner:
         kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
         start = time.perf_counter()
-        model = build_compiled(program, self.tables, [self.lift, *pipeline], rank=self.rank, world=self.world,
+        model = build_compiled(program, self._local(program), [self.lift, *pipeline], rank=self.rank, world=self.world,
                                process_group=self.pg, optimizer=self.optimizer, options=opts, scratch=True)
         self.spent["build_s"] += time.perf_counter() - start
         self._models[spec] = model
@@ -544,8 +565,21 @@ class Planner:
             self._models.popitem(last=False)
         return model
 
+    def _local(self, program) -> LocalTables:
+        """The table storage `program`'s candidates run on; the first time, also the rows the
+        example batch touches on it (an all-gather: every rank builds in the same order)."""
+        key = id(program)
+        if key not in self._locals:
+            if self._take_shards is None:
+                raise RuntimeError("the planner was given no way to place another program's tables")
+            self._locals[key] = self._take_shards(program)
+        if key not in self._touched:
+            self._touched[key] = TouchedRows(self._locals[key], example_ids_by_table(program, self.inputs),
+                                             process_group=self.pg, world=self.world)
+        return self._locals[key]
+
     def _ready(self, pipelines: Sequence[tuple[str, ...]], program=None) -> str | None:
-        """Build the plans (scratch copies); the error, the same on every rank, if any rank failed."""
+        """Build the plans (on the live tables, scratch dense copies); the error, the same on every rank, if any rank failed."""
         error = ""
         if self.measure is None:
             for p in pipelines:
@@ -580,6 +614,7 @@ class Planner:
         if self._sync:
             self._sync()
         dt = time.perf_counter() - t0
+        self._touched[id(program or self.program)].restore()  # every step starts from the same tables
         for p in model._dense_params:
             p.grad = None
         self.spent["steps_s"] += time.perf_counter() - t0
@@ -915,9 +950,10 @@ class Planner:
         global CALIBRATIONS
         CALIBRATIONS += 1
         self._start = self.clock()
-        lifted = self.program.module.clone()
-        run_pipeline(lifted, [self.lift])
-        self.predictor = Predictor(lifted)
+        with same_outcome(self.pg, self.world):
+            lifted = self.program.module.clone()
+            run_pipeline(lifted, [self.lift])
+            self.predictor = Predictor(lifted)
         # Calibration must not move the RNG streams training draws from (dropout, sampling).
         devices = [torch.cuda.current_device()] if self._sync is not None else []
         with torch.random.fork_rng(devices=devices):
@@ -928,7 +964,11 @@ class Planner:
         t0 = self.measurements.get("")
         final = self.measurements.get(",".join(result.pipeline))
         calibration = self._elapsed()
+        # Nothing of the candidates outlives planning: their buffers, kernels and the other
+        # placements' shards go; the rank's own storage is back as it was before calibration.
         self._models.clear()
+        self._touched.clear()
+        self._locals = {id(self.program): self._locals[id(self.program)]} if id(self.program) in self._locals else {}
         local = time.perf_counter() - self._start if self.clock is time.perf_counter else calibration
         spent = {k: round(v, 3) for k, v in self.spent.items()}
         spent["analysis_s"] = round(max(0.0, local - self.spent["build_s"] - self.spent["steps_s"]
@@ -943,6 +983,25 @@ class Planner:
             final_us=None if final is None else final.f_us,
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
+
+
+def example_ids_by_table(program, example_inputs: tuple) -> dict[str, torch.Tensor]:
+    """Every id the example batch looks up, by IR table name (what calibration steps can update)."""
+    from sparselift.ir.sched import DenseOp, StepOp
+
+    step = next(op for op in program.module.body.block.ops if isinstance(op, StepOp))
+    forward = step.forward.block
+    sp_op = next(op for op in forward.ops
+                 if isinstance(op, DenseOp) and op.callee.root_reference.data == "sparse_inputs")
+    flat = pytree.tree_leaves((example_inputs, {}))
+    tensors = [flat[i] for i in program.tensor_inputs]
+    args = [tensors[list(forward.args).index(v)] for v in sp_op.operands]
+    with torch.no_grad():
+        per_feature = program.regions["sparse_inputs"](*args)
+    out: dict[str, list[torch.Tensor]] = {t.name: [] for t in program.tables}
+    for f, (ids, _offsets, _weights) in zip(program.features, per_feature):
+        out[f.table].append(ids.reshape(-1))
+    return {name: torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64) for name, ids in out.items()}
 
 
 def _specs(spec: str) -> list[str]:

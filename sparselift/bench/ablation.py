@@ -33,7 +33,16 @@ from typing import Any
 
 import attrs
 
-from sparselift.bench.dlrm import COLUMNS, BenchConfig, _pct, _progress, dlrm_config, machine_info, report
+from sparselift.bench.dlrm import (
+    COLUMNS,
+    BenchConfig,
+    _pct,
+    _progress,
+    dlrm_config,
+    machine_info,
+    report,
+    rows_cap_arg,
+)
 
 OPTIMIZATIONS = {
     "aggregate-comm": "aggregate-comm",
@@ -242,7 +251,7 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselift bench ablation", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
     p.add_argument("--world-size", type=int, default=2)
@@ -250,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
-    p.add_argument("--rows-cap", type=int, default=50_000, help="ten compiled copies live at once: keep tables small")
+    p.add_argument("--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small")
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
     p.add_argument("--no-cost-model", action="store_true",
                    help="skip the planner calibration that predicts every row (cost-model accuracy)")
@@ -258,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="instead of the ten rows, these pipelines (after lift-sparse), in this order; "
                         "the speedup is over the first (repeat the option)")
     p.add_argument("--json", help="write the results as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.world_size < 2:
         p.error("--world-size must be at least 2 (the optimizations act on exchanges between ranks)")

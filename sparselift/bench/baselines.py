@@ -51,6 +51,7 @@ All runners are built inside an initialized default process group (e.g. by
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -65,6 +66,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from sparselift.bench.timing import StageTimer, StageTimes, hook_backward_subgraph, remove_hooks
 from sparselift.data.batch import Batch, default_keys
+from sparselift.frontend.quiet import silenced
 from sparselift.models.dlrm import DLRMConfig, build_dlrm
 
 __all__ = [
@@ -109,8 +111,10 @@ def interact(x: Tensor, pooled: Tensor, li: Tensor, lj: Tensor) -> Tensor:
 
 
 def _dlrm(config: DLRMConfig, seed: int, sparse: bool):
+    """The seeded DLRM with its tables on the meta device: each system materializes only the
+    rows it holds (`DLRM.init_table`, the same values for every system and placement)."""
     cfg = attrs.evolve(config, sparse=sparse, return_logits=True)
-    model, _ = build_dlrm(cfg, batch_size=1, seed=seed)
+    model, _ = build_dlrm(cfg, batch_size=1, seed=seed, device="meta")
     return model
 
 
@@ -278,7 +282,11 @@ class BaselineRunner(_StageTiming):
         model = _dlrm(config, seed, sparse=True)
         self.table_slice = get_my_slice(n, rank, world)
         self.table_splits = get_split_lengths(n, world)
-        self.emb_l = nn.ModuleList(list(model.emb_l)[self.table_slice])
+        mine = range(n)[self.table_slice]
+        for k in mine:  # this rank's tables only; the others stay shapes on the meta device
+            emb = model.emb_l[k]
+            emb.weight = nn.Parameter(model.init_table(k, torch.empty(emb.weight.shape), 0))
+        self.emb_l = nn.ModuleList([model.emb_l[k] for k in mine])
         model.emb_l = nn.ModuleList()  # drop the other ranks' tables
         self.li, self.lj = model.li, model.lj
         if world > 1:  # the reference wraps each MLP in its own DDP
@@ -383,6 +391,27 @@ class BaselineRunner(_StageTiming):
 
 
 # -- TorchRec ----------------------------------------------------------------------------------------
+
+
+# What TorchRec (and torch, on the first KJT) says while the TorchRec system is set up that a
+# benchmark user cannot act on: its planner's storage heuristics and DDP's renamed argument.
+_TORCHREC_SETUP_WARNINGS = (r"HeuristicalStorageReservation is known to cause issues", r"`broadcast_buffers` is deprecated")
+_TORCHREC_SETUP_RECORDS = {
+    "torchrec.distributed.planner.storage_reservations": (r"known issue with TorchRec's dense tensor size",),
+    "torch.fx._symbolic_trace": (r"is_fx_tracing will return true for both",),
+}
+
+
+@contextlib.contextmanager
+def quiet_torchrec_setup() -> Iterator[None]:
+    """Set up the TorchRec system without its unactionable notices (anything else comes through).
+
+    torch's is_fx_tracing notice comes once per process, at the first KJT: one is made here."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    with silenced(_TORCHREC_SETUP_WARNINGS, _TORCHREC_SETUP_RECORDS):
+        KeyedJaggedTensor(keys=["k"], values=torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(1, dtype=torch.int64))
+        yield
 
 
 def to_torchrec_batch(batch: Batch) -> Any:
@@ -574,7 +603,7 @@ class TorchRecRunner(_StageTiming):
         self.dmp = DistributedModelParallel(
             net, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=sharders
         )
-        self._load_tables([emb.weight.detach() for emb in dlrm.emb_l])
+        self._init_tables(dlrm)
         del dlrm
 
         dense_opt = KeyedOptimizerWrapper(
@@ -608,16 +637,17 @@ class TorchRecRunner(_StageTiming):
         pipe.net = self.net
         return pipe
 
-    def _load_tables(self, weights: Sequence[Tensor]) -> None:
-        """Copy the seeded tables into this rank's shards (works for any sharding type)."""
+    def _init_tables(self, dlrm) -> None:
+        """Draw this rank's shards with the seeded tables' values (any sharding type): only the
+        rows a shard holds are drawn."""
         state = self.dmp.state_dict()
         with torch.no_grad():
-            for i, w in enumerate(weights):
+            for i in range(len(dlrm.emb_l)):
                 key = next(k for k in state if k.endswith(f"ebc.embedding_bags.t_{i}.weight"))
-                st = state[key]
-                for shard in st.local_shards():
+                for shard in state[key].local_shards():
                     (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                    shard.tensor.copy_(w[r0 : r0 + nr, c0 : c0 + nc])
+                    rows = dlrm.init_table(i, torch.empty(nr, dlrm.config.embedding_dim), r0)
+                    shard.tensor.copy_(rows[:, c0 : c0 + nc])
 
     # -- timing --------------------------------------------------------------------------------
 

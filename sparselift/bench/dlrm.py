@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from sparselift.bench.memory import AddedMemory
+
 SYSTEMS = ("baseline", "torchrec", "sparselift")
 LABELS = {"baseline": "DLRM-Baseline", "torchrec": "TorchRec", "sparselift": "SparseLift", "dense_only": "dense-only"}
 COLUMNS = ("sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other")
@@ -42,6 +44,19 @@ class BenchConfig:
     threads: int = 1  # per rank: 2 ranks on 2 cores
     kernels: str = "generated"
     data_pool: int = 4  # distinct batches, generated before timing and cycled
+
+
+def rows_cap_arg(text: str) -> int | None:
+    """`--rows-cap`: a positive row count, or "none" for the real cardinalities."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a row count or 'none', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or 'none'), got {value}")
+    return value
 
 
 def dlrm_config(cfg: BenchConfig):
@@ -70,7 +85,13 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from sparselift.bench.baselines import BaselineRunner, DenseOnlyRunner, TorchRecRunner, synthetic_source
+    from sparselift.bench.baselines import (
+        BaselineRunner,
+        DenseOnlyRunner,
+        TorchRecRunner,
+        quiet_torchrec_setup,
+        synthetic_source,
+    )
     from sparselift.bench.systems import SparseLiftRunner
 
     torch.set_num_threads(cfg.threads)
@@ -82,12 +103,15 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
                for i in range(cfg.data_pool)]
     runners: dict[str, Any] = {}
     setup_s: dict[str, float] = {}
+    memory: dict[str, dict[str, float | None]] = {}
     for name in (*cfg.systems, "dense_only"):
+        added = AddedMemory().start()
         start = time.perf_counter()
         if name == "baseline":
             runners[name] = BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
         elif name == "torchrec":
-            runners[name] = TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
+            with quiet_torchrec_setup():
+                runners[name] = TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
         elif name == "sparselift":
             runners[name] = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels,
                                              batches=itertools.cycle(locals_))
@@ -96,6 +120,8 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         else:
             raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
         setup_s[name] = time.perf_counter() - start
+        added.stop()
+        memory[name] = {"setup_peak_mb": added.peak_mb, "resident_mb": added.resident_mb}
 
     counter = itertools.count()
 
@@ -111,10 +137,13 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     warmup_s = {}
     for name, runner in runners.items():
         dist.barrier()
+        added = AddedMemory().start()
         start = time.perf_counter()
         for _ in range(cfg.warmup):
             step(name)
         warmup_s[name] = time.perf_counter() - start
+        added.stop()
+        memory[name].update(_peak_of(memory[name], added))
         runner.enable_stage_timing(True)
 
     per_round = max(1, cfg.steps // cfg.rounds)
@@ -138,10 +167,20 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         "breakdown": breakdown,
         "setup_s": setup_s,
         "warmup_s": warmup_s,
+        "memory": memory,
         "losses": losses,
         "torchrec_pipeline": getattr(runners.get("torchrec"), "pipeline", None),
         "sparselift_plan": getattr(runners.get("sparselift"), "plan_summary", None),
     }
+
+
+def _peak_of(setup: dict[str, float | None], steps: AddedMemory) -> dict[str, float | None]:
+    """A system's peak over its life in this rank: building it (tables, state, compile and
+    calibration), or training steps on top of what it keeps resident."""
+    if setup["setup_peak_mb"] is None or steps.peak_mb is None:
+        return {"peak_rss_mb": None, "step_peak_mb": None}
+    return {"peak_rss_mb": max(setup["setup_peak_mb"], setup["resident_mb"] + steps.peak_mb),
+            "step_peak_mb": steps.peak_mb}
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -176,6 +215,10 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
             "steps_ms": steps,
             "setup_s": max(r["setup_s"][name] for r in per_rank),
             "warmup_s": max(r["warmup_s"][name] for r in per_rank),
+            # Per rank: what this system adds to the rank's resident memory (sparselift.bench.memory).
+            "peak_rss_mb_per_rank": [r["memory"][name]["peak_rss_mb"] for r in per_rank],
+            "resident_mb_per_rank": [r["memory"][name]["resident_mb"] for r in per_rank],
+            "peak_rss_mb": _max_known(r["memory"][name]["peak_rss_mb"] for r in per_rank),
         }
     dense = systems.pop("dense_only")
     for s in systems.values():
@@ -199,6 +242,15 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
     }
 
 
+def _rows_label(rows_cap: int | None) -> str:
+    return "real sizes (no rows cap)" if rows_cap is None else f"rows cap {rows_cap}"
+
+
+def _max_known(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def machine_info() -> dict[str, Any]:
     """Where a benchmark ran (recorded with every result)."""
     import os
@@ -219,10 +271,10 @@ def format_table(result: dict[str, Any]) -> str:
     cfg = result["config"]
     lines = [
         f"DLRM benchmark: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
-        f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
+        f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
         "",
         f"{'system':<14}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
-        + "".join(f"{c:>11}" for c in COLUMNS) + f"{'exposed':>10}",
+        + "".join(f"{c:>11}" for c in COLUMNS) + f"{'exposed':>10}{'peak MB/rank':>14}",
     ]
     rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
     for name, s in rows:
@@ -232,12 +284,15 @@ def format_table(result: dict[str, Any]) -> str:
             f"{LABELS[name]:<14}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
             f"{s['samples_per_s']:>11.0f}" + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
             + (f"{exposed:>10.1f}" if exposed is not None else f"{'(floor)':>10}")
+            + (f"{s['peak_rss_mb']:>14.0f}" if s.get("peak_rss_mb") is not None else f"{'?':>14}")
         )
     lines.append("")
     for k, v in result["ratios"].items():
         lines.append(f"{k:<28}{v:6.3f}x")
     setup = ", ".join(f"{LABELS[n]} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for n, s in result["systems"].items())
     lines.append(f"setup/warmup (excluded from timing): {setup}")
+    lines.append("peak MB/rank: the most resident memory a system added to a rank (its tables, optimizer state and "
+                 "buffers; its build, compile and calibration peak included), max over ranks")
     if result.get("torchrec_pipeline"):
         lines.append(f"TorchRec pipeline: {result['torchrec_pipeline']}")
     if result.get("sparselift_plan"):
@@ -254,7 +309,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.8), gridspec_kw={"width_ratios": [3, 3, 2]})
     cfg = result["config"]
     global_bs = cfg["batch_size"] * cfg["world_size"]
     items = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
@@ -274,6 +329,12 @@ def plot(result: dict[str, Any], path: str) -> None:
     ax2.set_ylabel("ms per step (median per stage)")
     ax2.set_title("Where the time goes")
     ax2.legend(fontsize=8)
+    peaks = [(LABELS[n], s.get("peak_rss_mb")) for n, s in result["systems"].items()]
+    ax3.bar([n for n, _ in peaks], [v or 0.0 for _, v in peaks], color="0.45")
+    for i, (_, v) in enumerate(peaks):
+        ax3.annotate("?" if v is None else f"{v:.0f}", (i, v or 0.0), ha="center", va="bottom", fontsize=8)
+    ax3.set_ylabel("MB per rank (max over ranks)")
+    ax3.set_title(f"Peak memory a system adds ({_rows_label(cfg['rows_cap'])})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -294,7 +355,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
-    p.add_argument("--rows-cap", type=int, default=100_000)
+    p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000,
+                   help="cap every table's rows; 'none': the real cardinalities (default 100000)")
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")

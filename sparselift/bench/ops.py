@@ -21,6 +21,8 @@ from typing import Any
 
 import attrs
 
+from sparselift.bench.dlrm import rows_cap_arg
+
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
 # and of the dense-gradient buckets.
 PLAN_OPS = ("route", "all_to_all", "all_to_all_dynamic", "recv_splits", "wait", "fused_lookup", "pack", "unpack",
@@ -106,7 +108,7 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselift bench ops", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
     p.add_argument("--world-size", type=int, default=2)
@@ -114,8 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=2048)
-    p.add_argument("--rows-cap", type=int, default=100_000)
+    p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000)
     p.add_argument("--json", help="write the results as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     cfg = OpsConfig(model=a.model, world_size=a.world_size, passes=a.passes, steps=a.steps, warmup=a.warmup,
                     batch_size=a.batch_size, rows_cap=a.rows_cap)

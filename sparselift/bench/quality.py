@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from sparselift.bench.dlrm import rows_cap_arg
+
 
 @attrs.frozen
 class QualityConfig:
@@ -185,19 +187,24 @@ def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselift bench quality", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--rows-cap", type=int, default=10_000)
+    p.add_argument("--rows-cap", type=rows_cap_arg, default=10_000)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--sharding", default="table_wise", choices=("table_wise", "auto", "row_wise", "data_parallel"),
                    help="SparseLift's table placement (default: table_wise, the reference's placement class)")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: the two loss curves, their difference, the held-out metrics")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     cfg = QualityConfig(model=a.model, world_size=a.world_size, steps=a.steps, eval_batches=a.eval_batches,
                         batch_size=a.batch_size, rows_cap=a.rows_cap, lr=a.lr, sharding=a.sharding)

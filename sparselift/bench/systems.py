@@ -33,7 +33,10 @@ class SparseLiftRunner:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides."""
         import sparselift
 
-        model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed)
+        # Tables on the meta device: the compiled model materializes this rank's shards only, with
+        # the seeded values every other system draws too (DLRM.table_init).
+        model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed,
+                              device="meta")
         self._timing = False
         start = time.perf_counter()
         self.compiled = sparselift.compile(
@@ -41,7 +44,8 @@ class SparseLiftRunner:
             # A benchmark plans afresh (calibration reported in its setup time), never from a
             # plan cached by an earlier run.
             options=sparselift.CompileOptions(kernels=kernels, benchmark=True, passes=passes or "",
-                                              plan="none" if passes is not None else "replan"),
+                                              plan="none" if passes is not None else "replan",
+                                              table_init=model.table_init),
         )
         self.compile_s = time.perf_counter() - start
         record = getattr(self.compiled.plan, "record", None)

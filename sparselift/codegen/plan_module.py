@@ -14,6 +14,11 @@ pack reads returns the packed buffer (`packed=`), and a fused update whose gradi
 an unpack's members reads the received buffer (`packed_grads=`): the pack or unpack is not
 emitted, and the runtime writes or reads the buffer's column blocks in place.
 
+Ranks' local batches may differ (and change step to step): each segment exchanges them after its
+route (`rt.batch_sizes`), saves them for its backward, and passes them to every op that sizes an
+exchange or a buffer: every rank's batch on the tables' side (a segment per peer), its own on
+the samples' side.
+
 No torch here: this file only writes text.
 """
 
@@ -307,22 +312,30 @@ class _Emitter:
         # `ahead=True`, stops there: nothing after them may read tables the current step is
         # still updating).
         waited: dict[Operation, str] = {}  # lengths starts waited on early -> their result name
+        first_route = next(op for op in seg.ops if isinstance(op, RouteOp))
         for s, stage in enumerate(seg.stages):
             if s:
                 out.append('        yield "stage"')
             last_input_start = (self._input_starts(stage) or [None])[-1]
             for op in stage:
                 out += ["        " + line for line in self._forward_op(op, waited)]
+                if op is first_route:
+                    # This step's batch sizes (they may differ across ranks and steps): every
+                    # exchange and buffer after the route is sized by them.
+                    out.append(f"        batches = rt.batch_sizes(self, {self.name(op.offsets[0])}, "
+                               f"exchange={self._exchanges(seg)})")
                 if op is last_input_start and s == 0:
                     out.append('        yield "indices"')
-        out.append(f"        return [{self.names_of(seg.outputs)}], [{self.names_of(seg.saved)}]")
-        saved_args = [self.saved_arg[v] for v in seg.saved]
+        saved = "".join(f"{self.name(v)}, " for v in seg.saved)
+        out.append(f"        return [{self.names_of(seg.outputs)}], [{saved}batches.saved()]")
+        saved_args = "".join(f"{self.name(self.saved_arg[v])}, " for v in seg.saved)
         grads = ", ".join(self.name(g) if g is not None else "_" for g in seg.grad_of)
         out += [
             "",
             f"    def _segment_{seg.index}_backward(self, grads, saved):",
             f"        ({grads}{',' if len(seg.grad_of) == 1 else ''}) = grads",
-            f"        ({self.names_of(saved_args)}{',' if len(saved_args) == 1 else ''}) = saved",
+            f"        ({saved_args}saved_batches,) = saved",
+            "        batches = rt.saved_batch_sizes(saved_batches)",
         ]
         bwd_stages = self._stages(seg.backward_ops, list(self.step.backward.block.ops)) if seg.backward_ops else []
         # The first stage runs when autograd reaches the segment; after a dense region the IR
@@ -362,7 +375,7 @@ class _Emitter:
                 waited[lengths_exchange] = lengths
         else:
             lengths = self.name(lengths_exchange.outputs[0])
-        lines.append(f"{rs} = rt.recv_splits(self, {lengths})")
+        lines.append(f"{rs} = rt.recv_splits(self, {lengths}, batches.ranks)")
         return [*lines, *self.emit_exchange(op, recv_splits=rs)]
 
     @staticmethod
@@ -431,19 +444,21 @@ class _Emitter:
         lengths, indices = op.args[0], op.args[1]
         n_shared = self._n_shared(op)
         weights = op.args[2] if n_shared == 3 else None
-        served, _ = self._served(lengths)
+        served, exchanged = self._served(lengths)
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
         ranks = placements[0].owner_ranks(self.world)
         common = (
             f"{names!r}, {n(lengths)}, {n(indices)}, {n(weights)}, slots={slots!r}, "
-            f"features_per_segment={fps}[self.rank], poolings={poolings!r}"
+            f"features_per_segment={fps}[self.rank], poolings={poolings!r}, "
+            f"segment_batches={self._segment_batches(exchanged)}"
         )
         if op.kind.data == "lookup":
             pack = self._pack_of_lookup(op)
             if pack is not None:
                 dtype = _DTYPES.get(str(pack.buffer.type.element_type), "torch.float32")
                 return self._guard(ranks, f"{self.name(pack.buffer)} = rt.fused_lookup(self, {common}, "
-                                   f"packed=({self._layout(pack)}, {dtype}))", [pack.buffer])
+                                   f"packed=({self._layout(pack)}, {dtype}, {self._pack_batch(pack)}))",
+                                   [pack.buffer])
             outs = self.names_of(op.res)
             return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup(self, {common})",
                                list(op.res))
@@ -454,7 +469,8 @@ class _Emitter:
                                f"grads=[{grads}])", list(op.res))
         unpack = op.args[-1].owner if len(op.args) > n_shared else None
         if isinstance(unpack, UnpackOp) and self._update_of_unpack(unpack) is op:
-            grads = f"packed_grads=({self.name(unpack.buffer)}, {self._layout(unpack)}, {self._widths(unpack)!r})"
+            grads = (f"packed_grads=({self.name(unpack.buffer)}, {self._layout(unpack)}, {self._widths(unpack)!r}, "
+                     f"{self._pack_batch(unpack)})")
         else:
             grads = f"grads=[{grads}]"
         opt = op.attributes["optimizer"]
@@ -483,7 +499,8 @@ class _Emitter:
         return [*lines, f"({self.names_of(op.res)}{',' if len(op.res) == 1 else ''}) = {call}"]
 
     def _fake_spec(self, seg: _Segment):
-        """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D."""
+        """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D
+        (the last one the segment's batch sizes, `rt.BatchSizes.saved`)."""
         route = next(op for op in seg.ops if isinstance(op, RouteOp))
         batch_input = seg.inputs.index(route.offsets[0])
 
@@ -493,7 +510,7 @@ class _Emitter:
             )
 
         outs = tuple((v.type.get_shape()[1], dtype(v.type)) for v in seg.outputs)
-        return batch_input, outs, tuple(dtype(v.type) for v in seg.saved)
+        return batch_input, outs, (*(dtype(v.type) for v in seg.saved), "int64")
 
     def _guard(self, ranks: Sequence[int], line: str, results: Sequence[SSAValue]) -> list[str]:
         if len(ranks) == self.world:
@@ -518,6 +535,48 @@ class _Emitter:
             return {r: len(source.features) for r in range(self.world)}, False
         raise EmitError(f"lookup reads lengths from {source.name}; expected sparse.route or coll.all_to_all")
 
+    # -- batch sizes: ranks' local batches may differ, so buffers are sized per step and peer ------
+    @staticmethod
+    def _exchanges(seg: _Segment) -> bool:
+        """Whether the segment sends per-sample data to peers (so it needs every rank's batch)."""
+        exchanges = (AllToAllOp, AllToAllStartOp, ReduceScatterOp)
+        return any(isinstance(inner, exchanges) for op in [*seg.ops, *seg.backward_ops] for inner in op.walk())
+
+    @staticmethod
+    def _segment_batches(exchanged: bool) -> str:
+        """The samples of each segment of a lengths buffer: one per source rank when it came
+        through an exchange, else this rank's own (routed, one segment)."""
+        return "batches.ranks" if exchanged else "(batches.own,)"
+
+    def _pack_batch(self, op: PackOp | UnpackOp) -> str:
+        """`batch` of a pack or unpack: every rank's on the tables' side of an exchange (segment `s`
+        holds rank `s`'s samples: pooled outputs sent back, pooled gradients received), this
+        rank's own on the samples' side and for local regroups."""
+        if isinstance(op, PackOp):
+            to_samples = any(isinstance(reader, ReduceScatterOp)
+                             or (isinstance(reader, AllToAllOp | AllToAllStartOp)
+                                 and "output_pooled" in reader.role.role_list) for reader in self._readers(op.buffer))
+            return "batches.ranks" if to_samples else "batches.own"
+        source = op.buffer.owner
+        if isinstance(source, WaitOp):
+            source = source.handle.owner
+        from_samples = isinstance(source, AllToAllOp | AllToAllStartOp) and "grad_pooled" in source.role.role_list
+        return "batches.ranks" if from_samples else "batches.own"
+
+    def _readers(self, value: SSAValue) -> list[Operation]:
+        """The ops reading `value`, through `sched.parallel` lanes (a lane yields it as a result
+        of the parallel op: its readers are that result's)."""
+        readers = []
+        for use in value.uses:
+            parallel = use.operation.parent_op()
+            if isinstance(use.operation, YieldOp) and isinstance(parallel, ParallelOp):
+                lane = list(parallel.lanes).index(use.operation.parent_region())
+                first = sum(len(r.block.last_op.operands) for r in list(parallel.lanes)[:lane])
+                readers += self._readers(parallel.res[first + use.index])
+            else:
+                readers.append(use.operation)
+        return readers
+
     def emit_exchange(self, op: AllToAllOp | AllToAllStartOp, recv_splits: str | None = None) -> list[str]:
         """An all-to-all; `recv_splits` names receive sizes known at run time (a dynamic one)."""
         n = self.name
@@ -525,7 +584,7 @@ class _Emitter:
         role = "+".join(op.role.role_list)
         if op.splits is not None:
             splits = self.const("SPLITS", repr(tuple(tuple(r) for r in op.splits.matrix)))
-            call = f"rt.all_to_all(self, {inputs}, splits={splits}, role={role!r}"
+            call = f"rt.all_to_all(self, {inputs}, splits={splits}, role={role!r}, batches=batches.ranks"
         else:
             recv = recv_splits or n(op.recv_splits)
             call = f"rt.all_to_all_dynamic(self, {inputs}, {n(op.send_splits)}, {recv}, role={role!r}"
@@ -561,26 +620,7 @@ class _Emitter:
         if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp) and not (
             isinstance(op, LookupUpdateOp) and op.dense
         ):
-            served, exchanged = self._served(op.lengths)
-            ranks = op.placement.owner_ranks(self.world)
-            slots = tuple(op.slots.get_values())
-            fps = self.const("FEATURES_PER_SEGMENT", repr(served))
-            common = (
-                f"{op.table.name_str!r}, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
-                f"slots={slots!r}, features_per_segment={fps}[self.rank], pooling={str(op.table.pooling.data)!r}"
-            )
-            if isinstance(op, LookupOp):
-                return self._guard(ranks, f"{n(op.pooled)} = rt.lookup(self, {common})", [op.pooled])
-            if isinstance(op, LookupGradOp):
-                return self._guard(ranks, f"{n(op.table_grad)} = rt.lookup_grad(self, {common}, grad={n(op.grad)})",
-                                   [op.table_grad])
-            opt = op.optimizer
-            return self._guard(
-                ranks,
-                f"rt.lookup_update(self, {common}, grad={n(op.grad)}, optimizer={str(opt.kind.data)!r}, "
-                f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
-                [],
-            )
+            return self.emit_lookup(op)
         if isinstance(op, LookupUpdateOp):  # dense-gradient form
             opt = op.optimizer
             return self._guard(
@@ -594,38 +634,24 @@ class _Emitter:
         if isinstance(op, ParallelOp):
             return self.emit_parallel(op)
         if isinstance(op, PackOp | UnpackOp):
-            ranks = self._ranks(op)
-            dtype = _DTYPES.get(str(op.buffer.type.element_type), "torch.float32")
-            if isinstance(op, PackOp):
-                lookup = op.members[0].owner if op.members else None
-                if isinstance(lookup, KernelOp) and self._pack_of_lookup(lookup) is op:
-                    return []  # the fused lookup wrote the buffer (emit_kernel)
-                layout = self._layout(op)
-                return self._guard(ranks, f"{n(op.buffer)} = rt.pack(self, [{self.names_of(op.members)}], {layout}, {dtype})",
-                                   [op.buffer])
-            if not op.members or self._update_of_unpack(op) is not None:
-                return []  # nothing to unpack, or the fused update reads the buffer (emit_kernel)
-            layout = self._layout(op)
-            widths = self._widths(op)
-            outs = self.names_of(op.members)
-            return self._guard(ranks, f"{outs}{',' if len(op.members) == 1 else ''} = rt.unpack(self, {n(op.buffer)}, {layout}, {widths!r})",
-                               list(op.members))
+            return self.emit_pack(op)
         if isinstance(op, PackIdsOp):
             features = tuple(op.features.get_values())
             return [f"{n(op.buffer)}, {n(op.sizes)} = rt.pack_ids(self, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
-                    f"features={features!r})"]
+                    f"features={features!r}, batch=batches.own)"]
         if isinstance(op, UnpackIdsOp):
             features = tuple(op.features.get_values())
             index_dtype = "torch.int32" if str(op.indices.type.element_type) == "i32" else "torch.int64"
             outs = [op.lengths, op.indices, *([op.weights] if op.weights is not None else [])]
             return [f"{self.names_of(outs)} = rt.unpack_ids(self, {n(op.buffer)}, {n(op.sizes)}, features={features!r}, "
-                    f"weighted={op.weights is not None}, index_dtype={index_dtype})"]
+                    f"weighted={op.weights is not None}, index_dtype={index_dtype}, batches=batches.ranks)"]
         if isinstance(op, PermuteOp):
             order = list(op.order.get_values())
             srcs = ", ".join(n(op.inputs[j]) for j in order)
             return [f"{self.names_of(op.outputs)}{',' if len(order) == 1 else ''} = {srcs}{',' if len(order) == 1 else ''}"]
         if isinstance(op, ReduceScatterOp):
-            return [f"{n(op.result)} = rt.reduce_scatter(self, {n(op.input)}, reduction={str(op.reduction.data)!r})"]
+            return [f"{n(op.result)} = rt.reduce_scatter(self, {n(op.input)}, reduction={str(op.reduction.data)!r}, "
+                    "batches=batches.ranks)"]
         if isinstance(op, AllReduceOp):
             outs = self.names_of(op.outputs)
             return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
@@ -634,6 +660,50 @@ class _Emitter:
             return [f"{n(op.handle)} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
                     f"reduction={str(op.reduction.data)!r}, async_op=True)"]
         raise EmitError(f"plan-module cannot emit {op.name} yet")
+
+    def emit_lookup(self, op: LookupOp | LookupUpdateOp | LookupGradOp) -> list[str]:
+        """A per-table lookup, update (pooled-gradient form) or table gradient, on its table's ranks."""
+        n = self.name
+        served, exchanged = self._served(op.lengths)
+        ranks = op.placement.owner_ranks(self.world)
+        slots = tuple(op.slots.get_values())
+        fps = self.const("FEATURES_PER_SEGMENT", repr(served))
+        common = (
+            f"{op.table.name_str!r}, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
+            f"slots={slots!r}, features_per_segment={fps}[self.rank], pooling={str(op.table.pooling.data)!r}, "
+            f"segment_batches={self._segment_batches(exchanged)}"
+        )
+        if isinstance(op, LookupOp):
+            return self._guard(ranks, f"{n(op.pooled)} = rt.lookup(self, {common})", [op.pooled])
+        if isinstance(op, LookupGradOp):
+            return self._guard(ranks, f"{n(op.table_grad)} = rt.lookup_grad(self, {common}, grad={n(op.grad)})",
+                               [op.table_grad])
+        opt = op.optimizer
+        return self._guard(
+            ranks,
+            f"rt.lookup_update(self, {common}, grad={n(op.grad)}, optimizer={str(opt.kind.data)!r}, "
+            f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+            [],
+        )
+
+    def emit_pack(self, op: PackOp | UnpackOp) -> list[str]:
+        """A pack or unpack on its ranks; none where a fused kernel writes or reads the buffer."""
+        n = self.name
+        ranks = self._ranks(op)
+        dtype = _DTYPES.get(str(op.buffer.type.element_type), "torch.float32")
+        batch = self._pack_batch(op)
+        if isinstance(op, PackOp):
+            lookup = op.members[0].owner if op.members else None
+            if isinstance(lookup, KernelOp) and self._pack_of_lookup(lookup) is op:
+                return []  # the fused lookup wrote the buffer (emit_kernel)
+            layout = self._layout(op)
+            return self._guard(ranks, f"{n(op.buffer)} = rt.pack(self, [{self.names_of(op.members)}], {layout}, "
+                               f"{dtype}, batch={batch})", [op.buffer])
+        if not op.members or self._update_of_unpack(op) is not None:
+            return []  # nothing to unpack, or the fused update reads the buffer (emit_kernel)
+        outs = self.names_of(op.members)
+        return self._guard(ranks, f"{outs}{',' if len(op.members) == 1 else ''} = rt.unpack(self, {n(op.buffer)}, "
+                           f"{self._layout(op)}, {self._widths(op)!r}, batch={batch})", list(op.members))
 
     def module_text(self, body: list[str], segments: list[_Segment]) -> str:
         ops = [op for op in self.step.walk()]
@@ -661,7 +731,7 @@ class _Emitter:
             f"NUM_SEGMENTS = {len(segments)}",
             "",
         ]
-        seg_info = [f"    {s.index}: ({len(s.outputs)}, {len(s.saved)})," for s in segments]
+        seg_info = [f"    {s.index}: ({len(s.outputs)}, {len(s.saved) + 1})," for s in segments]  # + batch sizes
         fake_info = [f"    {s.index}: {self._fake_spec(s)!r}," for s in segments]
         return "\n".join(
             header

@@ -10,6 +10,7 @@ The backward region holds the dense adjoints: a backward `sched.dense @X` takes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,7 +45,9 @@ from sparselift.frontend.graph import (
     output_nodes,
     user_inputs,
 )
+from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, materialize_dense
 from sparselift.frontend.program import FeatureInfo, SparseProgram, TableInfo
+from sparselift.frontend.quiet import debug, export_failure, quietly
 from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp, FeatureAttr, PlacementAttr, TableAttr
 from sparselift.passes.sharding import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
@@ -76,18 +79,47 @@ def dynamic_shapes(model: nn.Module, example_inputs: tuple) -> Any:
     return sc.dynamic_shapes(model, example_inputs)
 
 
+def input_device(example_inputs: tuple) -> torch.device:
+    leaf = next((t for t in pytree.tree_leaves(example_inputs) if isinstance(t, torch.Tensor)), None)
+    return leaf.device if leaf is not None else torch.device("cpu")
+
+
 def _torch_export(model: nn.Module, example_inputs: tuple) -> torch.export.ExportedProgram:
+    # Each attempt is quiet (sparselift.frontend.quiet): a failed one's report is in the error.
     try:
-        return torch.export.export(
-            model, example_inputs, dynamic_shapes=dynamic_shapes(model, example_inputs), strict=False
+        return quietly(
+            torch.export.export, model, example_inputs, dynamic_shapes=dynamic_shapes(model, example_inputs),
+            strict=False,
         )
     except Exception as dynamic_error:  # fall back to static shapes, e.g. for size-1 examples
         try:
-            return torch.export.export(model, example_inputs, strict=False)
+            return quietly(torch.export.export, model, example_inputs, strict=False)
         except Exception as e:
-            raise ExportError(
-                f"torch.export failed for model '{type(model).__name__}': {e}"
-            ) from dynamic_error
+            # The reason and the user's line; torch's internal frames only under SPARSELIFT_DEBUG.
+            raise ExportError(export_failure(type(model).__name__, e)) from (dynamic_error if debug() else None)
+
+
+def distinct_input_tensors(example_inputs: tuple) -> tuple:
+    """`example_inputs` with a copy wherever a tensor object is passed again at a later position.
+
+    Non-strict torch.export traces one fake tensor per tensor object, so one tensor passed at
+    two positions (say one `arange` offsets tensor for several one-hot features) makes the graph
+    read a single placeholder for both, and later calls with different tensors there would read
+    the wrong one. A copy gives every position its own placeholder (views of one tensor are
+    distinct objects already and export keeps them apart)."""
+    leaves = [t for t in pytree.tree_leaves(example_inputs) if isinstance(t, torch.Tensor)]
+    if len({id(t) for t in leaves}) == len(leaves):
+        return example_inputs
+    seen: set[int] = set()
+
+    def copy_repeated(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in seen:
+            seen.add(id(t))
+            return t
+        with torch.no_grad():
+            return t.clone().requires_grad_(t.requires_grad)
+
+    return pytree.tree_map_only(torch.Tensor, copy_repeated, example_inputs)
 
 
 def tensor_type(value: Any, what: str) -> TensorType:
@@ -261,18 +293,26 @@ def export(
     world_size: int,
     sharding: str | ShardingPlan = "auto",
     stats: tuple | Mapping[str, float] | None = None,
+    init_seed: int = 0,
 ) -> SparseProgram:
     """Export `model` and import it as a `sched.step` with one opaque EBC per sharding group.
 
     `stats` gives workload statistics: another input sample (a tuple like `example_inputs`) or a
     mapping feature -> pooling factor; by default they come from `example_inputs`.
+
+    Parameters on the meta device are exported from their shapes; dense modules among them are
+    materialized with `reset_parameters()` under `init_seed` (`sparselift.frontend.meta`), the
+    tables stay on meta for each rank to materialize its shard.
     """
     if world_size < 1:
         raise ExportError(f"world_size must be at least 1, got {world_size}")
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
+    example_inputs = distinct_input_tensors(example_inputs)
     model_name = type(model).__name__
-    ep = _torch_export(model, example_inputs)
+    meta = has_meta_parameters(model)
+    with fake_meta_parameters(model, input_device(example_inputs)) if meta else contextlib.nullcontext():
+        ep = _torch_export(model, example_inputs)
     gm = ep.module()
     placeholders = user_inputs(gm)
     flat_with_paths, _ = pytree.tree_flatten_with_path((example_inputs, {}))
@@ -476,6 +516,9 @@ def export(
     step.attributes["batch"] = StringAttr(str(batch))
     step.attributes["model"] = StringAttr(model_name)
     module = ModuleOp([step])
+    if meta:
+        materialize_dense(model, {t.param for t in tables.values()}, regions, seed=init_seed,
+                          device=input_device(example_inputs))
     try:
         module.verify()
     except Exception as e:  # an importer bug, not a user error: say so plainly
@@ -484,7 +527,9 @@ def export(
     return SparseProgram(
         module=module,
         regions=regions,
-        exported=ep,
+        # Not the ExportedProgram: it holds every parameter of the model (the tables too), so
+        # keeping it would keep the user's tables alive after the compiled model took them over.
+        graph_code=ep.graph_module.code,
         input_paths=[_path_name(p) for p in flat_paths],
         tensor_inputs=tensor_inputs,
         in_spec=pytree.tree_flatten((example_inputs, {}))[1],
@@ -499,4 +544,4 @@ def export(
     )
 
 
-__all__ = ["export", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]
+__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]

@@ -72,7 +72,7 @@ class SparseProgram:
 
     module: ModuleOp
     regions: dict[str, nn.Module]  # symbol of a `sched.dense` op -> the torch region it runs
-    exported: Any  # torch.export.ExportedProgram
+    graph_code: str  # the exported graph's Python code (the plan key's model structure)
     input_paths: list[str]  # flattened model inputs, by pytree path
     tensor_inputs: list[int]  # flat input index of each forward block argument
     in_spec: Any

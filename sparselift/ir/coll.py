@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import auto
 
 from xdsl.dialects.builtin import AnyFloat, ArrayAttr, IntAttr, IntegerType, StringAttr, TensorType
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -37,6 +37,7 @@ from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
+from sparselift.ir._refs import check_group_label, check_segment_counts, enclosing_world_size
 from sparselift.ir._syntax import DYNAMIC, dim, int_array, ints, parse_int_list, print_int_list, tensor_type
 
 
@@ -215,14 +216,45 @@ class HandleType(ParametrizedAttribute, TypeAttribute):
 
 
 def _verify_group_in_world(op: IRDLOperation, group: GroupAttr) -> None:
-    from sparselift.ir.sparse import enclosing_world_size
-
+    """Group ranks exist in the step's world; the op's `group` label names a group of the step."""
     world = enclosing_world_size(op)
     if world is None:
         return
     for r in group.rank_list:
         if r >= world:
             raise VerifyException(f"{op.name}: group rank {r} is out of range for world size {world}")
+    check_group_label(op)
+
+
+def _verify_packed_inputs(op: _AllToAllBase) -> None:
+    """Inputs made by `sparse.pack` hold one segment per group rank, each as wide as the splits
+    send (row `i` of the splits is what input `i`, or the one input, packs); the lengths a route
+    sends hold, per destination, as many features as it serves there."""
+    g = op.group.size
+    rows = op.splits.matrix if op.splits is not None else None
+    if rows is not None and op.role.role_list == [Role.INPUT_LENGTHS] and len(op.inputs) == 1:
+        for i, row in enumerate(rows):
+            check_segment_counts(op, row, op.inputs[0], f"splits row {i} is")
+    for k, v in enumerate(op.inputs):
+        pack = v.owner
+        if not isinstance(pack, Operation) or pack.name != "sparse.pack":
+            continue
+        layout = pack.properties["layout"]
+        if layout.num_segments != g:
+            raise VerifyException(
+                f"{op.name}: input {k} is packed in {layout.num_segments} segment{'' if layout.num_segments == 1 else 's'} "
+                f"but the group has {g} ranks"
+            )
+        segments = layout.segments
+        if rows is None or any(off == DYNAMIC for seg in segments for off, _ in seg):
+            continue
+        widths = [sum(size for _, size in seg) for seg in segments]
+        for i in [k] if len(op.inputs) == g else range(g):
+            if rows[i] != widths:
+                raise VerifyException(
+                    f"{op.name}: splits row {i} is {rows[i]} but input {k} (sparse.pack) holds {widths} elements "
+                    "per sample per segment"
+                )
 
 
 class _AllToAllBase(IRDLOperation):
@@ -286,6 +318,7 @@ class _AllToAllBase(IRDLOperation):
                 raise VerifyException(f"{self.name}: {name} must be a 1-D integer tensor, got {t}")
             if dim(t, 0) not in (DYNAMIC, g):
                 raise VerifyException(f"{self.name}: {name} needs one entry per group rank ({g}), got {t}")
+        _verify_packed_inputs(self)
 
 
 class FoldSingleRankCollective(RewritePattern):
@@ -492,6 +525,14 @@ class ReduceScatterOp(_ReduceBase):
 
     def verify_(self) -> None:
         super().verify_()
+        pack = self.input.owner
+        if isinstance(pack, Operation) and pack.name == "sparse.pack":  # one segment (chunk) per group rank
+            segments = pack.properties["layout"].num_segments
+            if segments != self.group.size:
+                raise VerifyException(
+                    f"coll.reduce_scatter: its input is packed in {segments} segment{'' if segments == 1 else 's'} "
+                    f"but the group has {self.group.size} ranks"
+                )
         t_in, t_out = tensor_type(self.input, ""), tensor_type(self.result, "")
         if len(t_in.get_shape()) != len(t_out.get_shape()):
             raise VerifyException("coll.reduce_scatter: input and result ranks differ")

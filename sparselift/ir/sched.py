@@ -39,6 +39,7 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, SymbolOpInte
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
+from sparselift.ir._refs import check_group_label, check_table_ref, enclosing_world_size, verifying
 from sparselift.ir._syntax import check_finite, format_float, parse_float_or_int
 
 
@@ -222,6 +223,11 @@ class StepOp(IRDLOperation):
         printer.print_string(" backward ")
         printer.print_region(self.backward)
 
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        # The ops inside check their references against this step: they share one index of it.
+        with verifying(self):
+            super().verify(verify_nested_ops)
+
     def verify_(self) -> None:
         if self.world_size.data < 1:
             raise VerifyException(f"sched.step @{self.sym_name.data}: world_size must be at least 1")
@@ -304,6 +310,8 @@ class KernelOp(IRDLOperation):
         for t, p in zip(tables.data, placements.data):
             if p.table.data != t.name_str:
                 raise VerifyException(f"{where}: placement is for table '{p.table.data}' but the kernel reads '{t.name_str}'")
+        slot_lists = [list(sl.get_values()) for sl in slots.data]
+        self._verify_table_refs(where, tables.data, placements.data, slot_lists)
         if self.kind.data == KernelKind.LOOKUP:
             if len(self.res) != n or len(self.args) not in (2, 3):
                 raise VerifyException(f"{where}: a fused lookup takes lengths, indices[, weights] and returns one value per table")
@@ -326,6 +334,47 @@ class KernelOp(IRDLOperation):
                 raise VerifyException(f"{where}: a fused update takes lengths, indices[, weights] and one gradient per table")
             if not isinstance(self.attributes.get("optimizer"), OptimizerAttr):
                 raise VerifyException(f"{where}: a fused update needs an 'optimizer' attribute")
+        if self.kind.data != KernelKind.LOOKUP:
+            _kernel_grad_widths(self, where, tables.data, slot_lists)
+        self._verify_step_refs(tables.data, placements.data, slot_lists)
+
+    def _verify_table_refs(self, where: str, tables: Sequence, placements: Sequence, slots: Sequence[list[int]]) -> None:
+        """Slots distinct and non-negative per table; one set of owner ranks for the whole call
+        (the plan runs it on the first placement's ranks)."""
+        for t, sl in zip(tables, slots):
+            if not sl or len(set(sl)) != len(sl) or min(sl) < 0:
+                raise VerifyException(
+                    f"{where}: slots of table '{t.name_str}' must be distinct, non-negative and not empty, got {sl}"
+                )
+        world = enclosing_world_size(self)
+        if world is None:
+            return
+        owners = [p.owner_ranks(world) for p in placements]
+        for t, ranks in zip(tables, owners):
+            if ranks != owners[0]:
+                raise VerifyException(
+                    f"{where}: fuses tables of different ranks: '{tables[0].name_str}' on {owners[0]}, "
+                    f"'{t.name_str}' on {ranks}"
+                )
+
+    def _verify_step_refs(self, tables: Sequence, placements: Sequence, slots: Sequence[list[int]]) -> None:
+        """Each table against the route of the enclosing step, like a per-table op (see _refs)."""
+        where = f"sched.kernel @{self.callee.root_reference.data}"
+        n_shared = len(self.args) - (0 if self.kind.data == KernelKind.LOOKUP else len(tables))
+        for t, p, sl in zip(tables, placements, slots):
+            check_table_ref(self, f"{where}, table '{t.name_str}'", t, p, sl, n_shared == 3, self.args[0])
+        check_group_label(self)
+
+
+def _kernel_grad_widths(op: KernelOp, where: str, tables: Sequence, slots: Sequence[list[int]]) -> None:
+    """A fused update's (or table gradient's) pooled gradients: [bags, dim x slots] per table."""
+    for t, sl, g in zip(tables, slots, op.args[len(op.args) - len(tables):]):
+        shape = g.type.get_shape() if hasattr(g.type, "get_shape") else ()
+        if len(shape) != 2 or (shape[1] >= 0 and shape[1] != t.dim.data * len(sl)):
+            raise VerifyException(
+                f"{where}: gradient for table '{t.name_str}' must be [bags, {t.dim.data * len(sl)}] "
+                f"({len(sl)} slot{'' if len(sl) == 1 else 's'}), got {g.type}"
+            )
 
 
 def values_used_from_outside(op: Operation) -> list[SSAValue]:

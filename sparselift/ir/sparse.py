@@ -53,6 +53,16 @@ from xdsl.traits import HasCanonicalizationPatternsTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
+from sparselift.ir._refs import (
+    check_group_def,
+    check_group_label,
+    check_rank,
+    check_segment_counts,
+    check_table_ref,
+    check_unpack_segments,
+    enclosing_world_size,
+    verify_tables_features_placements,
+)
 from sparselift.ir._syntax import (
     DYNAMIC,
     check_finite,
@@ -544,55 +554,6 @@ def _check_slots_width(type_: Attribute, table: TableAttr, slots: int, what: str
         )
 
 
-def enclosing_world_size(op: IRDLOperation) -> int | None:
-    """The world size of the enclosing `sched.step`, if any (lazy import: sched imports sparse)."""
-    from sparselift.ir.sched import StepOp
-
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, StepOp):
-        parent = parent.parent_op()
-    return parent.world_size.data if parent is not None else None
-
-
-def _verify_tables_features_placements(
-    op: IRDLOperation,
-    tables: Sequence[TableAttr],
-    features: Sequence[FeatureAttr],
-    placements: Sequence[PlacementAttr],
-) -> None:
-    where = op.name
-    by_name: dict[str, TableAttr] = {}
-    for t in tables:
-        if t.name_str in by_name:
-            raise VerifyException(f"{where}: table '{t.name_str}' is declared twice")
-        by_name[t.name_str] = t
-    seen_features: set[str] = set()
-    for f in features:
-        if f.feature_name.data in seen_features:
-            raise VerifyException(f"{where}: feature '{f.feature_name.data}' is listed twice")
-        seen_features.add(f.feature_name.data)
-        if f.table.data not in by_name:
-            raise VerifyException(
-                f"{where}: feature '{f.feature_name.data}' maps to missing table '{f.table.data}'"
-            )
-    placed: set[str] = set()
-    for p in placements:
-        name = p.table.data
-        if name not in by_name:
-            raise VerifyException(f"{where}: placement names unknown table '{name}'")
-        if name in placed:
-            raise VerifyException(f"{where}: table '{name}' is placed twice in this group")
-        placed.add(name)
-        p.verify_for_table(by_name[name])
-    missing = [t for t in by_name if t not in placed]
-    if missing:
-        raise VerifyException(f"{where}: table '{missing[0]}' is not placed in this group")
-    world = enclosing_world_size(op)
-    if world is not None:
-        for p in placements:
-            p.verify_ranks(world)
-
-
 # --------------------------------------------------------------------------------------
 # Operations
 # --------------------------------------------------------------------------------------
@@ -657,7 +618,7 @@ class EmbeddingBagCollectionOp(IRDLOperation):
 
     def verify_(self) -> None:
         features = self.features.data
-        _verify_tables_features_placements(self, self.tables.data, features, self.placements.data)
+        verify_tables_features_placements(self, self.tables.data, features, self.placements.data)
         n = len(features)
         if len(self.ids) != n or len(self.offsets) != n or len(self.pooled) != n:
             raise VerifyException(
@@ -683,6 +644,8 @@ class EmbeddingBagCollectionOp(IRDLOperation):
                 )
         for w in self.weights:
             _check_float_1d(w, "per-sample weights")
+        check_group_def(self)
+        check_group_label(self)
 
 
 @irdl_op_definition
@@ -730,6 +693,12 @@ class RouteOp(IRDLOperation):
         if len(self.routed_weights) != (1 if n_weighted else 0):
             raise VerifyException("sparse.route: routed weights are produced exactly when a feature is weighted")
         placed = {p.table.data for p in self.placements.data}
+        if len(placed) != len(self.placements.data):
+            twice = next(t for t in placed if [p.table.data for p in self.placements.data].count(t) > 1)
+            raise VerifyException(f"sparse.route: table '{twice}' is placed twice")
+        names = [f.feature_name.data for f in features]
+        if len(set(names)) != len(names):
+            raise VerifyException(f"sparse.route: feature '{next(x for x in names if names.count(x) > 1)}' is listed twice")
         for f in features:
             if f.table.data not in placed:
                 raise VerifyException(
@@ -748,6 +717,8 @@ class RouteOp(IRDLOperation):
             )
         for w in self.routed_weights:
             _check_float_1d(w, "routed weights")
+        check_group_def(self)
+        check_group_label(self)
 
 
 def _verify_lookup_common(op: LookupOp | LookupUpdateOp | LookupGradOp) -> TableAttr:
@@ -772,6 +743,15 @@ def _verify_lookup_common(op: LookupOp | LookupUpdateOp | LookupGradOp) -> Table
     if op.weights is not None:
         _check_float_1d(op.weights, f"weights of table '{table.name_str}'")
     return table
+
+
+def _check_step_refs(op: LookupOp | LookupUpdateOp | LookupGradOp) -> None:
+    """Table, placement, slots and weights against the route of the enclosing step (see _refs)."""
+    table = op.table
+    weighted = None if op.lengths is None else op.weights is not None  # the dense update reads no ids
+    check_table_ref(op, f"{op.name} of table '{table.name_str}'", table, op.placement, list(op.slots.get_values()),
+                    weighted, op.lengths)
+    check_group_label(op)
 
 
 @irdl_op_definition
@@ -805,6 +785,7 @@ class LookupOp(IRDLOperation):
     def verify_(self) -> None:
         table = _verify_lookup_common(self)
         _check_slots_width(self.pooled.type, table, len(self.slots), f"pooled result of table '{table.name_str}'")
+        _check_step_refs(self)
 
 
 @irdl_op_definition
@@ -910,11 +891,13 @@ class LookupUpdateOp(IRDLOperation):
                     f"updates table '{table.name_str}'"
                 )
             _check_table_grad(self.grad.type, table, f"dense gradient of table '{table.name_str}'")
+            _check_step_refs(self)
             return
         if self.indices is None:
             raise VerifyException(f"sparse.lookup_update of table '{table.name_str}': lengths need indices")
         _verify_lookup_common(self)
         _check_slots_width(self.grad.type, table, len(self.slots), f"gradient of table '{table.name_str}'")
+        _check_step_refs(self)
 
 
 def _check_table_grad(type_: Attribute, table: TableAttr, what: str) -> None:
@@ -954,6 +937,7 @@ class LookupGradOp(IRDLOperation):
         table = _verify_lookup_common(self)
         _check_slots_width(self.grad.type, table, len(self.slots), f"gradient of table '{table.name_str}'")
         _check_table_grad(self.table_grad.type, table, f"table gradient of '{table.name_str}'")
+        _check_step_refs(self)
 
 
 def _member_width(type_: TensorType) -> int:
@@ -1023,6 +1007,9 @@ class PackOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_layout_members(self.name, self.layout, self.members, self.buffer)
+        if self.rank is not None:
+            check_rank(self, self.rank.value.data)
+        check_group_label(self)
 
 
 @irdl_op_definition
@@ -1044,6 +1031,10 @@ class UnpackOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_layout_members(self.name, self.layout, self.members, self.buffer)
+        if self.rank is not None:
+            check_rank(self, self.rank.value.data)
+        check_group_label(self)
+        check_unpack_segments(self, self.layout, None if self.rank is None else self.rank.value.data, self.buffer)
         src = self.buffer.owner
         if isinstance(src, PackOp) and src.layout == self.layout:
             for i, (a, b) in enumerate(zip(src.members, self.members)):
@@ -1121,6 +1112,7 @@ class PackIdsOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_jagged_members(self, self.lengths, self.indices, self.weights, self.buffer, self.sizes, self.features)
+        check_segment_counts(self, list(self.features.get_values()), self.lengths, "features =")
 
 
 @irdl_op_definition
@@ -1151,6 +1143,7 @@ class UnpackIdsOp(IRDLOperation):
 
     def verify_(self) -> None:
         _verify_jagged_members(self, self.lengths, self.indices, self.weights, self.buffer, self.sizes, self.features)
+        check_segment_counts(self, list(self.features.get_values()), self.buffer, "features =")
 
 
 @irdl_op_definition
@@ -1177,6 +1170,7 @@ class PermuteOp(IRDLOperation):
                 raise VerifyException(
                     f"sparse.permute: result {i} has type {self.outputs[i].type} but input {j} has {self.inputs[j].type}"
                 )
+        check_group_label(self)
 
 
 # --------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ import attrs
 import torch
 from torch import Tensor, nn
 
+from sparselift.init import fill_rows, uniform_init
+
 __all__ = [
     "DLRM",
     "DLRMConfig",
@@ -199,17 +201,22 @@ class DLRM(nn.Module):
     probability ``[B, 1]``, or the logit when ``config.return_logits``.
     """
 
-    def __init__(self, config: DLRMConfig) -> None:
+    def __init__(self, config: DLRMConfig, device: str | torch.device = "cpu") -> None:
+        """`device="meta"` builds the tables on the meta device (shapes only; the MLPs are small
+        and stay on the CPU): `sparselift.compile(..., options=CompileOptions(table_init=
+        model.table_init))` then materializes each rank's shard only."""
         super().__init__()
         self.config = config
         g = torch.Generator().manual_seed(config.seed)
         d = config.embedding_dim
         tables: list[nn.Module] = []
-        for n in config.num_rows:
-            # Reference init U(-sqrt(1/n), sqrt(1/n)); passing _weight skips EmbeddingBag's own
-            # normal_ init, which would double the cost on 1M..10M-row tables.
-            bound = math.sqrt(1.0 / n)
-            w = torch.empty(n, d).uniform_(-bound, bound, generator=g)
+        for k, n in enumerate(config.num_rows):
+            # Reference init U(-sqrt(1/n), sqrt(1/n)), drawn chunk by chunk (sparselift.init) so
+            # that any shard can be drawn alone and equals the same rows of the whole table.
+            # Passing _weight skips EmbeddingBag's own normal_ init (double the cost at 10M rows).
+            w = torch.empty(n, d, device=device)
+            if w.device.type != "meta":
+                self.init_table(k, w, 0)
             tables.append(nn.EmbeddingBag(n, d, mode=config.mode, sparse=config.sparse, _weight=w))
         self.emb_l = nn.ModuleList(tables)
         self.bot_l = _mlp(config.bottom_mlp, g)
@@ -222,6 +229,18 @@ class DLRM(nn.Module):
         li, lj = torch.tril_indices(config.num_tables + 1, config.num_tables + 1, offset=-1)
         self.register_buffer("li", li, persistent=False)
         self.register_buffer("lj", lj, persistent=False)
+
+    def init_table(self, k: int, shard: Tensor, row_offset: int) -> Tensor:
+        """Fill rows `row_offset ..` of table k with its seeded initial values."""
+        return fill_rows(shard, row_offset, uniform_init(self.config.num_rows[k]), seed=self.config.seed,
+                         table=f"emb_l.{k}")
+
+    def table_init(self, name: str, shard: Tensor, row_offset: int) -> None:
+        """`CompileOptions(table_init=...)` for a meta-device DLRM: table `emb_l.<k>`'s shard."""
+        prefix, _, k = name.rpartition(".")
+        if prefix != "emb_l" or not k.isdigit():
+            raise KeyError(f"DLRM has no table '{name}' (its tables are emb_l.0 .. emb_l.{len(self.emb_l) - 1})")
+        self.init_table(int(k), shard, row_offset)
 
     def apply_emb(
         self,
@@ -292,9 +311,11 @@ def example_inputs(
     return dense, indices, offsets
 
 
-def build_dlrm(config: DLRMConfig, batch_size: int = 128, seed: int | None = None) -> tuple[DLRM, tuple]:
-    """Build a seeded :class:`DLRM` and example inputs for it (``seed`` defaults to config.seed)."""
+def build_dlrm(config: DLRMConfig, batch_size: int = 128, seed: int | None = None,
+               device: str | torch.device = "cpu") -> tuple[DLRM, tuple]:
+    """Build a seeded :class:`DLRM` and example inputs for it (``seed`` defaults to config.seed);
+    ``device="meta"``: tables on the meta device (see :class:`DLRM`)."""
     if seed is not None:
         config = attrs.evolve(config, seed=seed)
-    model = DLRM(config)
+    model = DLRM(config, device=device)
     return model, example_inputs(config, batch_size)

@@ -1,11 +1,15 @@
 """The compiled model: one rank's plan as an `nn.Module` (built by `sparselift.compile`).
 
-The compiled module takes the same inputs as the model (one local batch per rank) and returns
-the same outputs. Dense regions keep their parameters and train with ordinary autograd; dense
-gradients are averaged across ranks at the end of backward (unless `dense_sync=False`).
-Embedding tables live in the plan, sharded as planned, and are updated in backward by the fused
-optimizer. `grad_reduction="mean"` gives exactly single-process training on the global batch;
-`"sum"` is TorchRec's semantics (embedding gradients summed over ranks).
+The compiled module takes the same inputs as the model (one local batch per rank, of any size:
+ranks' batches may differ from each other and from the example's, step to step) and returns the
+same outputs. Every argument position is bound, even where the example inputs shared a tensor.
+Dense regions keep their parameters and train with ordinary autograd; dense gradients are
+averaged across ranks at the end of backward (unless `dense_sync=False`). Embedding tables live
+in the plan, sharded as planned, and are updated in backward by the fused optimizer.
+`grad_reduction="mean"` is DDP's convention: with each rank's loss a mean over its own batch,
+the tables and the dense parameters take the gradient of `sum_r loss_r / world`, exactly
+single-process training on the global batch when the local batches have equal sizes; `"sum"` is
+TorchRec's semantics (embedding gradients summed over ranks).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from sparselift.passes.sharding import PlacementKind
+from sparselift.runtime.tables import LocalTables, TableInit, shard_rows
 
 log = logging.getLogger("sparselift")
 
@@ -50,7 +55,9 @@ class CompileOptions:
     # plan, plus generate-kernels when kernels="generated"); anything else is a plan record JSON.
     plan: str = attrs.field(default="auto", validator=attrs.validators.min_len(1))
     calibration_budget_s: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
-    memory_cap_bytes: int | None = None  # per rank, for workspace and in-flight buffers; None: no cap
+    # Per rank: table shards and optimizer state (checked before allocating), then workspace and
+    # in-flight buffers (the planner's constraint gets what the shards leave); None: no cap.
+    memory_cap_bytes: int | None = None
     max_lanes: int | None = None  # concurrent lanes per rank; None: torch's intra-op threads (CPU), 4 (CUDA)
     # Optimization families the planner may choose (None: all): aggregation, parallelism,
     # codegen, latency-hiding, sharding.
@@ -58,6 +65,12 @@ class CompileOptions:
         default=None, converter=attrs.converters.optional(tuple)
     )
     profile: str = "auto"  # cost-model profile: auto (cpu-gloo, or h100/h200-nccl by device), a name or a JSON path
+    # Tables on the meta device: `table_init(table, shard, row_offset)` fills this rank's shard
+    # (rows row_offset..) of IR table `table` in place; None: the module's own initializer
+    # (nn.EmbeddingBag's normal_, TorchRec's EmbeddingBagConfig.init_fn), drawn per chunk of rows
+    # from `init_seed` (None: rank 0's torch.initial_seed()) so every placement gets the same values.
+    table_init: TableInit | None = None
+    init_seed: int | None = None
 
 
 def cache_dir(options: CompileOptions) -> Path:
@@ -73,7 +86,7 @@ class Plan:
     ir_text: str
     source: str
     path: Path
-    hash: str
+    hash: str  # the optimized IR's hash: the "plan hash" of the module's header and of the file name
     program: Any  # sparselift.frontend.program.SparseProgram
     record: Any = None  # sparselift.passes.plan_sparse.PlanRecord; None when not planned
     reused: bool = False  # the record came from the plan cache (or a file): no calibration
@@ -81,7 +94,7 @@ class Plan:
     planning: str = ""  # why the planner planned, or where the reused plan came from
 
     def explain(self) -> str:
-        lines = [f"plan {self.hash} ({self.path})", self.program.sharding.describe()]
+        lines = [f"plan hash: {self.hash} ({self.path})", self.program.sharding.describe()]
         lines += [f"groups: {', '.join(self.program.groups)}"]
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
@@ -162,7 +175,7 @@ class CompiledModel(nn.Module):
     """One rank's view of a compiled model."""
 
     def __init__(self, program, plan: Plan, plan_cls, rank: int, world: int, pg, optimizer,
-                 options: CompileOptions, model_tables: Mapping[str, torch.Tensor]):
+                 options: CompileOptions, local: LocalTables):
         super().__init__()
         self.program = program
         self.plan = plan
@@ -170,21 +183,9 @@ class CompiledModel(nn.Module):
         self.options = options
         self.regions = nn.ModuleDict(program.regions)
         self.optimizer = optimizer
-        tables, states = {}, {}
-        for info in program.tables:
-            placement = program.sharding[info.name]
-            owners = placement.owners(world)
-            if rank not in owners:
-                continue
-            full = model_tables[info.param].detach()
-            if placement.kind == PlacementKind.ROW_WISE:
-                i = placement.ranks.index(rank)
-                shard = full[placement.row_bounds[i] : placement.row_bounds[i + 1]]
-            else:
-                shard = full
-            tables[info.name] = shard.clone().contiguous()
-            if optimizer.kind == "rowwise_adagrad":
-                states[info.name] = torch.zeros(shard.shape[0], dtype=torch.float32, device=shard.device)
+        # The rank's live table storage, shared by every plan built on it (sparselift.runtime.tables).
+        self.local = local
+        tables, states = local.tables, local.states
         self.tables, self.states = tables, states
         self.kernels = self._build_kernels(program, tables, optimizer, options)
         self.runner = plan_cls(
@@ -269,11 +270,28 @@ class CompiledModel(nn.Module):
                     seen.add(id(p))
                     yield name, p
 
-    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401 - original keys
-        """The original model's keys: dense parameters and whole tables (shards gathered; collective)."""
+    def state_dict(self, *args, gather_to: str = "all", **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+        """The original model's keys (collective): dense parameters, whole tables gathered from their
+        shards, and with row-wise Adagrad each table's accumulator as `<table param>.momentum` (one
+        value per row).
+
+        Tables are gathered one at a time, straight into the result (a broadcast per shard from its
+        owner), so no rank holds more than the result plus nothing. `gather_to="rank0"`: only rank 0
+        receives tables and accumulators; the other ranks' dicts hold the dense parameters only.
+        For models that do not fit one process use `sharded_state_dict()` with
+        `torch.distributed.checkpoint`.
+        """
+        if gather_to not in ("all", "rank0"):
+            raise ValueError(f"state_dict(gather_to={gather_to!r}): use 'all' or 'rank0'")
         out = {name: p.detach().clone() for name, p in self.dense_named_parameters()}
         for info in self.program.tables:
-            out[info.param] = self._gather_table(info)
+            table = self._gather_table(info, self.tables, (info.dim,), info.dtype, gather_to)
+            if table is not None:
+                out[info.param] = table
+            if self.optimizer.kind == "rowwise_adagrad":
+                state = self._gather_table(info, self.states, (), torch.float32, gather_to)
+                if state is not None:
+                    out[f"{info.param}.momentum"] = state
         return out
 
     def sharded_state_dict(self) -> dict[str, torch.Tensor]:
@@ -297,50 +315,79 @@ class CompiledModel(nn.Module):
                 out[f"{info.param}.momentum#rows={lo}-{hi}"] = self.states[info.name]
         return out
 
+    def state_keys(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Every key `state_dict()` returns, with its full shape and dtype."""
+        keys = {name: (tuple(p.shape), p.dtype) for name, p in self.dense_named_parameters()}
+        for info in self.program.tables:
+            keys[info.param] = ((info.rows, info.dim), info.dtype)
+            if self.optimizer.kind == "rowwise_adagrad":
+                keys[f"{info.param}.momentum"] = ((info.rows,), torch.float32)
+        return keys
+
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True):
-        missing = []
+        """Load what `state_dict()` wrote (each rank keeps its own rows); `strict` raises on missing
+        or unexpected keys, and a wrong shape or dtype always raises, naming the key."""
+        expected = self.state_keys()
+        missing = [k for k in expected if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in expected]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
+                           + (" (the optimizer state of row-wise Adagrad is '<table>.momentum')"
+                              if any(k.endswith(".momentum") for k in missing + unexpected) else ""))
+        for key, (shape, dtype) in expected.items():
+            got = state_dict.get(key)
+            if got is not None and (tuple(got.shape) != shape or got.dtype != dtype):
+                raise ValueError(f"load_state_dict: '{key}' has shape {tuple(got.shape)} and dtype {got.dtype}; "
+                                 f"the compiled model's is {shape}, {dtype}")
         with torch.no_grad():
             for name, p in self.dense_named_parameters():
                 if name in state_dict:
                     p.copy_(state_dict[name])
-                else:
-                    missing.append(name)
             for info in self.program.tables:
-                if info.param not in state_dict:
-                    missing.append(info.param)
+                if info.name not in self.tables:
                     continue
-                if info.name in self.tables:
-                    self.tables[info.name].copy_(self._local_slice(info, state_dict[info.param]))
-        if strict and missing:
-            raise KeyError(f"load_state_dict: missing keys {missing}")
-        return missing
+                lo, hi = shard_rows(self.program.sharding[info.name], self.rank, info.rows)
+                if info.param in state_dict:
+                    self.tables[info.name].copy_(state_dict[info.param][lo:hi])
+                momentum = state_dict.get(f"{info.param}.momentum")
+                if momentum is not None and info.name in self.states:
+                    self.states[info.name].copy_(momentum[lo:hi])
+        return nn.modules.module._IncompatibleKeys(missing, unexpected)
 
-    def _local_slice(self, info, full: torch.Tensor) -> torch.Tensor:
+    def _gather_table(self, info, shards: Mapping[str, torch.Tensor], row_shape: tuple[int, ...],
+                      dtype: torch.dtype, gather_to: str = "all") -> torch.Tensor | None:
+        """Table `info` (or its optimizer state, from `shards`) whole, on every rank ("all") or on
+        rank 0 only ("rank0"; None elsewhere): one broadcast (or send) per shard, from its owner."""
         placement = self.program.sharding[info.name]
-        if placement.kind == PlacementKind.ROW_WISE:
-            i = placement.ranks.index(self.rank)
-            return full[placement.row_bounds[i] : placement.row_bounds[i + 1]]
-        return full
-
-    def _gather_table(self, info) -> torch.Tensor:
-        placement = self.program.sharding[info.name]
+        receives = gather_to == "all" or self.rank == 0
+        local = shards.get(info.name)
         if self.world == 1 or placement.kind == PlacementKind.DATA_PARALLEL:
-            return self.tables[info.name].detach().clone()
-        local = self.tables.get(info.name)
-        full = torch.zeros(info.rows, info.dim, dtype=info.dtype, device=None if local is None else local.device)
-        if placement.kind == PlacementKind.TABLE_WISE:
-            if self.rank == placement.ranks[0]:
-                full.copy_(self.tables[info.name])
-        else:
-            i = placement.ranks.index(self.rank) if self.rank in placement.ranks else None
-            if i is not None:
-                full[placement.row_bounds[i] : placement.row_bounds[i + 1]] = self.tables[info.name]
-        dist.all_reduce(full, group=self.pg)  # exactly one rank holds each row; the others add zeros
+            return local.detach().clone() if receives else None
+        device = local.device if local is not None else self._device()
+        full = torch.empty((info.rows, *row_shape), dtype=dtype, device=device) if receives else None
+        for owner in placement.owners(self.world):
+            lo, hi = shard_rows(placement, owner, info.rows)
+            if self.rank == owner and full is not None:
+                full[lo:hi].copy_(local)
+            if gather_to == "all":
+                buffer = full[lo:hi]
+                dist.broadcast(buffer, src=self._global(owner), group=self.pg)
+            elif owner != 0 and self.rank == owner:
+                dist.send(local.contiguous(), dst=self._global(0), group=self.pg)
+            elif owner != 0 and self.rank == 0:
+                dist.recv(full[lo:hi], src=self._global(owner), group=self.pg)
         return full
+
+    def _global(self, rank: int) -> int:
+        return dist.get_global_rank(self.pg, rank) if self.pg is not None else rank
+
+    def _device(self) -> torch.device:
+        return next((t.device for t in self.tables.values()), next(
+            (p.device for _, p in self.dense_named_parameters()), torch.device("cpu")))
 
     def table(self, name: str) -> torch.Tensor:
         """The whole table `name` (IR name or parameter FQN), gathered from its shards (collective)."""
         for info in self.program.tables:
             if name in (info.name, info.param):
-                return self._gather_table(info)
+                return self._gather_table(info, self.tables, (info.dim,), info.dtype)
         raise KeyError(f"no table '{name}'")

@@ -1,9 +1,11 @@
 """Training parity: a compiled model on W gloo ranks against single-process training.
 
 The reference trains an unmodified copy of the model in one process on the same data: at each
-step it runs every rank's local batch, averages the per-rank losses (which is the mean loss on
-the global batch when local batches have equal size), and applies plain SGD (or row-wise
-Adagrad for the tables) to the exact gradients. The compiled side runs `sparselift.compile` on
+step it runs every rank's local batch, averages the per-rank losses (each a mean over its own
+batch), and applies plain SGD (or row-wise Adagrad for the tables) to the exact gradients of
+that average. This is DDP's convention, and also when local batches differ in size (`sizes`:
+per step, each rank's batch): the gradient is that of `sum_r loss_r / W`, which is the mean loss
+on the global batch only when the local batches have equal sizes. The compiled side runs `sparselift.compile` on
 each rank with `grad_reduction="mean"`. Both report the forward outputs of every step, the
 tables after the last step and the dense gradients of the last step.
 """
@@ -33,21 +35,23 @@ def build_model(model_name: str, *, rows_cap, batch_size: int, seed: int):
     return build(model_name, rows_cap=rows_cap, batch_size=batch_size, seed=seed)
 
 
-def local_batches(model_name: str, world: int, steps: int, batch: int, rows_cap: int, seed: int):
-    """batches[step][rank]: each rank's inputs, drawn from the model's example-input generator."""
+def local_batches(model_name: str, world: int, steps: int, batch: int, rows_cap: int, seed: int, sizes=None):
+    """batches[step][rank]: each rank's inputs, drawn from the model's example-input generator,
+    of `sizes[step][rank]` samples (default: `batch` everywhere)."""
     return [
-        [build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=1000 + 17 * step + rank)[1]
+        [build_model(model_name, rows_cap=rows_cap, batch_size=sizes[step][rank] if sizes else batch,
+                     seed=1000 + 17 * step + rank)[1]
          for rank in range(world)]
         for step in range(steps)
     ]
 
 
 def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap: int, optimizer: tuple, seed: int = 0,
-                  table_names: list[str] | None = None) -> dict[str, Any]:
+                  table_names: list[str] | None = None, sizes=None) -> dict[str, Any]:
     model, _ = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model = copy.deepcopy(model)
     kind, lr, eps = optimizer
-    batches = local_batches(model_name, world, steps, batch, rows_cap, seed)
+    batches = local_batches(model_name, world, steps, batch, rows_cap, seed, sizes)
     tables = set(table_names or [])
     states = {}
     outputs = []
@@ -100,7 +104,7 @@ def _to(device: str, x):
 
 def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: int, rows_cap: int,
                     sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference",
-                    pipeline: bool = False, passes: str = "", device: str = "cpu") -> dict[str, Any]:
+                    pipeline: bool = False, passes: str = "", device: str = "cpu", sizes=None) -> dict[str, Any]:
     """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
     from sparselift.optim import SGD, RowWiseAdagrad
@@ -115,7 +119,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes, plan="none"),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
-    batches = _to(device, local_batches(model_name, world, steps, batch, rows_cap, seed))
+    batches = _to(device, local_batches(model_name, world, steps, batch, rows_cap, seed, sizes))
     outputs, grads = [], {}
     if pipeline:
         from sparselift.runtime.pipeline import TrainPipeline
@@ -142,22 +146,31 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
 
 def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
                  batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5,
-                 pipeline: bool = False, passes: str = "", device: str = "cpu", backend: str | None = None) -> None:
+                 pipeline: bool = False, passes: str = "", device: str = "cpu", backend: str | None = None,
+                 sizes=None) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
     `device="cuda"` trains the compiled side on the GPU; with `backend` (say "nccl") the ranks
-    join a process group even when `world` is 1, so the plan's collectives run too.
+    join a process group even when `world` is 1, so the plan's collectives run too. `sizes`
+    (`sizes[step][rank]`, then `steps = len(sizes)`) gives each rank's local batch at each step;
+    the model is compiled on an example batch of `batch` samples either way.
     """
     from sparselift.runtime.distributed import launch
 
+    if sizes is not None:
+        steps = len(sizes)
+        if any(len(step) != world for step in sizes):
+            raise ValueError(f"sizes must give {world} local batch sizes per step, got {sizes}")
     if world == 1 and backend is None:
         results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline,
-                                   passes, device)]
+                                   passes, device, sizes)]
     else:
         results = launch(compiled_worker, world, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels,
-                         pipeline, passes, device, backend=backend or "gloo", timeout_s=120)
-    ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"])
+                         pipeline, passes, device, sizes, backend=backend or "gloo", timeout_s=120)
+    ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"],
+                        sizes=sizes)
     for rank, res in enumerate(results):
+        assert len(res["outputs"]) == steps, f"rank {rank} ran {len(res['outputs'])} of {steps} steps"
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):
             torch.testing.assert_close(got, want[rank], atol=atol, rtol=1e-4,
                                        msg=lambda m, s=step, r=rank: f"output of step {s} on rank {r}: {m}")

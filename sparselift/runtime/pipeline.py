@@ -20,7 +20,9 @@ class TrainPipeline:
     """`progress()` trains one batch from `data_iter` and returns its loss.
 
     `data_iter` yields `(inputs, target)` where `inputs` is the tuple of model inputs of this
-    rank's local batch; `loss_fn(output, target)` gives the loss (mean over the batch).
+    rank's local batch; `loss_fn(output, target)` gives the loss (mean over the batch). Batches
+    may change size from step to step and differ across ranks: each batch's exchanges are sized
+    by its own batch sizes, also while it is in flight behind the current step.
     """
 
     def __init__(

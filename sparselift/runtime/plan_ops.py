@@ -22,11 +22,15 @@ import torch
 import torch.distributed as dist
 
 from sparselift.runtime import reference as ref
+from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.reference import RouteFeature
 
 __all__ = [
     "PlanBase",
     "RouteFeature",
+    "BatchSizes",
+    "batch_sizes",
+    "saved_batch_sizes",
     "route",
     "all_to_all",
     "all_to_all_dynamic",
@@ -76,7 +80,6 @@ class PlanBase:
         self.pg = process_group
         self.grad_scale = grad_scale
         self.kernels = kernels  # generated kernels; None selects the reference lowering
-        self.batch = 0
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self._prefetched: dict[int, types.GeneratorType] = {}
@@ -285,13 +288,66 @@ class _EagerSegment(torch.autograd.Function):
 # ---- ops ------------------------------------------------------------------------------------
 
 
+class BatchSizes:
+    """One step's local batch sizes, as a segment's exchanges and buffers need them.
+
+    Ranks may train on batches of different sizes (a loader's last batch, data split unevenly),
+    changing from step to step, so every exchange and buffer is sized per step and per peer:
+    `own` is this rank's batch, `ranks` every rank's (exchanged once per segment and step,
+    asynchronously; the first read waits). A segment without exchanges needs `own` only.
+    """
+
+    def __init__(self, own: int, ranks: tuple[int, ...] | None = None, pending: _Pending | None = None):
+        self.own = own
+        self._ranks = ranks
+        self._pending = pending
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        if self._ranks is None:  # lanes may get here together: waiting twice is harmless
+            if self._pending is None:
+                raise RuntimeError("this segment exchanges nothing: only its own batch size is known")
+            self._ranks = tuple(int(b) for b in self._pending.wait()[0].tolist())
+        return self._ranks
+
+    def saved(self) -> torch.Tensor:
+        """For backward (a saved tensor of the segment): `own`, then `ranks` when exchanged."""
+        exchanged = self._pending is not None or self._ranks is not None
+        return torch.tensor([self.own, *(self.ranks if exchanged else ())], dtype=torch.int64)
+
+
+def batch_sizes(plan: PlanBase, offsets: torch.Tensor, *, exchange: bool) -> BatchSizes:
+    """This rank's batch (from a feature's offsets) and, with `exchange`, every rank's: started
+    here, so a prefetch for the next batch only waits for it at the first exchange sized by it."""
+    own = offsets.numel() - 1
+    if plan.world == 1:
+        return BatchSizes(own, (own,))
+    if not exchange:
+        return BatchSizes(own)
+    return BatchSizes(own, pending=exchange_sizes(plan, torch.full((plan.world,), own, dtype=torch.int64,
+                                                                     device=offsets.device), async_op=True))
+
+
+def saved_batch_sizes(saved: torch.Tensor) -> BatchSizes:
+    """The `BatchSizes` a segment's forward saved (`BatchSizes.saved`), in its backward."""
+    values = [int(b) for b in saved.tolist()]
+    return BatchSizes(values[0], tuple(values[1:]) or None)
+
+
 def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
-    plan.batch = offsets[0].numel() - 1
+    # A batch rejected on one rank (bad ids, offsets or weights) is rejected on every rank here,
+    # before the exchange that follows: the others would wait in it until the timeout.
+    with same_outcome(plan.pg, plan.world):
+        return _route_checked(plan, spec, ids, offsets, weights, index_dtype)
+
+
+def _route_checked(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype):
+    batch = offsets[0].numel() - 1
     # Whole features on the CPU: the generated library checks every id while it concatenates
     # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
     concat = getattr(plan.kernels, "concat_ids", None) if (
         spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids)) else None
-    lengths = ref.validate_features(spec, ids, offsets, plan.batch, check_ids=concat is None)
+    lengths = ref.validate_features(spec, ids, offsets, batch, check_ids=concat is None)
     weighted = [f for f in spec if f.weighted]
     wmap = {f.name: w for f, w in zip(weighted, weights)}
     for f in weighted:
@@ -314,11 +370,21 @@ class _Pending:
         return self.finish()
 
 
-def all_to_all(plan: PlanBase, inputs, *, splits, role: str, async_op: bool = False):
+def all_to_all(plan: PlanBase, inputs, *, splits, role: str, batches: Sequence[int], async_op: bool = False):
+    """A static-splits exchange: `splits[s][p]` elements per sample from rank `s` to `p`, the
+    samples being those of the rank that owns them (`batches[r]`: rank `r`'s local batch): the
+    sender's for ids and pooled gradients, the receiver's for pooled outputs."""
     x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
-    b = plan.batch
-    send = [splits[plan.rank][p] * b for p in range(plan.world)]
-    recv = [splits[s][plan.rank] * b for s in range(plan.world)]
+    r, world = plan.rank, plan.world
+    if "output_pooled" in role.split("+"):  # from the tables' owners back to the samples' ranks
+        send = [splits[r][p] * batches[p] for p in range(world)]
+        recv = [splits[s][r] * batches[r] for s in range(world)]
+    else:
+        send = [splits[r][p] * batches[r] for p in range(world)]
+        recv = [splits[s][r] * batches[s] for s in range(world)]
+    if x.numel() != sum(send):
+        raise RuntimeError(f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
+                           f"{tuple(batches)} make {sum(send)}")
     out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out,))
@@ -345,9 +411,13 @@ def exchange_sizes(plan: PlanBase, send_splits: torch.Tensor, async_op: bool = F
     return pending if async_op else pending.wait()
 
 
-def recv_splits(plan: PlanBase, lengths: torch.Tensor) -> torch.Tensor:
-    """Ids each source sends, from the received lengths (every source segment holds as many)."""
-    return lengths.reshape(plan.world, -1).sum(dim=1, dtype=torch.int64)
+def recv_splits(plan: PlanBase, lengths: torch.Tensor, batches: Sequence[int]) -> torch.Tensor:
+    """Ids each source sends, from the received lengths (source `s`'s segment holds the same
+    features' lengths for its `batches[s]` samples)."""
+    if len(set(batches)) == 1:
+        return lengths.reshape(plan.world, -1).sum(dim=1, dtype=torch.int64)
+    per_sample = lengths.numel() // sum(batches)
+    return torch.stack([seg.sum(dtype=torch.int64) for seg in lengths.split([per_sample * b for b in batches])])
 
 
 def wait(pending: _Pending):
@@ -360,17 +430,55 @@ def _kernel_or_ref(plan: PlanBase, name: str):
     return getattr(ref, name)
 
 
-def lookup(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling):
-    return _kernel_or_ref(plan, "lookup")(
-        plan.tables[table], lengths, indices, weights, slots, features_per_segment, plan.batch, pooling
-    )
+class _Bags:
+    """The bags of a lengths buffer: segment `s` lists, feature-major, `features` features' bags
+    for its `batches[s]` samples; pooled rows are source-major (row `sum(batches[:s]) + b`).
+
+    Kernels and the reference lowering take one batch for every segment. When the batches
+    differ, `lengths` is padded with empty bags up to the largest batch (ids keep their order,
+    so updates apply in the same order), and pooled rows and gradients are mapped between the
+    real rows and the padded ones (`pooled`, `padded`)."""
+
+    def __init__(self, lengths: torch.Tensor, features: int, batches: Sequence[int]):
+        features, batches = int(features), [int(b) for b in batches]
+        if lengths.numel() != features * sum(batches):
+            raise ValueError(f"{lengths.numel()} bag lengths for {features} features and batch sizes {tuple(batches)}")
+        self.lengths, self.batch = lengths, max(batches, default=0)
+        self.rows = None  # the padded row of each real sample, when the batches differ
+        if len(set(batches)) > 1:
+            device, b_max = lengths.device, self.batch
+            self.rows = torch.cat([s * b_max + torch.arange(b, device=device) for s, b in enumerate(batches)])
+            bags = torch.cat([((s * features + torch.arange(features, device=device))[:, None] * b_max
+                               + torch.arange(b, device=device)[None, :]).reshape(-1) for s, b in enumerate(batches)])
+            self.lengths = lengths.new_zeros(len(batches) * features * b_max).index_copy_(0, bags, lengths)
+        self.even = self.rows is None
+        self.padded_rows = len(batches) * self.batch
+
+    def pooled(self, rows: torch.Tensor) -> torch.Tensor:
+        """Pooled rows of the padded geometry -> the real ones."""
+        return rows if self.rows is None else rows[self.rows]
+
+    def padded(self, grad: torch.Tensor) -> torch.Tensor:
+        """Pooled gradients of the real rows -> the padded geometry (zeros in the padding)."""
+        if self.rows is None:
+            return grad
+        return grad.new_zeros(self.padded_rows, grad.shape[1]).index_copy_(0, self.rows, grad)
+
+
+def lookup(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
+           segment_batches):
+    bags = _Bags(lengths, features_per_segment, segment_batches)
+    return bags.pooled(_kernel_or_ref(plan, "lookup")(
+        plan.tables[table], bags.lengths, indices, weights, slots, features_per_segment, bags.batch, pooling
+    ))
 
 
 def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
-                  grad, optimizer, lr, eps):
+                  segment_batches, grad, optimizer, lr, eps):
+    bags = _Bags(lengths, features_per_segment, segment_batches)
     _kernel_or_ref(plan, "lookup_update")(
-        plan.tables[table], plan.states.get(table), lengths, indices, weights, grad, slots, features_per_segment,
-        plan.batch, pooling, optimizer, lr, eps, plan.grad_scale,
+        plan.tables[table], plan.states.get(table), bags.lengths, indices, weights, bags.padded(grad), slots,
+        features_per_segment, bags.batch, pooling, optimizer, lr, eps, plan.grad_scale,
     )
 
 
@@ -389,66 +497,80 @@ def _column_blocks(buffer: torch.Tensor, layout, batch: int) -> list[torch.Tenso
 
 
 def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                 packed=None):
+                 segment_batches, packed=None):
     """Several tables' lookups over the same received buffers: one generated-kernel call.
 
-    `packed=(layout, dtype)`: return the lookups packed for the output exchange (`rt.pack`), each
-    table's kernel writing its columns of the buffer in place when the layout allows."""
+    `packed=(layout, dtype, batch)`: return the lookups packed for the output exchange
+    (`rt.pack` with that `batch`), each table's kernel writing its columns of the buffer in place
+    when the layout allows and every segment has as many samples."""
     tables = [plan.tables[n] for n in names]
     generated = plan.kernels is not None and hasattr(plan.kernels, "fused_lookup")
+    bags = _Bags(lengths, features_per_segment, segment_batches)
     if packed is not None:
-        layout, dtype = packed
-        fb = int(features_per_segment) * plan.batch
-        if (generated and layout and fb > 0 and lengths.numel() == len(layout) * fb
+        layout, dtype, pack_batch = packed
+        b = bags.batch
+        fb = int(features_per_segment) * b
+        if (generated and bags.even and layout and fb > 0 and lengths.numel() == len(layout) * fb
                 and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)):
             width = sum(size for _, size in layout[0])
-            buffer = torch.empty(len(layout) * plan.batch * width, dtype=dtype, device=tables[0].device)
-            views = _column_blocks(buffer, layout, plan.batch)
+            buffer = torch.empty(len(layout) * b * width, dtype=dtype, device=tables[0].device)
+            views = _column_blocks(buffer, layout, b)
             if views is not None:
-                plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
+                plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, b,
                                           list(poolings), names=list(names), out=views)
                 return buffer
-        # The generic way (reference lowering, devices, other dtypes or layouts): look up, then pack.
+        # The generic way (reference lowering, devices, other dtypes or layouts, uneven batches):
+        # look up, then pack.
         members = fused_lookup(plan, names, lengths, indices, weights, slots=slots,
-                               features_per_segment=features_per_segment, poolings=poolings)
-        return pack(plan, members, layout, dtype)
+                               features_per_segment=features_per_segment, poolings=poolings,
+                               segment_batches=segment_batches)
+        return pack(plan, members, layout, dtype, batch=pack_batch)
     if generated:
-        return plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, plan.batch,
-                                         list(poolings), names=list(names))
-    return [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, plan.batch, p)
-            for t, sl, p in zip(tables, slots, poolings)]
+        pooled = plan.kernels.fused_lookup(tables, bags.lengths, indices, weights, slots, features_per_segment,
+                                           bags.batch, list(poolings), names=list(names))
+    else:
+        pooled = [ref.lookup(t, bags.lengths, indices, weights, sl, features_per_segment, bags.batch, p)
+                  for t, sl, p in zip(tables, slots, poolings)]
+    return [bags.pooled(x) for x in pooled]
 
 
 def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                        optimizer, lr, eps, grads=None, packed_grads=None):
-    """Several tables' backward + update. `packed_grads=(buffer, layout, widths)`: the gradients
-    are the members of a received buffer (`rt.unpack`), read in place when the layout allows."""
+                        segment_batches, optimizer, lr, eps, grads=None, packed_grads=None):
+    """Several tables' backward + update. `packed_grads=(buffer, layout, widths, batch)`: the
+    gradients are the members of a received buffer (`rt.unpack` with that `batch`), read in place
+    when the layout allows and every segment has as many samples."""
+    bags = _Bags(lengths, features_per_segment, segment_batches)
     if packed_grads is not None:
-        buffer, layout, widths = packed_grads
-        grads = _column_blocks(buffer, layout, plan.batch) if buffer.dtype == torch.float32 else None
+        buffer, layout, widths, grad_batch = packed_grads
+        grads = _column_blocks(buffer, layout, bags.batch) if bags.even and buffer.dtype == torch.float32 else None
         if grads is None:
-            grads = unpack(plan, buffer, layout, widths)
+            grads = unpack(plan, buffer, layout, widths, batch=grad_batch)
+    grads = [bags.padded(g) for g in grads]
     tables = [plan.tables[n] for n in names]
     states = [plan.states.get(n) for n in names]
     if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):
-        plan.kernels.fused_lookup_update(tables, states, lengths, indices, weights, grads, slots, features_per_segment,
-                                         plan.batch, list(poolings), optimizer, lr, eps, plan.grad_scale,
-                                         names=list(names))
+        plan.kernels.fused_lookup_update(tables, states, bags.lengths, indices, weights, grads, slots,
+                                         features_per_segment, bags.batch, list(poolings), optimizer, lr, eps,
+                                         plan.grad_scale, names=list(names))
         return
     for t, st, g, sl, p in zip(tables, states, grads, slots, poolings):
-        ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, plan.batch, p, optimizer, lr,
-                          eps, plan.grad_scale)
+        ref.lookup_update(t, st, bags.lengths, indices, weights, g, sl, features_per_segment, bags.batch, p, optimizer,
+                          lr, eps, plan.grad_scale)
 
 
-def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, grad):
+def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
+                segment_batches, grad):
     return fused_lookup_grad(plan, [table], lengths, indices, weights, slots=[slots],
-                             features_per_segment=features_per_segment, poolings=[pooling], grads=[grad])[0]
+                             features_per_segment=features_per_segment, poolings=[pooling],
+                             segment_batches=segment_batches, grads=[grad])[0]
 
 
 def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                      grads):
+                      segment_batches, grads):
     """Several replicated tables' whole-table gradients, back to back in one zeroed float32
     buffer (returned as views), so the all-reduce that follows needs no copy."""
+    bags = _Bags(lengths, features_per_segment, segment_batches)
+    lengths, grads = bags.lengths, [bags.padded(g) for g in grads]
     tables = [plan.tables[n] for n in names]
     sizes = [t.numel() for t in tables]
     flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].device)
@@ -460,10 +582,10 @@ def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots
             t.dtype == torch.float32 for t in tables):
         # Every occurrence added straight into the zeroed buffer, in the reference's order.
         plan.kernels.fused_lookup_grad(views, lengths, indices, weights, grads, slots, features_per_segment,
-                                       plan.batch, list(poolings), names=list(names))
+                                       bags.batch, list(poolings), names=list(names))
         return views
     for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
-        v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, plan.batch, p))
+        v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, bags.batch, p))
     return views
 
 
@@ -471,17 +593,34 @@ def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
     ref.dense_update(plan.tables[table], plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
 
 
-def pack(plan: PlanBase, members, layout, dtype):
-    return _kernel_or_ref(plan, "pack")(members, layout, plan.batch, dtype)
+def _common_batch(batch: int | Sequence[int]) -> int | None:
+    """`batch` as one int when every segment has as many samples (the generated kernels' case)."""
+    if isinstance(batch, int):
+        return batch
+    return batch[0] if len(set(batch)) == 1 else None
 
 
-def unpack(plan: PlanBase, buffer, layout, widths):
-    return _kernel_or_ref(plan, "unpack")(buffer, layout, plan.batch, widths)
+def pack(plan: PlanBase, members, layout, dtype, *, batch: int | Sequence[int]):
+    """`batch`: this rank's batch in every segment (members hold its samples), or every rank's
+    (segment `s` holds rank `s`'s samples: the tables' side of an exchange)."""
+    common = _common_batch(batch)
+    if common is None:
+        return ref.pack(members, layout, batch, dtype)
+    return _kernel_or_ref(plan, "pack")(members, layout, common, dtype)
 
 
-def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[int]):
-    """Per destination: its lengths, ids and bit-cast weights in one int64 segment (sparse.pack_ids)."""
-    b = plan.batch
+def unpack(plan: PlanBase, buffer, layout, widths, *, batch: int | Sequence[int]):
+    """`batch` as for `pack`."""
+    common = _common_batch(batch)
+    if common is None:
+        return ref.unpack(buffer, layout, batch, widths)
+    return _kernel_or_ref(plan, "unpack")(buffer, layout, common, widths)
+
+
+def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[int], batch: int):
+    """Per destination: its lengths, ids and bit-cast weights in one int64 segment
+    (sparse.pack_ids); `batch` is this rank's."""
+    b = batch
     lens = lengths.split([f * b for f in features])
     n_ids = torch.stack([seg.sum(dtype=torch.int64) for seg in lens]).tolist()
     ids = indices.split(n_ids)
@@ -495,11 +634,13 @@ def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[in
     return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64, device=indices.device)
 
 
-def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype):
-    """Split a received sparse.pack_ids buffer into lengths, ids (and weights), sources in rank order."""
-    n_len = features[plan.rank] * plan.batch
+def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype,
+               batches: Sequence[int]):
+    """Split a received sparse.pack_ids buffer into lengths, ids (and weights), sources in rank
+    order; source `s`'s segment starts with the lengths of its `batches[s]` samples."""
     lengths, ids, ws = [], [], []
-    for seg in buffer.split(sizes.tolist()):
+    for seg, batch in zip(buffer.split(sizes.tolist()), batches):
+        n_len = features[plan.rank] * batch
         n_ids = (seg.numel() - n_len) // (2 if weighted else 1)
         lengths.append(seg[:n_len])
         ids.append(seg[n_len : n_len + n_ids])
@@ -510,12 +651,18 @@ def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weight
     return tuple(out)
 
 
-def reduce_scatter(plan: PlanBase, x, *, reduction: str):
-    """Sum over ranks, rank r keeps segment r (an all-to-all plus a local sum: gloo has no reduce-scatter)."""
-    chunks = x.numel() // plan.world
-    out = torch.empty_like(x)
-    dist.all_to_all_single(out, x.contiguous(), group=plan.pg)
-    summed = out.reshape(plan.world, chunks).sum(dim=0)
+def reduce_scatter(plan: PlanBase, x, *, reduction: str, batches: Sequence[int]):
+    """Sum over ranks, rank r keeps segment r (an all-to-all plus a local sum: gloo has no
+    reduce-scatter); segment `p` holds rank `p`'s `batches[p]` samples."""
+    total = sum(batches)
+    per_sample = x.numel() // total if total else 0
+    if per_sample * total != x.numel():
+        raise RuntimeError(f"reduce_scatter on rank {plan.rank}: {x.numel()} elements are not whole samples of the "
+                           f"batch sizes {tuple(batches)}")
+    own = batches[plan.rank] * per_sample
+    out = x.new_empty(plan.world * own)
+    dist.all_to_all_single(out, x.contiguous(), [own] * plan.world, [b * per_sample for b in batches], group=plan.pg)
+    summed = out.reshape(plan.world, own).sum(dim=0)
     return summed / plan.world if reduction == "mean" else summed
 
 

@@ -317,34 +317,60 @@ def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, gra
     apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)
 
 
+def segment_rows(batch: int | Sequence[int], segments: int) -> list[int]:
+    """Samples in each segment of a packed buffer: `batch` in every one, or one count per segment."""
+    if isinstance(batch, int):
+        return [batch] * segments
+    rows = [int(b) for b in batch]
+    if len(rows) != segments:
+        raise ValueError(f"{len(rows)} batch sizes for a layout of {segments} segments")
+    return rows
+
+
 def pack(
-    members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int, dtype: torch.dtype
+    members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int | Sequence[int],
+    dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Segment `s` is a `[batch, width_s]` block: member columns side by side (see `sparse.pack`)."""
+    """Segment `s` is a `[B_s, width_s]` block: member columns side by side (see `sparse.pack`).
+
+    `batch` an int: every segment has `batch` rows, from a `[batch, ...]` member whole or from
+    rows `s * batch ..` of a `[segments * batch, ...]` one. `batch` a sequence (segment `s` holds
+    rank `s`'s samples, whose batches differ): members hold the segments' rows one after another,
+    rows `sum(batch[:s]) ..`."""
+    rows = segment_rows(batch, len(layout))
+    first = None if isinstance(batch, int) else [sum(rows[:s]) for s in range(len(layout))]
+    device = members[0].device if members else None
     blocks = []
     for s, seg in enumerate(layout):
+        b = rows[s]
         width = sum(size for off, size in seg if off >= 0)
-        block = torch.empty(batch, width, dtype=dtype, device=members[0].device if members else None)
+        block = torch.empty(b, width, dtype=dtype, device=device)
         for m, (off, size) in enumerate(seg):
-            if size <= 0:
+            if size <= 0 or b == 0:  # nothing to copy (an empty batch's rows cannot be reshaped)
                 continue
             x = members[m]
             x = x.reshape(x.shape[0], -1)
-            rows = x if x.shape[0] == batch else x[s * batch : (s + 1) * batch]
-            block[:, off : off + size] = rows.reshape(batch, size)
+            if first is not None:
+                x = x[first[s] : first[s] + b]
+            elif x.shape[0] != b:
+                x = x[s * b : (s + 1) * b]
+            block[:, off : off + size] = x.reshape(b, size)
         blocks.append(block.reshape(-1))
-    return torch.cat(blocks) if blocks else torch.empty(0, dtype=dtype, device=members[0].device if members else None)
+    return torch.cat(blocks) if blocks else torch.empty(0, dtype=dtype, device=device)
 
 
 def unpack(
-    buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int, member_widths: Sequence[int]
+    buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int | Sequence[int],
+    member_widths: Sequence[int],
 ) -> list[torch.Tensor]:
-    """Inverse of `pack`: member `m` gathers its columns from the segments it appears in."""
+    """Inverse of `pack`: member `m` gathers its columns from the segments it appears in, in
+    segment order (segment `s` has `batch` rows, or `batch[s]`)."""
+    rows = segment_rows(batch, len(layout))
     widths = [sum(size for off, size in seg if off >= 0) for seg in layout]
     starts = [0]
-    for w in widths:
-        starts.append(starts[-1] + w * batch)
-    blocks = [buffer[starts[s] : starts[s + 1]].reshape(batch, widths[s]) for s in range(len(layout))]
+    for w, b in zip(widths, rows):
+        starts.append(starts[-1] + w * b)
+    blocks = [buffer[starts[s] : starts[s + 1]].reshape(rows[s], widths[s]) for s in range(len(layout))]
     out = []
     for m, width in enumerate(member_widths):
         parts = [blocks[s][:, seg[m][0] : seg[m][0] + seg[m][1]] for s, seg in enumerate(layout) if seg[m][1] > 0]

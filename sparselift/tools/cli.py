@@ -1,7 +1,9 @@
 """The `sparselift` command: export models to IR, simulate large world sizes (and, as they land,
 compile, bench, explain).
 
-Subcommands import torch lazily so `sparselift --help` stays fast.
+Subcommands import torch lazily so `sparselift --help` stays fast. An error is one line and a
+non-zero exit; `--traceback` (or SPARSELIFT_TRACEBACK=1) adds the Python traceback
+(`sparselift/tools/errors.py`). Usage errors are argparse's.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from sparselift.tools.errors import TRACEBACK_FLAG, TRACEBACK_HELP, report, traceback_requested
 
 MODEL_NAMES = ("dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc")
 
@@ -20,6 +24,19 @@ def _load_model(spec: str, rows_cap: int | None, batch_size: int, seed: int):
     if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
         return load_user_factory(spec)
     return build(spec, rows_cap=rows_cap, batch_size=batch_size, seed=seed)
+
+
+_SHOW_TRACEBACK = False  # set by main()
+
+
+def _error(prefix: str, e: BaseException, code: int = 2) -> int:
+    """A handled error: `PREFIX: MESSAGE` on stderr (after the traceback with --traceback)."""
+    if _SHOW_TRACEBACK:
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+    print(f"{prefix}: {e}", file=sys.stderr)
+    return code
 
 
 def _sharding(value: str):
@@ -49,8 +66,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         model, inputs = _load_model(spec, args.rows_cap, args.batch_size, args.seed)
         program = export(model, inputs, world_size=args.world_size, sharding=_sharding(args.sharding))
     except (ExportError, ValueError, FileNotFoundError, AttributeError, TypeError) as e:
-        print(f"sparselift export: {e}", file=sys.stderr)
-        return 2
+        return _error("sparselift export", e)
     if args.output:
         Path(args.output).write_text(program.text)
     else:
@@ -158,8 +174,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         sizes, profile, source, fields, options = _simulate_inputs(args)
     except ValueError as e:
-        print(f"sparselift simulate: {e}", file=sys.stderr)
-        return 2
+        return _error("sparselift simulate", e)
 
     from sparselift.frontend.errors import ExportError
     from sparselift.frontend.export import export
@@ -182,8 +197,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         }
         result = sweep(workload, profile, sizes, options, source, fields, notes)
     except (ExportError, ValueError, FileNotFoundError, AttributeError, TypeError) as e:
-        print(f"sparselift simulate: {e}", file=sys.stderr)
-        return 2
+        return _error("sparselift simulate", e)
     sys.stdout.write(result.to_table())
     try:
         if args.json:
@@ -226,8 +240,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         try:
             print(PlanRecord.load(args.plan).explain())
         except ValueError as e:
-            print(f"sparselift explain: {e}", file=sys.stderr)
-            return 2
+            return _error("sparselift explain", e)
         return 0
     spec = args.model or args.factory
     if not spec:
@@ -251,8 +264,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
             results = launch(_explain_worker, args.world_size, *call, timeout_s=args.timeout)
     except (RuntimeError, ValueError, TimeoutError) as e:
-        print(f"sparselift explain: {e}", file=sys.stderr)
-        return 1
+        return _error("sparselift explain", e, code=1)
     out = results[0]
     print(out["explain"])
     print(f"(compile on {args.world_size} rank(s), rank 0: {out['compile_s']:.2f} s; "
@@ -279,10 +291,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparselift", description="SparseLift: compile the sparse path of recommendation training.")
+    # --traceback before or after the subcommand (SUPPRESS: a subcommand's default does not
+    # override the flag given before it).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(TRACEBACK_FLAG, action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
+    parser = argparse.ArgumentParser(prog="sparselift", parents=[common],
+                                     description="SparseLift: compile the sparse path of recommendation training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ex = sub.add_parser("export", help="export a model to SparseLift IR (opaque sparse groups)")
+    ex = sub.add_parser("export", parents=[common], help="export a model to SparseLift IR (opaque sparse groups)")
     ex.add_argument("factory", nargs="?", help="path/to/file.py:factory returning (model, example_inputs)")
     ex.add_argument("--model", choices=MODEL_NAMES, help="a built-in example model")
     ex.add_argument("--world-size", type=int, required=True)
@@ -297,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser(
         "simulate",
+        parents=[common],
         help="SIMULATED step time and stage breakdown at N ranks (analytic projection, weak scaling)",
         description="Project the per-rank step time and the five-column stage breakdown at large world sizes "
         "from a hardware profile and an alpha-beta network model. The output is a simulation, not a measurement.",
@@ -323,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser(
         "explain",
+        parents=[common],
         help="show the planner's decisions: chosen strategies, predicted vs measured increments, rejections",
         description="Compile on local gloo ranks (planning, or reusing the cached plan) and print the plan's "
         "decisions; with --plan RECORD.json alone, print a saved plan record.",
@@ -345,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan)")
+    bench = sub.add_parser("bench", parents=[common], help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan)")
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)
@@ -353,8 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _SHOW_TRACEBACK
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.command == "bench":  # its options follow it verbatim: take --traceback out of them
+        args.rest = [a for a in args.rest if a != TRACEBACK_FLAG]
+    _SHOW_TRACEBACK = traceback_requested(argv)
+    try:
+        return args.func(args)
+    except Exception as e:  # noqa: BLE001 - every unhandled error is one message (a traceback on request)
+        return report(f"sparselift {args.command}", e, _SHOW_TRACEBACK)
 
 
 if __name__ == "__main__":

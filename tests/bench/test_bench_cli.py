@@ -166,3 +166,26 @@ def test_ops_bench_times_every_plan_op(tmp_path):
             assert ops[name] > 0, (name, ops)
         assert 0 < ops["PlanBase.dense"] < r["step_ms_median"]
     assert "step (median)" in proc.stdout and "fused_lookup_update" in proc.stdout
+
+
+@pytest.mark.parametrize("bench", ["dlrm", "ablation", "ops", "quality"])
+def test_rows_cap_none_means_the_real_cardinalities(bench):
+    import argparse
+    import importlib
+
+    from sparselift.bench.dlrm import BenchConfig, add_arguments, dlrm_config
+
+    module = importlib.import_module(f"sparselift.bench.{bench}")
+    if bench == "dlrm":
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+    else:
+        parser = module.build_parser()
+    assert parser.parse_args(["--rows-cap", "none"]).rows_cap is None
+    assert parser.parse_args(["--rows-cap", "NONE"]).rows_cap is None
+    assert parser.parse_args(["--rows-cap", "1000000"]).rows_cap == 1_000_000
+    for bad in ("0", "lots"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--rows-cap", bad])
+    config = dlrm_config(BenchConfig(model="dlrm-kaggle", rows_cap=None))
+    assert sum(config.num_rows) == 33_762_577  # Criteo Kaggle's 26 cardinalities, uncapped

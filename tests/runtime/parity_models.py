@@ -17,6 +17,19 @@ class SmallModel(nn.Module):
         return self.top(torch.cat([dense, *pooled], dim=1))
 
 
+def any_batch(rows_cap=None, batch_size=8, seed=0):
+    """int64 ids, bags of 0-3 ids, a local batch of any size, empty included."""
+    torch.manual_seed(0)  # same weights whatever the data seed
+    model = SmallModel()
+    g = torch.Generator().manual_seed(seed)
+    ids, offsets = [], []
+    for e in model.emb:
+        lengths = torch.randint(0, 4, (batch_size,), generator=g)
+        ids.append(torch.randint(0, e.num_embeddings, (int(lengths.sum()),), generator=g))
+        offsets.append(lengths.cumsum(0) - lengths)  # B bag starts (none for an empty batch)
+    return model, (torch.randn(batch_size, 3, generator=g), ids, offsets)
+
+
 def int32_empty_bags(rows_cap=None, batch_size=8, seed=0):
     """int32 ids and offsets, with some empty bags in every feature."""
     torch.manual_seed(0)  # same weights whatever the data seed

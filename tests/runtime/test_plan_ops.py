@@ -28,10 +28,11 @@ def _inputs(seed=0):
 @pytest.mark.parametrize("generated", [True, False])
 def test_fused_table_gradients_match_the_reference_in_one_buffer(generated):
     tables, lengths, indices, grads = _inputs()
-    plan = SimpleNamespace(tables=tables, kernels=default_kernels() if generated else None, batch=BATCH)
+    plan = SimpleNamespace(tables=tables, kernels=default_kernels() if generated else None)
     names = list(tables)
     views = rt.fused_lookup_grad(plan, names, lengths, indices, None, slots=[[0], [1], [2]],
-                                 features_per_segment=FEATURES, poolings=["sum", "mean", "sum"], grads=grads)
+                                 features_per_segment=FEATURES, poolings=["sum", "mean", "sum"],
+                                 segment_batches=(BATCH,), grads=grads)
     for k, (v, name) in enumerate(zip(views, names)):
         want = ref.lookup_grad(tables[name], lengths, indices, None, grads[k], [k], FEATURES, BATCH,
                                ["sum", "mean", "sum"][k])
@@ -57,3 +58,78 @@ def test_sgd_whole_table_update_is_the_touched_rows_update():
     touched = torch.tensor([r for r in range(9) if r not in (1, 4, 5)])
     ref.apply_optimizer(want, None, touched, grad[touched] * 0.5, "sgd", 0.1, 0.0)
     assert torch.equal(plan.tables["t"], want)
+
+
+# Uneven local batches: segment s of a received buffer holds rank s's batch (3, 0 and 5 samples).
+SEGMENT_BATCHES = (3, 0, 5)
+
+
+def _segments(seed=0):
+    """Received lengths/ids of three source segments of FEATURES features each, every segment
+    with its own batch, and per-table pooled gradients (rows source-major)."""
+    g = torch.Generator().manual_seed(seed)
+    tables = {f"t{k}": torch.randn(r, d, generator=g) for k, (r, d) in enumerate(zip(ROWS, DIMS))}
+    lengths, indices = [], []
+    for b in SEGMENT_BATCHES:
+        seg = torch.randint(0, 4, (FEATURES, b), generator=g, dtype=torch.int32)
+        lengths.append(seg.reshape(-1))
+        indices += [torch.randint(0, ROWS[k], (int(seg[k].sum()),), generator=g) for k in range(FEATURES)]
+    grads = [torch.randn(sum(SEGMENT_BATCHES), d, generator=g) for d in DIMS]
+    return tables, torch.cat(lengths), torch.cat(indices), grads
+
+
+def _per_segment(lengths, indices):
+    """(first pooled row, batch, lengths, ids) of each segment, for one-segment reference calls."""
+    out, bag, pos, row = [], 0, 0, 0
+    for b in SEGMENT_BATCHES:
+        seg = lengths[bag:bag + FEATURES * b]
+        n = int(seg.sum())
+        out.append((row, b, seg, indices[pos:pos + n]))
+        bag, pos, row = bag + FEATURES * b, pos + n, row + b
+    return out
+
+
+@pytest.mark.parametrize("generated", [True, False])
+def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
+    tables, lengths, indices, grads = _segments()
+    poolings = ["sum", "mean", "sum"]
+    plan = SimpleNamespace(tables={n: t.clone() for n, t in tables.items()}, states={}, grad_scale=1.0,
+                           kernels=default_kernels() if generated else None)
+    common = dict(slots=[[0], [1], [2]], features_per_segment=FEATURES, poolings=poolings,
+                  segment_batches=SEGMENT_BATCHES)
+    pooled = rt.fused_lookup(plan, list(tables), lengths, indices, None, **common)
+    want_tables = {n: t.clone() for n, t in tables.items()}
+    for k, name in enumerate(tables):
+        want = torch.cat([ref.lookup(tables[name], seg, ids, None, [k], FEATURES, b, poolings[k])
+                          for _, b, seg, ids in _per_segment(lengths, indices)])
+        assert pooled[k].shape == (sum(SEGMENT_BATCHES), DIMS[k])
+        torch.testing.assert_close(pooled[k], want, atol=1e-6, rtol=1e-6)
+        for row, b, seg, ids in _per_segment(lengths, indices):  # SGD applies occurrences in order
+            ref.lookup_update(want_tables[name], None, seg, ids, None, grads[k][row:row + b], [k], FEATURES, b,
+                              poolings[k], "sgd", 0.1, 0.0)
+    rt.fused_lookup_update(plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd",
+                           lr=0.1, eps=0.0)
+    for name in tables:
+        torch.testing.assert_close(plan.tables[name], want_tables[name], atol=1e-6, rtol=1e-6)
+    views = rt.fused_lookup_grad(plan, list(tables), lengths, indices, None, **common, grads=grads)
+    for k, name in enumerate(tables):
+        want = sum(ref.lookup_grad(plan.tables[name], seg, ids, None, grads[k][row:row + b], [k], FEATURES, b,
+                                   poolings[k]) for row, b, seg, ids in _per_segment(lengths, indices))
+        torch.testing.assert_close(views[k], want, atol=1e-6, rtol=1e-6)
+
+
+def test_pack_with_per_segment_batches_round_trips():
+    # Two members on the tables' side of an exchange: segment s takes rank s's rows of each.
+    layout = (((0, 2), (2, 1)),) * len(SEGMENT_BATCHES)
+    a = torch.arange(2 * sum(SEGMENT_BATCHES), dtype=torch.float32).reshape(-1, 2)
+    b = -torch.arange(sum(SEGMENT_BATCHES), dtype=torch.float32).reshape(-1, 1)
+    plan = SimpleNamespace(kernels=default_kernels())
+    buffer = rt.pack(plan, [a, b], layout, torch.float32, batch=SEGMENT_BATCHES)
+    assert torch.equal(buffer, torch.cat([a, b], dim=1).reshape(-1))  # [B_s, 3] blocks, one after another
+    back = rt.unpack(plan, buffer, layout, (2, 1), batch=SEGMENT_BATCHES)
+    assert torch.equal(back[0], a) and torch.equal(back[1], b)
+    with pytest.raises(ValueError, match="2 batch sizes for a layout of 3 segments"):
+        rt.pack(plan, [a, b], layout, torch.float32, batch=(3, 5))
+    with pytest.raises(ValueError, match="bag lengths for 3 features and batch sizes"):
+        rt.fused_lookup(plan, [], torch.zeros(7, dtype=torch.int32), torch.zeros(0, dtype=torch.int64), None,
+                        slots=[], features_per_segment=FEATURES, poolings=[], segment_batches=SEGMENT_BATCHES)

@@ -14,6 +14,7 @@ import sparselift.planner as planner
 from sparselift.models import build
 from sparselift.passes.plan_sparse import PlanRecord
 from sparselift.passes.profiles import CPU_GLOO
+from sparselift.runtime.tables import LocalTables, local_shard_bytes, take_local_shards
 
 MODEL, ROWS, BATCH = "two-tower", 200, 8
 SHARDING = "table_wise"  # both towers exchange pooled vectors: there is something to aggregate
@@ -56,7 +57,8 @@ def _planner_worker(rank, world):
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
     program = _export_same_on_every_rank(model, inputs, world, SHARDING, None)
     options = sparselift.CompileOptions(optimizations=FAMILIES)
-    tables = dict(model.named_parameters())
+    tables = take_local_shards(program, dict(model.named_parameters()), rank=rank, world=world,
+                               optimizer_kind="sgd", inits={})
     popts = planner.planner_options(options, "cpu")
     records = []
     for _ in range(2):  # the same measurements twice: the same plan
@@ -67,7 +69,8 @@ def _planner_worker(rank, world):
     # The sharding family (asked for, with sharding="auto"): each policy's T0 against auto's.
     options = sparselift.CompileOptions(optimizations=("sharding", "codegen"))
     auto = _export_same_on_every_rank(model, inputs, world, "auto", None)
-    p = planner.Planner(auto, tables, inputs, lift=lift_spec(SGD()), rank=rank, world=world, process_group=None,
+    p = planner.Planner(auto, take_local_shards(auto, dict(model.named_parameters()), rank=rank, world=world,
+                                                optimizer_kind="sgd", inits={}), inputs, lift=lift_spec(SGD()), rank=rank, world=world, process_group=None,
                         optimizer=SGD(), options=options, plan_options=planner.planner_options(options, "cpu"),
                         measure=_fake_measure(rank), model=model, sharding="auto")
     sharded = p.run("s")
@@ -105,6 +108,10 @@ def test_same_measurements_same_plan_on_every_rank():
 
 def _compile_worker(rank, world, cache, kw):
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    if kw.get("memory_cap_bytes") == "shards+1":  # the shards fit, 1 byte left for buffers
+        program = sparselift.export(model, inputs, world_size=world, sharding=SHARDING)
+        kw = {**kw, "memory_cap_bytes": 1 + max(sum(local_shard_bytes(program, r, world, "sgd").values())
+                                                for r in range(world))}
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     n = planner.CALIBRATIONS
     first = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
@@ -120,7 +127,7 @@ def _compile_worker(rank, world, cache, kw):
 
 
 def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
-    results = sparselift.launch(_compile_worker, 2, str(tmp_path), {"memory_cap_bytes": 1, "calibration_budget_s": 20},
+    results = sparselift.launch(_compile_worker, 2, str(tmp_path), {"memory_cap_bytes": "shards+1", "calibration_budget_s": 20},
                                 timeout_s=120)
     r0, r1 = results
     assert r0["record"] == r1["record"]  # rank 0 decided for both (F is combined over the ranks)
@@ -146,12 +153,14 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
 
     # The same model at world size 1 re-plans, and says which key field changed.
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
+    cap = 1 + sum(local_shard_bytes(sparselift.export(model, inputs, world_size=1, sharding=SHARDING), 0, 1,
+                                    "sgd").values())
     with pytest.raises(RuntimeError, match=r"plan='reuse-only' but .*differs in world_size \(2 -> 1\)"):
         sparselift.compile(model, inputs, sharding=SHARDING,
-                           options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=1))
+                           options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=cap))
     with caplog.at_level(logging.INFO, logger="sparselift"):
         single = sparselift.compile(model, inputs, sharding=SHARDING,
-                                    options=_options(tmp_path, memory_cap_bytes=1, calibration_budget_s=0))
+                                    options=_options(tmp_path, memory_cap_bytes=cap, calibration_budget_s=0))
     assert "re-planning: no cached plan for key" in caplog.text and "world_size (2 -> 1)" in caplog.text
     assert not single.plan.reused
 
@@ -276,7 +285,7 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
 
     cands = [Candidate("parallelism", f"G={g}", f"G={g}", (f"G={g}",), lanes=g) for g in (2, 4, 8, 16)]
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
                         options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
     p._start = p.clock()
     pred = Prediction("", 0.0, (), "")
@@ -296,7 +305,7 @@ def _scripted_planner(steps_by_plan):
         return next(scripts[pipeline[0] if pipeline else ""])
 
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
                         options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
     p._start = p.clock()
     return p
@@ -364,7 +373,7 @@ def test_codegen_comparison_stops_early_when_decisive():
             return gen_s if pipeline == ("generate-kernels",) else 0.100
 
         options = sparselift.CompileOptions()
-        p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+        p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
                             options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
         o0, o1 = p._codegen((), ("generate-kernels",))
         assert len(seen) == observations
@@ -382,7 +391,7 @@ def test_codegen_measured_slower_once_is_rechecked_with_paired_rounds():
     from sparselift.passes.plan_sparse import Candidate, Prediction
 
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, {}, (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
+    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
                         options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
     p._start = p.clock()
     p._ready = lambda pipelines, program=None: None

@@ -10,25 +10,25 @@
 // Per-table lookups and updates (no fused kernel) keep every pack and unpack.
 
 // CHECK-LABEL: def _segment_0_forward(self
-// FUSED:         [[B0:v[0-9]+]] = rt.fused_lookup(self, ('t0', 't1'), {{.*}}, packed=([[L0:LAYOUT_[0-9]+]], torch.float32))
-// FUSED:         [[B1:v[0-9]+]] = rt.fused_lookup(self, ('t2', 't3'), {{.*}}, packed=([[L0]], torch.float32))
+// FUSED:         [[B0:v[0-9]+]] = rt.fused_lookup(self, ('t0', 't1'), {{.*}}, packed=([[L0:LAYOUT_[0-9]+]], torch.float32, batches.ranks))
+// FUSED:         [[B1:v[0-9]+]] = rt.fused_lookup(self, ('t2', 't3'), {{.*}}, packed=([[L0]], torch.float32, batches.ranks))
 // FUSED-NOT:     rt.pack(
-// FUSED:         rt.all_to_all(self, [[[B0]], [[B1]]], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
+// FUSED:         rt.all_to_all(self, [[[B0]], [[B1]]], splits=SPLITS_{{[0-9]+}}, role='output_pooled', batches=batches.ranks)
 // PERTABLE:      rt.lookup(self, 't0'
 // PERTABLE:      rt.lookup(self, 't3'
-// PERTABLE:      [[P0:v[0-9]+]] = rt.pack(self, [{{v[0-9]+}}, {{v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32)
-// PERTABLE:      [[P1:v[0-9]+]] = rt.pack(self, [{{v[0-9]+}}, {{v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32)
-// PERTABLE:      rt.all_to_all(self, [[[P0]], [[P1]]], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
-// CHECK:         = rt.unpack(self, {{v[0-9]+}}, LAYOUT_{{[0-9]+}}, (8, 8, 8, 8))
+// PERTABLE:      [[P0:v[0-9]+]] = rt.pack(self, [{{v[0-9]+}}, {{v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32, batch=batches.ranks)
+// PERTABLE:      [[P1:v[0-9]+]] = rt.pack(self, [{{v[0-9]+}}, {{v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32, batch=batches.ranks)
+// PERTABLE:      rt.all_to_all(self, [[[P0]], [[P1]]], splits=SPLITS_{{[0-9]+}}, role='output_pooled', batches=batches.ranks)
+// CHECK:         = rt.unpack(self, {{v[0-9]+}}, LAYOUT_{{[0-9]+}}, (8, 8, 8, 8), batch=batches.own)
 
 // CHECK-LABEL: def _segment_0_backward(self, grads, saved):
-// CHECK:         = rt.pack(self, [{{v[0-9]+, v[0-9]+, v[0-9]+, v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32)
+// CHECK:         = rt.pack(self, [{{v[0-9]+, v[0-9]+, v[0-9]+, v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32, batch=batches.own)
 // CHECK:         [[G:v[0-9]+]], = rt.{{all_to_all|wait}}(
 // FUSED-NOT:     rt.unpack(
-// FUSED:         rt.fused_lookup_update(self, ('t0', 't1'), {{.*}}, packed_grads=([[G]], [[L1:LAYOUT_[0-9]+]], (8, 8)), optimizer='sgd'
-// FUSED:         rt.fused_lookup_update(self, ('t2', 't3'), {{.*}}, packed_grads=([[G]], [[L1]], (8, 8)), optimizer='sgd'
-// PERTABLE:      rt.unpack(self, [[G]], LAYOUT_{{[0-9]+}}, (8, 8))
-// PERTABLE:      rt.unpack(self, [[G]], LAYOUT_{{[0-9]+}}, (8, 8))
+// FUSED:         rt.fused_lookup_update(self, ('t0', 't1'), {{.*}}, packed_grads=([[G]], [[L1:LAYOUT_[0-9]+]], (8, 8), batches.ranks), optimizer='sgd'
+// FUSED:         rt.fused_lookup_update(self, ('t2', 't3'), {{.*}}, packed_grads=([[G]], [[L1]], (8, 8), batches.ranks), optimizer='sgd'
+// PERTABLE:      rt.unpack(self, [[G]], LAYOUT_{{[0-9]+}}, (8, 8), batch=batches.ranks)
+// PERTABLE:      rt.unpack(self, [[G]], LAYOUT_{{[0-9]+}}, (8, 8), batch=batches.ranks)
 // PERTABLE:      rt.lookup_update(self, 't0'
 // PERTABLE:      rt.lookup_update(self, 't3'
 

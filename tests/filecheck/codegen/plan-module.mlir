@@ -29,32 +29,44 @@
 // HIDE-NEXT:     self.prefetch(0, [{{.*}}], ahead=True)
 // CHECK:       def _segment_0_forward(self
 // CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
+// Every rank's batch size this step (batches may differ across ranks and steps), exchanged
+// asynchronously: the exchanges and buffers below are sized by it, per peer.
+// CHECK-NEXT:    batches = rt.batch_sizes(self, {{v[0-9]+}}, exchange=True)
 // Lengths first, then the indices with receive sizes taken from the received lengths (no
 // separate sizes exchange). Asynchronous after hide-latency: the bottom MLP runs meanwhile.
-// SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths')
-// SYNC-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
+// SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks)
+// SYNC-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]], batches.ranks)
 // SYNC-NEXT:     {{v[0-9]+}}, {{v[0-9]+}} = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices')
-// HIDE-NEXT:     [[L:v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', async_op=True)
+// HIDE-NEXT:     [[L:v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks, async_op=True)
 // HIDE-NEXT:     yield "lengths"
 // HIDE-NEXT:     [[LV:v[0-9]+]] = rt.wait([[L]])[0]
-// HIDE-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]])
+// HIDE-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]], batches.ranks)
 // HIDE-NEXT:     [[I:v[0-9]+]] = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices', async_op=True)
 // HIDE-NEXT:     yield "indices"
 // HIDE-NEXT:     yield "stage"
 // HIDE-NEXT:     {{v[0-9]+}}, {{v[0-9]+}} = rt.wait([[I]])
 // CHECK:         if self.rank in (0,):
 // CHECK-NEXT:      {{v[0-9]+}} = rt.lookup(self, 't0'
-// CHECK:         rt.all_to_all(self, [{{v[0-9]+}}, {{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='output_pooled')
-// CHECK:         rt.unpack(self
+// CHECK-SAME:      segment_batches=batches.ranks)
+// The owner's pack has one segment per destination, of that rank's batch; the unpack of the
+// pooled vectors received has this rank's batch in every segment.
+// CHECK:           = rt.pack(self, [{{v[0-9]+}}], LAYOUT_{{[0-9]+}}, torch.float32, batch=batches.ranks)
+// CHECK:         rt.all_to_all(self, [{{v[0-9]+}}, {{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='output_pooled', batches=batches.ranks)
+// CHECK:         rt.unpack(self, {{.*}}, batch=batches.own)
+// CHECK:         return [{{.*}}], [{{v[0-9]+}}, {{v[0-9]+}}, batches.saved()]
 // CHECK:       def _segment_0_backward(self, grads, saved):
+// CHECK:         ({{v[0-9]+}}, {{v[0-9]+}}, saved_batches,) = saved
+// CHECK-NEXT:    batches = rt.saved_batch_sizes(saved_batches)
+// CHECK-NEXT:    = rt.pack(self, {{.*}}, batch=batches.own)
 // Synchronous, or overlapping the bottom MLP's backward; the updates run when backward ends.
-// SYNC:          = rt.all_to_all(self, {{.*}} role='grad_pooled')
+// SYNC:          = rt.all_to_all(self, {{.*}} role='grad_pooled', batches=batches.ranks)
 // SYNC-NOT:      yield
-// HIDE:          [[G:v[0-9]+]] = rt.all_to_all(self, {{.*}} role='grad_pooled', async_op=True)
+// HIDE:          [[G:v[0-9]+]] = rt.all_to_all(self, {{.*}} role='grad_pooled', batches=batches.ranks, async_op=True)
 // HIDE-NEXT:     yield "stage"
 // HIDE-NEXT:     {{v[0-9]+}}, = rt.wait([[G]])
+// CHECK:           = rt.unpack(self, {{.*}}, batch=batches.ranks)
 // CHECK:         rt.lookup_update(self, 't0'
-// CHECK-SAME:      optimizer='sgd', lr=0.01
+// CHECK-SAME:      segment_batches=batches.ranks, grad={{v[0-9]+}}, optimizer='sgd', lr=0.01
 // CHECK:         rt.lookup_update(self, 't1'
 // SYNC:          return None
 

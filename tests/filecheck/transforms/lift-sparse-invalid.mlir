@@ -10,13 +10,13 @@
 // RUN: sed -n '/^sched.step @no_adjoint /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=NO-ADJOINT
 // RUN: sed -n '/^sched.step @opaque_left /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=OPAQUE-LEFT
 // RUN: sed -n '/^sched.step @table_twice /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=TABLE-TWICE
-// RUN: not sparselift-opt %s -p 'lift-sparse{optimizer=adam}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
-// RUN: not sparselift-opt %s -p 'lift-sparse{lr=-0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
-// RUN: not sparselift-opt %s -p 'lift-sparse{optimizer=rowwise_adagrad eps=0.0}' 2>&1 | filecheck %s --check-prefix=BAD-EPS
-// Bad pass options are rejected before any step is touched (the whole file is one module here):
-// BAD-OPTIMIZER: VerifyException: unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
-// BAD-LR: VerifyException: optimizer lr must be positive, got -0.5
-// BAD-EPS: VerifyException: rowwise_adagrad eps must be positive, got 0.0
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=adam}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{lr=-0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=rowwise_adagrad eps=0.0}' 2>&1 | filecheck %s --check-prefix=BAD-EPS
+// Bad pass options are rejected before any step is touched:
+// BAD-OPTIMIZER: sparselift-opt: error: pass 'lift-sparse': unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
+// BAD-LR: sparselift-opt: error: pass 'lift-sparse': optimizer lr must be positive, got -0.5
+// BAD-EPS: sparselift-opt: error: pass 'lift-sparse': rowwise_adagrad eps must be positive, got 0.0
 
 // lift-sparse rejects what it cannot lift with a PassFailedException naming the module, table
 // or feature. The first RUN checks every message (one per case); the others run each
@@ -24,7 +24,7 @@
 
 // A row-wise table must be sharded over every rank of the step.
 // CHECK: lift-sparse: row_wise table 't0' of module 'emb' must span all 3 ranks (it spans [0, 1])
-// ROW-WISE-PARTIAL-RANKS: PassFailedException: lift-sparse: row_wise table 't0' of module 'emb' must span all 3 ranks (it spans [0, 1])
+// ROW-WISE-PARTIAL-RANKS: sparselift-opt: error: lift-sparse: row_wise table 't0' of module 'emb' must span all 3 ranks (it spans [0, 1])
 sched.step @row_wise_partial_ranks world_size = 3 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 50, 100]>] -> tensor<?x8xf32>
@@ -40,7 +40,7 @@ sched.step @row_wise_partial_ranks world_size = 3 outputs = 1 {
 
 // Row-wise partial pools of a mean are not exact.
 // CHECK: lift-sparse: row_wise table 't0' of module 'emb' uses mean pooling, which row-wise partial pools cannot express yet; place it table_wise
-// ROW-WISE-MEAN: PassFailedException: lift-sparse: row_wise table 't0' of module 'emb' uses mean pooling, which row-wise partial pools cannot express yet; place it table_wise
+// ROW-WISE-MEAN: sparselift-opt: error: lift-sparse: row_wise table 't0' of module 'emb' uses mean pooling, which row-wise partial pools cannot express yet; place it table_wise
 sched.step @row_wise_mean world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, mean>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 50, 100]>] -> tensor<?x8xf32>
@@ -56,7 +56,7 @@ sched.step @row_wise_mean world_size = 2 outputs = 1 {
 
 // One group has one placement kind.
 // CHECK: lift-sparse: module 'emb' mixes placement kinds ['data_parallel', 'table_wise'] in one group
-// MIXED-KINDS: PassFailedException: lift-sparse: module 'emb' mixes placement kinds ['data_parallel', 'table_wise'] in one group
+// MIXED-KINDS: sparselift-opt: error: lift-sparse: module 'emb' mixes placement kinds ['data_parallel', 'table_wise'] in one group
 sched.step @mixed_kinds world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
   %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%offs0, %offs1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 2.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", data_parallel>] -> tensor<?x8xf32>, tensor<?x4xf32>
@@ -72,7 +72,7 @@ sched.step @mixed_kinds world_size = 2 outputs = 1 {
 
 // One group has one table dtype (its buffers have one element type).
 // CHECK: lift-sparse: module 'emb' mixes table dtypes in one group
-// MIXED-DTYPES: PassFailedException: lift-sparse: module 'emb' mixes table dtypes in one group
+// MIXED-DTYPES: sparselift-opt: error: lift-sparse: module 'emb' mixes table dtypes in one group
 sched.step @mixed_dtypes world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
   %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%offs0, %offs1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 4, f16, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 2.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 1>] -> tensor<?x8xf32>, tensor<?x4xf16>
@@ -88,7 +88,7 @@ sched.step @mixed_dtypes world_size = 2 outputs = 1 {
 
 // A pooled output read twice (a dense region and a model output) has no single gradient.
 // CHECK: lift-sparse: feature 'f0' of module 'emb': its pooled output has 2 uses; exactly one dense region or output may read it
-// TWO-USES: PassFailedException: lift-sparse: feature 'f0' of module 'emb': its pooled output has 2 uses; exactly one dense region or output may read it
+// TWO-USES: sparselift-opt: error: lift-sparse: feature 'f0' of module 'emb': its pooled output has 2 uses; exactly one dense region or output may read it
 sched.step @two_uses world_size = 2 outputs = 2 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>] -> tensor<?x8xf32>
@@ -104,7 +104,7 @@ sched.step @two_uses world_size = 2 outputs = 2 {
 
 // A pooled output nobody reads has no gradient either.
 // CHECK: lift-sparse: feature 'f0' of module 'emb': its pooled output has 0 uses; exactly one dense region or output may read it
-// UNUSED: PassFailedException: lift-sparse: feature 'f0' of module 'emb': its pooled output has 0 uses; exactly one dense region or output may read it
+// UNUSED: sparselift-opt: error: lift-sparse: feature 'f0' of module 'emb': its pooled output has 0 uses; exactly one dense region or output may read it
 sched.step @unused world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %x: tensor<?xf32>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
@@ -118,7 +118,7 @@ sched.step @unused world_size = 2 outputs = 1 {
 
 // A pooled output yielded as a saved value (past the step's outputs) is not a model output.
 // CHECK: lift-sparse: feature 'f0' of module 'emb': it is read by sched.yield, not by a dense region
-// READ-BY-SAVED-VALUE: PassFailedException: lift-sparse: feature 'f0' of module 'emb': it is read by sched.yield, not by a dense region
+// READ-BY-SAVED-VALUE: sparselift-opt: error: lift-sparse: feature 'f0' of module 'emb': it is read by sched.yield, not by a dense region
 sched.step @read_by_saved_value world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %x: tensor<?xf32>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
@@ -132,7 +132,7 @@ sched.step @read_by_saved_value world_size = 2 outputs = 1 {
 
 // A pooled output read by an op that is neither a dense region nor the yield.
 // CHECK: lift-sparse: feature 'f0' of module 'emb': it is read by sparse.pack, not by a dense region
-// READ-BY-OTHER-OP: PassFailedException: lift-sparse: feature 'f0' of module 'emb': it is read by sparse.pack, not by a dense region
+// READ-BY-OTHER-OP: sparselift-opt: error: lift-sparse: feature 'f0' of module 'emb': it is read by sparse.pack, not by a dense region
 sched.step @read_by_other_op world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
@@ -147,7 +147,7 @@ sched.step @read_by_other_op world_size = 2 outputs = 1 {
 
 // The dense region reading a pooled output needs its backward adjoint.
 // CHECK: lift-sparse: feature 'f0' of module 'emb': dense region @dense_post has no backward adjoint
-// NO-ADJOINT: PassFailedException: lift-sparse: feature 'f0' of module 'emb': dense region @dense_post has no backward adjoint
+// NO-ADJOINT: sparselift-opt: error: lift-sparse: feature 'f0' of module 'emb': dense region @dense_post has no backward adjoint
 sched.step @no_adjoint world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
@@ -162,7 +162,7 @@ sched.step @no_adjoint world_size = 2 outputs = 1 {
 
 // Only forward EBCs are lifted; the final check finds one left in backward.
 // CHECK: lift-sparse: an opaque sparse.embedding_bag_collection ('emb') is left in @opaque_left
-// OPAQUE-LEFT: PassFailedException: lift-sparse: an opaque sparse.embedding_bag_collection ('emb') is left in @opaque_left
+// OPAQUE-LEFT: sparselift-opt: error: lift-sparse: an opaque sparse.embedding_bag_collection ('emb') is left in @opaque_left
 sched.step @opaque_left world_size = 2 outputs = 1 {
 ^bb0(%x: tensor<?xf32>, %ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
   sched.yield %x, %ids0, %offs0 : tensor<?xf32>, tensor<?xi64>, tensor<?xi64>
@@ -174,13 +174,16 @@ sched.step @opaque_left world_size = 2 outputs = 1 {
 
 // -----
 
-// Two groups reading the same table: the final check wants one lookup and one update per table.
-// CHECK: lift-sparse: table 't0' is looked up 2 and updated 2 times in @table_twice; expected once each
-// TABLE-TWICE: PassFailedException: lift-sparse: table 't0' is looked up 2 and updated 2 times in @table_twice; expected once each
+// Two groups reading the same table: the verifier rejects the input (a table belongs to one
+// group), before lift-sparse's final check (one lookup and one update per table) would.
+// CHECK: lift-sparse-invalid.mlir:186:3: error: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'emb'; a table belongs to one sharding group
+// TABLE-TWICE-NOT: Traceback
+// TABLE-TWICE: stdin:4:3: error: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'emb'; a table belongs to one sharding group
+// TABLE-TWICE-NEXT: %p1 = sparse.embedding_bag_collection "emb2"
 sched.step @table_twice world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
-  %p1 = sparse.embedding_bag_collection "emb" ids(%ids1 : tensor<?xi64>) offsets(%offs1 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f1" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
+  %p1 = sparse.embedding_bag_collection "emb2" ids(%ids1 : tensor<?xi64>) offsets(%offs1 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"f1" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x8xf32>
   %out = sched.dense @dense_post(%p0, %p1) phase "forward" : (tensor<?x8xf32>, tensor<?x8xf32>) -> tensor<?xf32>
   sched.yield %out : tensor<?xf32>
 } backward {

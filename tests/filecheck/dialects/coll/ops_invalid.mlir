@@ -404,3 +404,79 @@ func.func @all_reduce_start_bad_reduction(%g: tensor<16xf32>) -> tensor<16xf32> 
   %a = coll.wait %t : !coll.handle<tensor<16xf32>> -> tensor<16xf32>
   func.return %a : tensor<16xf32>
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// References to the enclosing sched.step: routed segment counts, packed segments, group labels
+//===----------------------------------------------------------------------===//
+
+// The lengths exchange sends each peer the features the route serves there (f0 and f1 on rank 1).
+// CHECK: coll.all_to_all: splits row 0 is [1, 1], but the sparse.route of group 'g' sends [0, 2] features per sample to ranks 0..1
+sched.step @lengths_splits_differ world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[1, 1], [1, 1]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// A packed input holds one segment per group rank.
+// CHECK: coll.all_to_all: input 0 is packed in 1 segment but the group has 2 ranks
+sched.step @packed_segments_differ world_size = 2 outputs = 1 {
+^bb0(%a: tensor<?x4xf32>):
+  %b = sparse.pack %a layout = #sparse.layout<[[0 : 4]]> : tensor<?x4xf32> -> tensor<?xf32>
+  %r = coll.all_to_all %b on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[4, 4], [4, 4]]> : tensor<?xf32> -> tensor<?xf32>
+  sched.yield %r : tensor<?xf32>
+} backward {
+^bb1(%g: tensor<?xf32>):
+  sched.yield
+}
+
+// -----
+
+// Row i of the splits is what input i packs per segment.
+// CHECK: coll.all_to_all_start: splits row 1 is [8, 8] but input 1 (sparse.pack) holds [12, 12] elements per sample per segment
+sched.step @packed_widths_differ world_size = 2 outputs = 1 {
+^bb0(%a: tensor<?x8xf32>, %c: tensor<?x12xf32>):
+  %b0 = sparse.pack %a layout = #sparse.layout<[[0 : 8], [0 : 8]]> on_rank 0 : tensor<?x8xf32> -> tensor<?xf32>
+  %b1 = sparse.pack %c layout = #sparse.layout<[[0 : 12], [0 : 12]]> on_rank 1 : tensor<?x12xf32> -> tensor<?xf32>
+  %h = coll.all_to_all_start %b0, %b1 on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[8, 8], [8, 8]]> : tensor<?xf32>, tensor<?xf32> -> !coll.handle<tensor<?xf32>>
+  %r = coll.wait %h : !coll.handle<tensor<?xf32>> -> tensor<?xf32>
+  sched.yield %r : tensor<?xf32>
+} backward {
+^bb1(%g: tensor<?xf32>):
+  sched.yield
+}
+
+// -----
+
+// A collective's group label names a sharding group that a route of the step defines.
+// CHECK: coll.all_reduce: group 'g2' is not a sharding group of @collective_group_label (its routes define 'g')
+sched.step @collective_group_label world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %d: tensor<8xf32>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %r = coll.all_reduce %d on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "g2"} : tensor<8xf32> -> tensor<8xf32>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// A reduce-scatter of a packed buffer scatters one segment to each group rank.
+// CHECK: coll.reduce_scatter: its input is packed in 1 segment but the group has 2 ranks
+sched.step @reduce_scatter_segments_differ world_size = 2 outputs = 1 {
+^bb0(%a: tensor<?x4xf32>):
+  %b = sparse.pack %a layout = #sparse.layout<[[0 : 4]]> : tensor<?x4xf32> -> tensor<?xf32>
+  %r = coll.reduce_scatter %b on #coll.group<[0, 1]> role #coll.role<output_pooled> reduce "sum" : tensor<?xf32> -> tensor<?xf32>
+  sched.yield %r : tensor<?xf32>
+} backward {
+^bb1(%g: tensor<?xf32>):
+  sched.yield
+}

@@ -957,3 +957,298 @@ func.func @unpack_ids_negative(%b: tensor<?xi64>, %s: tensor<2xi64>) {
   %l, %i = sparse.unpack_ids %b, %s features = [1, -1] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
   func.return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// References to the enclosing sched.step: the tables its routes reach, their placements, the
+// feature slots of each rank's segment, per-segment feature counts and group labels
+//===----------------------------------------------------------------------===//
+
+// A lookup on a table that no feature reaches (table and placement renamed together).
+// CHECK: sparse.lookup of table 't9': no sparse.route of @unrouted_table routes a feature to table 't9' (no feature reads it)
+sched.step @unrouted_table world_size = 2 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[0, 1], [0, 1]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  %ri, %rs = coll.all_to_all %ix on #coll.group<[0, 1]> role #coll.role<input_indices> send_splits(%sp : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %p = sparse.lookup %rl, %ri table = #sparse.table<"t9", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t9", table_wise, rank = 1> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// A lookup must place its table where the route does.
+// CHECK: sparse.lookup of table 't0': placement #sparse.placement<"t0", table_wise, rank = 0> differs from #sparse.placement<"t0", table_wise, rank = 1> in the sparse.route of group 'g'
+sched.step @placement_differs world_size = 2 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[0, 1], [0, 1]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  %ri, %rs = coll.all_to_all %ix on #coll.group<[0, 1]> role #coll.role<input_indices> send_splits(%sp : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %p = sparse.lookup %rl, %ri table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// Slots index the owner's segment: rank 1 holds f0 then f1, so t1's feature is slot 1.
+// CHECK: sparse.lookup of table 't1': slots [0], but the sparse.route of group 'g' puts feature 'f1' of this table at slots [1] of rank 1's segment (2 features)
+sched.step @wrong_slot world_size = 2 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[0, 2], [0, 2]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  %ri, %rs = coll.all_to_all %ix on #coll.group<[0, 1]> role #coll.role<input_indices> send_splits(%sp : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %p = sparse.lookup %rl, %ri table = #sparse.table<"t1", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// A slot beyond the owner's segment.
+// CHECK: sparse.lookup_grad of table 't0': slots [3], but the sparse.route of group 'g' puts feature 'f0' of this table at slots [0] of rank 0's segment (1 feature)
+sched.step @slot_beyond_segment world_size = 2 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %p = sparse.lookup %l, %ix table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p, %l, %ix : tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
+} backward {
+^bb1(%g: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
+  %tg = sparse.lookup_grad %sl, %si grad %g table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [3] {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<10x4xf32>
+  sched.yield
+}
+
+// -----
+
+// Every op naming a table agrees on it: the update's table has other rows than the lookup's.
+// CHECK: sparse.lookup_update of table 't0': #sparse.table<"t0", rows = 20, dim = 4, f32, sum> differs from #sparse.table<"t0", rows = 10, dim = 4, f32, sum> in the sparse.lookup of @table_differs
+sched.step @table_differs world_size = 1 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  %p = sparse.lookup %l, %ix table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p, %l, %ix : tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
+} backward {
+^bb1(%g: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
+  sparse.lookup_update %sl, %si grad %g table = #sparse.table<"t0", rows = 20, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+  sched.yield
+}
+
+// -----
+
+// A weighted feature's table reads the routed weights.
+// CHECK: sparse.lookup of table 't0': table 't0' has weighted features but the op reads no weights
+sched.step @weights_missing world_size = 1 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %w0: tensor<?xf32>):
+  %l, %ix, %sp, %rw = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) weights(%w0 : tensor<?xf32>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0, weighted>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>, tensor<?xf32>
+  %p = sparse.lookup %l, %ix table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// ... and an unweighted one reads none.
+// CHECK: sparse.lookup of table 't1': reads per-sample weights but no feature of table 't1' is weighted
+sched.step @weights_extra world_size = 1 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %w0: tensor<?xf32>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp, %rw = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) weights(%w0 : tensor<?xf32>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0, weighted>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] world_size = 1 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>, tensor<?xf32>
+  %p = sparse.lookup %l, %ix weights %rw : tensor<?xf32> table = #sparse.table<"t1", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [1] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// A lookup reads the buffers of the route that routes its table, not another group's.
+// CHECK: sparse.lookup of table 't0': its lengths come from the sparse.route of group 'b', which does not route table 't0' (the sparse.route of group 'a' does)
+sched.step @other_groups_lengths world_size = 1 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %la, %ia, %sa = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "a"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  %lb, %ib, %sb = sparse.route ids(%i1 : tensor<?xi64>) offsets(%o1 : tensor<?xi64>) features = [#sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t1", table_wise, rank = 0>] world_size = 1 {group = "b"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  %p = sparse.lookup %lb, %ib table = #sparse.table<"t0", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "a"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>
+  sched.yield %p : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// The dense-gradient update of a replicated table names a routed table too.
+// CHECK: sparse.lookup_update of table 't9': no sparse.route of @dense_update_unrouted routes a feature to table 't9' (no feature reads it)
+sched.step @dense_update_unrouted world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %tg: tensor<10x4xf32>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  sparse.lookup_update grad %tg table = #sparse.table<"t9", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t9", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<10x4xf32>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// A route's world size is its step's.
+// CHECK: sparse.route: world_size = 4 but @route_world_differs has world_size = 2
+sched.step @route_world_differs world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>] world_size = 4 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<4xi64>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// A table belongs to one group: two routes reaching it conflict.
+// CHECK: sparse.route: table 't0' is also in the sparse.route of group 'a'; a table belongs to one sharding group
+sched.step @table_in_two_routes world_size = 1 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %la, %ia, %sa = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "a"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  %lb, %ib, %sb = sparse.route ids(%i1 : tensor<?xi64>) offsets(%o1 : tensor<?xi64>) features = [#sparse.feature<"f1" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "b"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// Two opaque collections declaring one table conflict the same way.
+// CHECK: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'a'; a table belongs to one sharding group
+sched.step @table_in_two_collections world_size = 1 outputs = 2 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %p0 = sparse.embedding_bag_collection "a" ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x4xf32>
+  %p1 = sparse.embedding_bag_collection "b" ids(%i1 : tensor<?xi64>) offsets(%o1 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>] features = [#sparse.feature<"f1" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] -> tensor<?x4xf32>
+  sched.yield %p0, %p1 : tensor<?x4xf32>, tensor<?x4xf32>
+} backward {
+^bb1(%g0: tensor<?x4xf32>, %g1: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// A route lists each feature once ...
+// CHECK: sparse.route: feature 'f0' is listed twice
+func.func @route_feature_twice(%i: tensor<?xi64>, %o: tensor<?xi64>) {
+  %l, %ix, %sp = sparse.route ids(%i, %i : tensor<?xi64>, tensor<?xi64>) offsets(%o, %o : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  func.return
+}
+
+// -----
+
+// ... and places each table once.
+// CHECK: sparse.route: table 't0' is placed twice
+func.func @route_placement_twice(%i: tensor<?xi64>, %o: tensor<?xi64>) {
+  %l, %ix, %sp = sparse.route ids(%i : tensor<?xi64>) offsets(%o : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t0", table_wise, rank = 1>] world_size = 2 -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  func.return
+}
+
+// -----
+
+// A pack's (or unpack's) on_rank is a rank of the step.
+// CHECK: sparse.pack: on_rank 2 is out of range for world size 2
+sched.step @pack_rank_out_of_world world_size = 2 outputs = 1 {
+^bb0(%a: tensor<?x4xf32>):
+  %b = sparse.pack %a layout = #sparse.layout<[[0 : 4], [0 : 4]]> on_rank 2 : tensor<?x4xf32> -> tensor<?xf32>
+  sched.yield %b : tensor<?xf32>
+} backward {
+^bb1(%g: tensor<?xf32>):
+  sched.yield
+}
+
+// -----
+
+// CHECK: sparse.unpack: on_rank 3 is out of range for world size 2
+sched.step @unpack_rank_out_of_world world_size = 2 outputs = 1 {
+^bb0(%b: tensor<?xf32>):
+  %a = sparse.unpack %b layout = #sparse.layout<[[0 : 4], [0 : 4]]> on_rank 3 : tensor<?xf32> -> tensor<?x4xf32>
+  sched.yield %a : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// An unpack of an all-to-all's result reads one segment per peer ...
+// CHECK: sparse.unpack: its layout has 1 segment but the coll.all_to_all it reads exchanges with 2 ranks
+sched.step @unpack_segments_differ world_size = 2 outputs = 1 {
+^bb0(%b: tensor<?xf32>):
+  %r = coll.all_to_all %b on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[4, 4], [4, 4]]> : tensor<?xf32> -> tensor<?xf32>
+  %a = sparse.unpack %r layout = #sparse.layout<[[0 : 4]]> : tensor<?xf32> -> tensor<?x4xf32>
+  sched.yield %a : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// ... each as wide as that peer sent to the rank unpacking it.
+// CHECK: sparse.unpack: segment 1 holds 4 elements per sample, but the coll.all_to_all's splits send 8 from rank 1 to rank 0
+sched.step @unpack_width_differs world_size = 2 outputs = 1 {
+^bb0(%b: tensor<?xf32>):
+  %r = coll.all_to_all %b on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[4, 4], [8, 8]]> : tensor<?xf32> -> tensor<?xf32>
+  %a = sparse.unpack %r layout = #sparse.layout<[[0 : 4], [0 : 4]]> on_rank 0 : tensor<?xf32> -> tensor<?x4xf32>
+  sched.yield %a : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}
+
+// -----
+
+// Packed ids hold, per destination, the features the route serves there.
+// CHECK: sparse.pack_ids: features = [1, 1], but the sparse.route of group 'g' sends [0, 2] features per sample to ranks 0..1
+sched.step @pack_ids_counts_differ world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %buf, %sizes = sparse.pack_ids %l, %ix features = [1, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// CHECK: sparse.unpack_ids: features = [0, 1], but the sparse.route of group 'g' sends [0, 2] features per sample to ranks 0..1
+sched.step @unpack_ids_counts_differ world_size = 2 outputs = 0 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %buf, %sizes = sparse.pack_ids %l, %ix features = [0, 2] : tensor<?xi32>, tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %rb, %rsz = coll.all_to_all %buf on #coll.group<[0, 1]> role #coll.role<input_packed> send_splits(%sizes : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %rl, %ri = sparse.unpack_ids %rb, %rsz features = [0, 1] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
+  sched.yield
+} backward {
+^bb1:
+  sched.yield
+}
+
+// -----
+
+// A group label names a sharding group that a route of the step defines.
+// CHECK: sparse.permute: group 'h' is not a sharding group of @unknown_group_label (its routes define 'g')
+sched.step @unknown_group_label world_size = 1 outputs = 1 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %a: tensor<?x4xf32>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] world_size = 1 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<1xi64>
+  %b = sparse.permute %a order = [0] {group = "g+h"} : tensor<?x4xf32> -> tensor<?x4xf32>
+  sched.yield %b : tensor<?x4xf32>
+} backward {
+^bb1(%g: tensor<?x4xf32>):
+  sched.yield
+}

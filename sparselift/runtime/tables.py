@@ -1,0 +1,173 @@
+"""A rank's table storage: taking the model's tables over, materializing meta shards, and
+saving and restoring the rows that calibration touches.
+
+`sparselift.compile` makes one `LocalTables` per rank and every plan built for that rank (the
+planner's candidates and the final plan) runs on it:
+
+- a table-wise or replicated table's shard *is* the model's parameter storage (no copy); a
+  row-wise shard is copied once out of the model's table; a table on the meta device is
+  materialized shard by shard (only this rank's rows) with its module's initializer or the
+  user's `CompileOptions(table_init=...)`;
+- `TouchedRows` saves the rows (and optimizer-state rows) the calibration batches can update and
+  puts them back after every measured step, so calibration costs O(touched rows) of memory and
+  leaves tables and state bit for bit as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+import torch
+import torch.distributed as dist
+
+from sparselift.passes.sharding import PlacementKind
+
+TableInit = Callable[[str, torch.Tensor, int], object]
+"""`table_init(table, shard, row_offset)`: fill `shard` (rows `row_offset ..` of `table`) in place."""
+
+
+def shard_rows(placement, rank: int, rows: int) -> tuple[int, int]:
+    """The rows [lo, hi) of a table that `rank` holds (the whole table unless row-wise)."""
+    if placement.kind == PlacementKind.ROW_WISE:
+        i = placement.ranks.index(rank)
+        return placement.row_bounds[i], placement.row_bounds[i + 1]
+    return 0, rows
+
+
+def state_bytes(optimizer_kind: str, rows: int) -> int:
+    return 4 * rows if optimizer_kind == "rowwise_adagrad" else 0
+
+
+def local_shard_bytes(program, rank: int, world: int, optimizer_kind: str) -> dict[str, int]:
+    """Bytes of each table shard (and its optimizer state) that `rank` holds, by IR table name."""
+    out = {}
+    for info in program.tables:
+        placement = program.sharding[info.name]
+        if rank not in placement.owners(world):
+            continue
+        lo, hi = shard_rows(placement, rank, info.rows)
+        out[info.name] = (hi - lo) * (info.dim * info.dtype.itemsize) + state_bytes(optimizer_kind, hi - lo)
+    return out
+
+
+def check_memory_cap(program, world: int, optimizer_kind: str, cap: int | None) -> None:
+    """Raise (on every rank alike: each rank checks every rank) if some rank's shards exceed `cap`."""
+    if not cap:
+        return
+    for rank in range(world):
+        sizes = local_shard_bytes(program, rank, world, optimizer_kind)
+        total = sum(sizes.values())
+        if total > cap:
+            largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+            detail = ", ".join(f"'{name}' {_mb(b)}" for name, b in largest)
+            raise MemoryError(
+                f"sparselift: rank {rank}'s local table shards need {_mb(total)} ({detail}"
+                f"{', ...' if len(sizes) > 3 else ''}), more than CompileOptions(memory_cap_bytes={cap}) "
+                f"({_mb(cap)}); nothing was allocated. Shard the tables over more ranks or raise the cap."
+            )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+@attrs.define
+class LocalTables:
+    """This rank's table shards and optimizer state, by IR table name (the live storage)."""
+
+    tables: dict[str, torch.Tensor]
+    states: dict[str, torch.Tensor]
+    row_offsets: dict[str, int]
+    # What the storage is: "shared" (the model's own parameter), "copied" (a row-wise shard) or
+    # "materialized" (a meta table's shard), for `explain()` and the tests.
+    origin: dict[str, str] = attrs.field(factory=dict)
+
+
+def take_local_shards(program, model_tables: Mapping[str, torch.Tensor], *, rank: int, world: int,
+                      optimizer_kind: str, inits: Mapping[str, TableInit],
+                      device: torch.device | str = "cpu") -> LocalTables:
+    """This rank's shards of `program`'s tables, taken over from `model_tables` (FQN -> parameter).
+
+    `inits` (IR table name -> initializer) must cover every table on the meta device; the
+    caller checks that before any rank allocates (`missing_inits`); meta shards are
+    materialized on `device`.
+    """
+    tables, states, offsets, origin = {}, {}, {}, {}
+    for info in program.tables:
+        placement = program.sharding[info.name]
+        if rank not in placement.owners(world):
+            continue
+        lo, hi = shard_rows(placement, rank, info.rows)
+        full = model_tables[info.param].detach()
+        if full.device.type == "meta":
+            shard = torch.empty(hi - lo, info.dim, dtype=info.dtype, device=device)
+            inits[info.name](info.name, shard, lo)
+            origin[info.name] = "materialized"
+        elif (lo, hi) == (0, info.rows) and full.is_contiguous():
+            shard = full  # the model's storage: training updates the model's table in place
+            origin[info.name] = "shared"
+        else:
+            shard = full[lo:hi].clone(memory_format=torch.contiguous_format)
+            origin[info.name] = "copied"
+        tables[info.name], offsets[info.name] = shard, lo
+        if optimizer_kind == "rowwise_adagrad":
+            states[info.name] = torch.zeros(hi - lo, dtype=torch.float32, device=shard.device)
+    return LocalTables(tables, states, offsets, origin)
+
+
+def missing_inits(program, model_tables: Mapping[str, torch.Tensor], inits: Mapping[str, TableInit]) -> list[str]:
+    """Tables on the meta device with no known initializer."""
+    return [info.name for info in program.tables
+            if model_tables[info.param].device.type == "meta" and info.name not in inits]
+
+
+class TouchedRows:
+    """The rows of this rank's shards that a set of batches can update, saved to be put back.
+
+    Ids come from every rank (an all-gather of each table's unique ids), since a rank's shard is
+    updated by the other ranks' batches too. The saved copy is O(touched rows), not O(table).
+    """
+
+    def __init__(self, local: LocalTables, ids_by_table: Mapping[str, torch.Tensor], process_group=None,
+                 world: int = 1):
+        self.local = local
+        everywhere = _gather_ids(ids_by_table, process_group, world)
+        self.saved: list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+        for name, shard in local.tables.items():
+            ids = everywhere.get(name)
+            if ids is None or ids.numel() == 0:
+                continue
+            lo = local.row_offsets[name]
+            keep = ids[(ids >= lo) & (ids < lo + shard.shape[0])] - lo
+            idx = keep.to(device=shard.device)
+            state = local.states.get(name)
+            self.saved.append((name, idx, shard.index_select(0, idx),
+                               None if state is None else state.index_select(0, idx)))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * 4)
+                   for _, i, r, s in self.saved)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for name, idx, rows, state_rows in self.saved:
+            self.local.tables[name].index_copy_(0, idx, rows)
+            if state_rows is not None:
+                self.local.states[name].index_copy_(0, idx, state_rows)
+
+
+def _gather_ids(ids_by_table: Mapping[str, torch.Tensor], pg, world: int) -> dict[str, torch.Tensor]:
+    """Each table's unique ids over all ranks (every rank passes the same table names)."""
+    names = sorted(ids_by_table)
+    local = [torch.unique(ids_by_table[n].reshape(-1).long().cpu()) for n in names]
+    if world == 1 or not (dist.is_available() and dist.is_initialized()):
+        return dict(zip(names, local))
+    gathered: list[Sequence[torch.Tensor] | None] = [None] * world
+    dist.all_gather_object(gathered, local, group=pg)
+    return {n: torch.unique(torch.cat([g[i] for g in gathered])) for i, n in enumerate(names)}
+
+
+__all__ = ["LocalTables", "TableInit", "TouchedRows", "check_memory_cap", "local_shard_bytes", "missing_inits",
+           "shard_rows", "take_local_shards"]
