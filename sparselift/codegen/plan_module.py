@@ -14,8 +14,8 @@ pack reads returns the packed buffer (`packed=`), and a fused update whose gradi
 an unpack's members reads the received buffer (`packed_grads=`): the pack or unpack is not
 emitted, and the runtime writes or reads the buffer's column blocks in place.
 
-Ranks' local batches may differ (and change step to step): each segment exchanges them after its
-route (`rt.batch_sizes`), saves them for its backward, and passes them to every op that sizes an
+Ranks' local batches may differ (and change step to step): each segment's first route agrees on
+them (`rt.route` returns every rank's batch size), saves them for its backward, and passes them to every op that sizes an
 exchange or a buffer: every rank's batch on the tables' side (a segment per peer), its own on
 the samples' side.
 
@@ -318,12 +318,14 @@ class _Emitter:
                 out.append('        yield "stage"')
             last_input_start = (self._input_starts(stage) or [None])[-1]
             for op in stage:
-                out += ["        " + line for line in self._forward_op(op, waited)]
+                lines = self._forward_op(op, waited)
                 if op is first_route:
-                    # This step's batch sizes (they may differ across ranks and steps): every
-                    # exchange and buffer after the route is sized by them.
-                    out.append(f"        batches = rt.batch_sizes(self, {self.name(op.offsets[0])}, "
-                               f"exchange={self._exchanges(seg)})")
+                    # This step's batch sizes (they may differ across ranks and steps), agreed by
+                    # the first route: every exchange and buffer after it is sized by them.
+                    lines = [lines[0].replace(" = rt.route(", ", batches = rt.route(", 1), *lines[1:]]
+                elif isinstance(op, RouteOp):
+                    lines = [lines[0].replace(" = rt.route(", ", _ = rt.route(", 1), *lines[1:]]
+                out += ["        " + line for line in lines]
                 if op is last_input_start and s == 0:
                     out.append('        yield "indices"')
         saved = "".join(f"{self.name(v)}, " for v in seg.saved)
@@ -536,12 +538,6 @@ class _Emitter:
         raise EmitError(f"lookup reads lengths from {source.name}; expected sparse.route or coll.all_to_all")
 
     # -- batch sizes: ranks' local batches may differ, so buffers are sized per step and peer ------
-    @staticmethod
-    def _exchanges(seg: _Segment) -> bool:
-        """Whether the segment sends per-sample data to peers (so it needs every rank's batch)."""
-        exchanges = (AllToAllOp, AllToAllStartOp, ReduceScatterOp)
-        return any(isinstance(inner, exchanges) for op in [*seg.ops, *seg.backward_ops] for inner in op.walk())
-
     @staticmethod
     def _segment_batches(exchanged: bool) -> str:
         """The samples of each segment of a lengths buffer: one per source rank when it came

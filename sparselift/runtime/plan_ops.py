@@ -22,14 +22,13 @@ import torch
 import torch.distributed as dist
 
 from sparselift.runtime import reference as ref
-from sparselift.runtime.agree import same_outcome
+from sparselift.runtime.agree import raise_if_any_failed
 from sparselift.runtime.reference import RouteFeature
 
 __all__ = [
     "PlanBase",
     "RouteFeature",
     "BatchSizes",
-    "batch_sizes",
     "saved_batch_sizes",
     "route",
     "all_to_all",
@@ -293,52 +292,48 @@ class BatchSizes:
 
     Ranks may train on batches of different sizes (a loader's last batch, data split unevenly),
     changing from step to step, so every exchange and buffer is sized per step and per peer:
-    `own` is this rank's batch, `ranks` every rank's (exchanged once per segment and step,
-    asynchronously; the first read waits). A segment without exchanges needs `own` only.
+    `own` is this rank's batch, `ranks` every rank's (agreed by the segment's route).
     """
 
-    def __init__(self, own: int, ranks: tuple[int, ...] | None = None, pending: _Pending | None = None):
+    def __init__(self, own: int, ranks: tuple[int, ...]):
         self.own = own
-        self._ranks = ranks
-        self._pending = pending
-
-    @property
-    def ranks(self) -> tuple[int, ...]:
-        if self._ranks is None:  # lanes may get here together: waiting twice is harmless
-            if self._pending is None:
-                raise RuntimeError("this segment exchanges nothing: only its own batch size is known")
-            self._ranks = tuple(int(b) for b in self._pending.wait()[0].tolist())
-        return self._ranks
+        self.ranks = ranks
 
     def saved(self) -> torch.Tensor:
-        """For backward (a saved tensor of the segment): `own`, then `ranks` when exchanged."""
-        exchanged = self._pending is not None or self._ranks is not None
-        return torch.tensor([self.own, *(self.ranks if exchanged else ())], dtype=torch.int64)
-
-
-def batch_sizes(plan: PlanBase, offsets: torch.Tensor, *, exchange: bool) -> BatchSizes:
-    """This rank's batch (from a feature's offsets) and, with `exchange`, every rank's: started
-    here, so a prefetch for the next batch only waits for it at the first exchange sized by it."""
-    own = offsets.numel() - 1
-    if plan.world == 1:
-        return BatchSizes(own, (own,))
-    if not exchange:
-        return BatchSizes(own)
-    return BatchSizes(own, pending=exchange_sizes(plan, torch.full((plan.world,), own, dtype=torch.int64,
-                                                                     device=offsets.device), async_op=True))
+        """For backward (a saved tensor of the segment): `own`, then `ranks`."""
+        return torch.tensor([self.own, *self.ranks], dtype=torch.int64)
 
 
 def saved_batch_sizes(saved: torch.Tensor) -> BatchSizes:
     """The `BatchSizes` a segment's forward saved (`BatchSizes.saved`), in its backward."""
     values = [int(b) for b in saved.tolist()]
-    return BatchSizes(values[0], tuple(values[1:]) or None)
+    return BatchSizes(values[0], tuple(values[1:]))
 
 
 def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
-    # A batch rejected on one rank (bad ids, offsets or weights) is rejected on every rank here,
-    # before the exchange that follows: the others would wait in it until the timeout.
-    with same_outcome(plan.pg, plan.world):
-        return _route_checked(plan, spec, ids, offsets, weights, index_dtype)
+    """Check and route this rank's batch: its lengths, ids, splits and weights, and the step's
+    `BatchSizes`.
+
+    One small all-to-all does two things: it tells every rank every rank's batch size, and
+    whether every rank's batch passed its checks (a rejected rank sends -1). A batch rejected on
+    one rank (bad ids, offsets or weights) is then rejected on every rank, with that rank's
+    error, before any exchange that would otherwise wait until the timeout.
+    """
+    error, routed = None, None
+    try:
+        routed = _route_checked(plan, spec, ids, offsets, weights, index_dtype)
+    except Exception as e:  # noqa: BLE001 - raised below, on every rank
+        error = e
+    own = offsets[0].numel() - 1
+    if plan.world == 1:
+        if error is not None:
+            raise error
+        return (*routed, BatchSizes(own, (own,)))
+    send = torch.full((plan.world,), -1 if error is not None else own, dtype=torch.int64, device=offsets[0].device)
+    ranks = exchange_sizes(plan, send)[0]
+    if error is not None or bool((ranks < 0).any()):
+        raise_if_any_failed(error, plan.pg, plan.world)
+    return (*routed, BatchSizes(own, tuple(int(b) for b in ranks.tolist())))
 
 
 def _route_checked(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype):

@@ -28,10 +28,10 @@
 // HIDE:          self.dense("sparse_inputs"
 // HIDE-NEXT:     self.prefetch(0, [{{.*}}], ahead=True)
 // CHECK:       def _segment_0_forward(self
-// CHECK:         rt.route(self, ROUTE_{{[0-9]+}}
-// Every rank's batch size this step (batches may differ across ranks and steps), exchanged
-// asynchronously: the exchanges and buffers below are sized by it, per peer.
-// CHECK-NEXT:    batches = rt.batch_sizes(self, {{v[0-9]+}}, exchange=True)
+// Every rank's batch size this step (batches may differ across ranks and steps), agreed by the
+// route together with whether every rank's batch is valid: the exchanges and buffers below are
+// sized by it, per peer.
+// CHECK:         , batches = rt.route(self, ROUTE_{{[0-9]+}}
 // Lengths first, then the indices with receive sizes taken from the received lengths (no
 // separate sizes exchange). Asynchronous after hide-latency: the bottom MLP runs meanwhile.
 // SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks)
