@@ -163,6 +163,9 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
                              options=options, inits=inits, device=input_device(example_inputs))
     with same_outcome(process_group, world):  # a user's table_init or an allocation failing on one rank
         local = take(program)
+    # The compiled model keeps its options: not the hook, which may be a bound method of the
+    # model (`model.table_init`) and would keep the whole model alive after the user drops it.
+    options = attrs.evolve(options, table_init=None)
     lift = lift_spec(optimizer)
 
     if options.passes or options.plan == "none":

@@ -281,6 +281,7 @@ BENCHES = {
     "kernels": "sparselift.bench.kernels",
     "gpu": "sparselift.bench.gpu",
     "ops": "sparselift.bench.ops",
+    "memory": "sparselift.bench.memory_check",
 }
 
 
@@ -364,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", parents=[common], help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan)")
+    bench = sub.add_parser("bench", parents=[common], help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan), memory (per rank, against the real-size bounds)")
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)

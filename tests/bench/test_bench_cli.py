@@ -168,7 +168,7 @@ def test_ops_bench_times_every_plan_op(tmp_path):
     assert "step (median)" in proc.stdout and "fused_lookup_update" in proc.stdout
 
 
-@pytest.mark.parametrize("bench", ["dlrm", "ablation", "ops", "quality"])
+@pytest.mark.parametrize("bench", ["dlrm", "ablation", "ops", "quality", "memory_check"])
 def test_rows_cap_none_means_the_real_cardinalities(bench):
     import argparse
     import importlib
@@ -189,3 +189,17 @@ def test_rows_cap_none_means_the_real_cardinalities(bench):
             parser.parse_args(["--rows-cap", bad])
     config = dlrm_config(BenchConfig(model="dlrm-kaggle", rows_cap=None))
     assert sum(config.num_rows) == 33_762_577  # Criteo Kaggle's 26 cardinalities, uncapped
+
+
+@pytest.mark.parametrize("build", ["cpu", "meta"])
+def test_memory_bench_reports_every_rank_against_the_bounds(tmp_path, build):
+    cmd = CLI + ["bench", "memory", "--model", "dlrm-kaggle", "--rows-cap", "2000", "--build", build,
+                 "--batch-size", "32", "--steps", "1", "--calibration-budget", "3", "--json", str(tmp_path / "m.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "m.json").read_text())
+    assert result["within_bounds"] and len(result["ranks"]) == 2
+    for r in result["ranks"]:
+        assert r["shards_mb"] > 0 and r["compile_peak_mb"] > 0
+        assert (r["model_tables_mb"] > r["shards_mb"]) == (build == "cpu")  # a meta build holds no whole table
+    assert "within the bounds on every rank: True" in proc.stdout

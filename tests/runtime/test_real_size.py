@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -28,6 +29,11 @@ class Bags(nn.Module):
 
     def forward(self, ids: list[torch.Tensor], offsets: torch.Tensor) -> torch.Tensor:
         return self.head(torch.cat([e(i, offsets) for e, i in zip(self.emb, ids)], dim=1))
+
+
+class BagsWithInit(Bags):
+    def table_init(self, name: str, shard: torch.Tensor, row_offset: int) -> None:
+        shard.fill_(1.0)
 
 
 def _inputs(rows: int, batch: int, rank: int, step: int = 0, tables: int = 4):
@@ -96,6 +102,14 @@ def _meta_worker(rank, world):
     hooked = sparselift.compile(Bags(rows=3000, device="meta"), _inputs(3000, 16, rank), sharding="row_wise",
                                 options=sparselift.CompileOptions(plan="none", table_init=table_init))
     rows_ok = torch.equal(hooked.state_dict()["emb.2.weight"][:, 0], torch.arange(3000).float())
+    # A bound method of the model as the hook must not keep the model alive through the options.
+    owner = BagsWithInit(rows=3000, device="meta")
+    owner_ref = weakref.ref(owner)
+    kept = sparselift.compile(owner, _inputs(3000, 16, rank), sharding="row_wise",
+                              options=sparselift.CompileOptions(plan="none", table_init=owner.table_init))
+    del owner
+    gc.collect()
+    rows_ok = rows_ok and owner_ref() is None and kept.options.table_init is None
     # TorchRec: an EBC built on meta, initialized with each EmbeddingBagConfig's init_fn.
     ebc_model = MetaEBC()
     ebc = sparselift.compile(ebc_model, MetaEBC.inputs(8, rank), sharding="table_wise",
