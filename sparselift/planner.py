@@ -61,8 +61,8 @@ import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
 
+from sparselift.cost_fit import fit_profile
 from sparselift.passes.plan_sparse import (
-    CATEGORIES,
     FAMILIES,
     Candidate,
     Decision,
@@ -346,110 +346,6 @@ def _with_sharding(program, record: PlanRecord, model, example_inputs, world, pg
     from sparselift.passes.sharding import ShardingPlan
 
     return _export_same_on_every_rank(model, example_inputs, world, ShardingPlan.from_json(record.sharding), pg)
-
-
-# --------------------------------------------------------------------------------------
-# Fitting
-# --------------------------------------------------------------------------------------
-
-
-SCALE_MIN, SCALE_MAX = 0.01, 200.0
-
-
-def _bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: Sequence[float]) -> np.ndarray:
-    """min |a x - y| with lower <= x <= upper, by an active set: solve for the free unknowns,
-    pin the most violated one at its bound, solve again. (Clamping an unconstrained solution
-    afterwards leaves the other unknowns fitted to values the clamped ones no longer have: with
-    six plans and seven collinear categories that gave residuals of 50 ms and more.)"""
-    n = a.shape[1]
-    x = np.zeros(n)
-    pinned: dict[int, float] = {}
-    for _ in range(n + 1):
-        free = [j for j in range(n) if j not in pinned]
-        rhs = y - (a[:, list(pinned)] @ np.array(list(pinned.values())) if pinned else 0.0)
-        sol = np.linalg.lstsq(a[:, free], rhs, rcond=None)[0] if free else np.zeros(0)
-        x = np.zeros(n)
-        for j, v in pinned.items():
-            x[j] = v
-        for j, v in zip(free, sol):
-            x[j] = v
-        worst, excess = None, 0.0
-        for j in free:
-            over = max(lower[j] - x[j], x[j] - upper[j])
-            if over > excess:
-                worst, excess = j, over
-        if worst is None:
-            return x
-        pinned[worst] = min(max(x[worst], lower[worst]), upper[worst])
-    return np.clip(x, lower, upper)
-
-
-def fit_profile(
-    base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
-) -> tuple[HardwareProfile, dict[str, Any]]:
-    """Least-squares scales per cost category: F ~ intercept + sum_k scale_k x breakdown_k, in
-    relative error (each plan weighted by 1 / its F).
-
-    `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
-    Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
-    not tell apart keep the profile's value. Scales are bounded to [SCALE_MIN, SCALE_MAX] (the
-    reference lowering's per-table torch ops can be two orders of magnitude off the profile's
-    bandwidths) and the intercept is never negative, both inside the least squares
-    (`_bounded_lstsq`), so the other scales are fitted to the bounded ones.
-    """
-    cats = [c for c in CATEGORIES if c != "other" and any(abs(b.get(c, 0.0)) > 1e-9 for b, _ in points)]
-    # Relative errors: each plan's row is divided by its measured F, so one slow plan (the
-    # reference lowering's T0 can take 8x the others) does not decide every scale.
-    weight = [1.0 / max(f, 1.0) for _, f in points]
-    rows = [[w, *(w * b.get(c, 0.0) for c in cats)] for w, (b, _) in zip(weight, points)]
-    rhs = [w * (f - b.get("other", 0.0)) for w, (b, f) in zip(weight, points)]
-    data = list(rows)
-    for j in range(len(cats)):
-        col = [r[j + 1] for r in data]
-        w = prior * math.sqrt(sum(v * v for v in col) / len(col))
-        row = [0.0] * (len(cats) + 1)
-        row[j + 1] = w
-        rows.append(row)
-        rhs.append(w)
-    a = np.array(rows, dtype=np.float64)
-    y = np.array(rhs, dtype=np.float64)
-    x = _bounded_lstsq(a, y, lower=[0.0] + [SCALE_MIN] * len(cats), upper=[math.inf] + [SCALE_MAX] * len(cats))
-    scales = {c: float(x[j + 1]) for j, c in enumerate(cats)}
-    n = len(points)
-    pred = (a[:n] @ np.array([x[0], *(scales[c] for c in cats)])) / np.array(weight)
-    residual = float(np.sqrt(np.mean((pred - y[:n] / np.array(weight)) ** 2))) if n else 0.0
-    s = {c: scales.get(c, 1.0) for c in CATEGORIES}
-    fitted = attrs.evolve(
-        base,
-        name=f"{base.name}+fit",
-        coll_alpha_us=base.coll_alpha_us * s["coll_alpha"],
-        coll_peer_alpha_us=base.coll_peer_alpha_us * s["coll_alpha"],
-        net_bw_gbps=base.net_bw_gbps / s["coll_beta"],
-        inter_node_bw_gbps=base.inter_node_bw_gbps / s["coll_beta"],
-        mem_bw_gbps=base.mem_bw_gbps / s["gather"],
-        update_factor=base.update_factor * s["update"] / s["gather"],
-        copy_bw_gbps=base.copy_bw_gbps / s["copy"],
-        kernel_launch_us=base.kernel_launch_us * s["fixed"],
-        lookup_overhead_us=base.lookup_overhead_us * s["fixed"],
-        flops_per_s=base.flops_per_s / s["dense"],
-    )
-    report = {
-        "points": n,
-        "scales": {c: round(v, 4) for c, v in scales.items()},
-        "intercept_us": round(float(x[0]), 3),
-        "residual_us": round(residual, 3),
-        # What the fit says about the machine: per-collective alpha/beta, bytes/s per kernel kind.
-        "fitted": {
-            "coll_alpha_us": round(fitted.coll_alpha_us, 3),
-            "coll_beta_GBps": round(fitted.net_bw_gbps, 4),
-            "gather_GBps": round(fitted.mem_bw_gbps, 4),
-            "update_GBps": round(fitted.mem_bw_gbps / fitted.update_factor, 4),
-            "copy_GBps": round(fitted.copy_bw_gbps, 4),
-            "launch_us": round(fitted.kernel_launch_us, 3),
-        },
-        "profile": fitted.to_dict(),
-    }
-    return fitted, report
 
 
 # --------------------------------------------------------------------------------------

@@ -17,29 +17,26 @@ class SmallModel(nn.Module):
         return self.top(torch.cat([dense, *pooled], dim=1))
 
 
-def any_batch(rows_cap=None, batch_size=8, seed=0):
-    """int64 ids, bags of 0-3 ids, a local batch of any size, empty included."""
+def _batch(batch_size: int, seed: int, id_dtype: torch.dtype, empty_first_bag: bool):
     torch.manual_seed(0)  # same weights whatever the data seed
     model = SmallModel()
     g = torch.Generator().manual_seed(seed)
     ids, offsets = [], []
     for e in model.emb:
         lengths = torch.randint(0, 4, (batch_size,), generator=g)
-        ids.append(torch.randint(0, e.num_embeddings, (int(lengths.sum()),), generator=g))
-        offsets.append(lengths.cumsum(0) - lengths)  # B bag starts (none for an empty batch)
+        if empty_first_bag:
+            lengths[0] = 0
+            lengths[1] = max(int(lengths[1]), 1)
+        ids.append(torch.randint(0, e.num_embeddings, (int(lengths.sum()),), generator=g, dtype=id_dtype))
+        offsets.append((lengths.cumsum(0) - lengths).to(id_dtype))  # B bag starts (none for an empty batch)
     return model, (torch.randn(batch_size, 3, generator=g), ids, offsets)
+
+
+def any_batch(rows_cap=None, batch_size=8, seed=0):
+    """int64 ids, bags of 0-3 ids, a local batch of any size, empty included."""
+    return _batch(batch_size, seed, torch.int64, empty_first_bag=False)
 
 
 def int32_empty_bags(rows_cap=None, batch_size=8, seed=0):
     """int32 ids and offsets, with some empty bags in every feature."""
-    torch.manual_seed(0)  # same weights whatever the data seed
-    model = SmallModel()
-    g = torch.Generator().manual_seed(seed)
-    ids, offsets = [], []
-    for e in model.emb:
-        lengths = torch.randint(0, 4, (batch_size,), generator=g)
-        lengths[0] = 0
-        lengths[1] = max(int(lengths[1]), 1)
-        ids.append(torch.randint(0, e.num_embeddings, (int(lengths.sum()),), generator=g, dtype=torch.int32))
-        offsets.append(torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)[:-1]]).to(torch.int32))
-    return model, (torch.randn(batch_size, 3, generator=g), ids, offsets)
+    return _batch(batch_size, seed, torch.int32, empty_first_bag=True)

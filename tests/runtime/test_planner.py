@@ -11,6 +11,7 @@ import torch
 
 import sparselift
 import sparselift.planner as planner
+from sparselift.cost_fit import bounded_lstsq
 from sparselift.models import build
 from sparselift.passes.plan_sparse import PlanRecord
 from sparselift.passes.profiles import CPU_GLOO
@@ -259,7 +260,7 @@ def test_bounded_fit_refits_the_free_scales_to_the_bounded_ones():
         a[:, 2] += 0.9 * a[:, 1]
         y = a @ np.array([0.0, 3.0, -2.0]) + rng.normal(0, 0.1, 6)
         lo, hi = [0.0, 0.01, 0.01], [np.inf, 200.0, 200.0]
-        x = planner._bounded_lstsq(a, y, lo, hi)
+        x = bounded_lstsq(a, y, lo, hi)
         assert all(l - 1e-12 <= v <= h for v, l, h in zip(x, lo, hi))
         clamped = np.clip(np.linalg.lstsq(a, y, rcond=None)[0], lo, hi)
         assert np.linalg.norm(a @ x - y) <= np.linalg.norm(a @ clamped - y) + 1e-9
@@ -268,7 +269,7 @@ def test_bounded_fit_refits_the_free_scales_to_the_bounded_ones():
     # Inside the bounds it is plain least squares.
     a = np.column_stack([np.ones(5), np.arange(5.0), np.arange(5.0) ** 2])
     y = a @ np.array([1.0, 2.0, 0.5])
-    np.testing.assert_allclose(planner._bounded_lstsq(a, y, [0.0, 0.01, 0.01], [np.inf, 200.0, 200.0]), [1.0, 2.0, 0.5])
+    np.testing.assert_allclose(bounded_lstsq(a, y, [0.0, 0.01, 0.01], [np.inf, 200.0, 200.0]), [1.0, 2.0, 0.5])
 
 
 def test_parallelism_sweep_turns_where_steps_get_slower():
