@@ -79,20 +79,38 @@ def _progress(total: int, rank: int, desc: str):
         return None
 
 
-def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
+def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, locals_: list) -> Any:
+    """One system, built on this rank (its tables on the meta device where it supports it)."""
     import itertools
-
-    import torch
-    import torch.distributed as dist
 
     from sparselift.bench.baselines import (
         BaselineRunner,
         DenseOnlyRunner,
         TorchRecRunner,
         quiet_torchrec_setup,
-        synthetic_source,
     )
     from sparselift.bench.systems import SparseLiftRunner
+
+    if name == "baseline":
+        return BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
+    if name == "torchrec":
+        with quiet_torchrec_setup():
+            return TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
+    if name == "sparselift":
+        return SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels,
+                                batches=itertools.cycle(locals_))
+    if name == "dense_only":
+        return DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
+    raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
+
+
+def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
+    import itertools
+
+    import torch
+    import torch.distributed as dist
+
+    from sparselift.bench.baselines import synthetic_source
 
     torch.set_num_threads(cfg.threads)
     config = dlrm_config(cfg)
@@ -107,18 +125,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     for name in (*cfg.systems, "dense_only"):
         added = AddedMemory().start()
         start = time.perf_counter()
-        if name == "baseline":
-            runners[name] = BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
-        elif name == "torchrec":
-            with quiet_torchrec_setup():
-                runners[name] = TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
-        elif name == "sparselift":
-            runners[name] = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels,
-                                             batches=itertools.cycle(locals_))
-        elif name == "dense_only":
-            runners[name] = DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
-        else:
-            raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
+        runners[name] = _build_runner(name, cfg, config, rank, world, locals_)
         setup_s[name] = time.perf_counter() - start
         added.stop()
         memory[name] = {"setup_peak_mb": added.peak_mb, "resident_mb": added.resident_mb}
