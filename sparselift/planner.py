@@ -465,13 +465,16 @@ class Planner:
         """The table storage `program`'s candidates run on; the first time, also the rows the
         example batch touches on it (an all-gather: every rank builds in the same order)."""
         key = id(program)
-        if key not in self._locals:
-            if self._take_shards is None:
-                raise RuntimeError("the planner was given no way to place another program's tables")
-            self._locals[key] = self._take_shards(program)
         if key not in self._touched:
-            self._touched[key] = TouchedRows(self._locals[key], example_ids_by_table(program, self.inputs),
-                                             process_group=self.pg, world=self.world)
+            # Local work first, agreed on every rank: a rank failing here must not leave the
+            # others in TouchedRows' all-gather.
+            with same_outcome(self.pg, self.world):
+                if key not in self._locals:
+                    if self._take_shards is None:
+                        raise RuntimeError("the planner was given no way to place another program's tables")
+                    self._locals[key] = self._take_shards(program)
+                ids = example_ids_by_table(program, self.inputs)
+            self._touched[key] = TouchedRows(self._locals[key], ids, process_group=self.pg, world=self.world)
         return self._locals[key]
 
     def _ready(self, pipelines: Sequence[tuple[str, ...]], program=None) -> str | None:

@@ -109,6 +109,9 @@ class _Emitter:
         self.world = step.world_size.data
         self.names: dict[SSAValue, str] = {}
         self.table_rows = {t.name_str: t.rows.data for t in _tables_read(step)}
+        # The first route of each segment: its result names the step's `batches` (every rank's
+        # batch size, agreed by the route); the segment's other routes agree too but add nothing.
+        self.batch_routes: set[Operation] = set()
         self.consts: list[str] = []
         self._const_names: dict[tuple[str, str], str] = {}
         self.lines: list[str] = []
@@ -312,20 +315,15 @@ class _Emitter:
         # `ahead=True`, stops there: nothing after them may read tables the current step is
         # still updating).
         waited: dict[Operation, str] = {}  # lengths starts waited on early -> their result name
-        first_route = next(op for op in seg.ops if isinstance(op, RouteOp))
+        # This step's batch sizes (they may differ across ranks and steps), agreed by the first
+        # route: every exchange and buffer after it is sized by them.
+        self.batch_routes.add(next(op for op in seg.ops if isinstance(op, RouteOp)))
         for s, stage in enumerate(seg.stages):
             if s:
                 out.append('        yield "stage"')
             last_input_start = (self._input_starts(stage) or [None])[-1]
             for op in stage:
-                lines = self._forward_op(op, waited)
-                if op is first_route:
-                    # This step's batch sizes (they may differ across ranks and steps), agreed by
-                    # the first route: every exchange and buffer after it is sized by them.
-                    lines = [lines[0].replace(" = rt.route(", ", batches = rt.route(", 1), *lines[1:]]
-                elif isinstance(op, RouteOp):
-                    lines = [lines[0].replace(" = rt.route(", ", _ = rt.route(", 1), *lines[1:]]
-                out += ["        " + line for line in lines]
+                out += ["        " + line for line in self._forward_op(op, waited)]
                 if op is last_input_start and s == 0:
                     out.append('        yield "indices"')
         saved = "".join(f"{self.name(v)}, " for v in seg.saved)
@@ -604,8 +602,8 @@ class _Emitter:
             outs = [op.lengths, op.indices, op.splits, op.routed_weights[0] if op.routed_weights else None]
             weights = "[" + self.names_of(op.weights) + "]"
             return [
-                f"{n(outs[0])}, {n(outs[1])}, {n(outs[2])}, {n(outs[3]) if outs[3] is not None else '_'} = "
-                f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], {weights}, "
+                f"{n(outs[0])}, {n(outs[1])}, {n(outs[2])}, {n(outs[3]) if outs[3] is not None else '_'}, "
+                f"{'batches' if op in self.batch_routes else '_'} = rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], {weights}, "
                 f"index_dtype=torch.{'int32' if str(op.indices.type.element_type) == 'i32' else 'int64'})"
             ]
         if isinstance(op, AllToAllOp | AllToAllStartOp):
