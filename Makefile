@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/pip --disable-pip-version-check -q
 CONSTRAINTS := requirements/constraints.txt
 
-.PHONY: setup test lint pytest filecheck demo clean
+.PHONY: setup test lint typecheck pytest filecheck demo clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(MAKE) typecheck
+
+# mypy on ir/, passes/ and codegen/ ([tool.mypy] in pyproject.toml says which files and how strict).
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q

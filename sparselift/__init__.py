@@ -24,7 +24,7 @@ _LAZY = {
     "launch": ("sparselift.runtime.distributed", "launch"),
     "TrainPipeline": ("sparselift.runtime.pipeline", "TrainPipeline"),
     "init_from_env": ("sparselift.runtime.distributed", "init_from_env"),
-    "ShardingPlan": ("sparselift.passes.sharding", "ShardingPlan"),
+    "ShardingPlan": ("sparselift.placement", "ShardingPlan"),
     "optim": ("sparselift.optim", None),
 }
 

@@ -10,22 +10,27 @@ import copy
 import functools
 import importlib.util
 import logging
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from sparselift import cache as cache_files
 from sparselift.codegen.plan_module import emit_plan_module, plan_hash
+from sparselift.codegen.table_facts import describe_features, describe_tables, sharding_plan
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
 from sparselift.optim import SGD, RowWiseAdagrad
-from sparselift.passes.sharding import ShardingPlan
+from sparselift.passes import get_all_passes
+from sparselift.passes.pipeline import run_pipeline, split_pipeline
+from sparselift.placement import ShardingPlan
+from sparselift.planner import resolve_plan
 from sparselift.runtime.agree import register_error_type, same_outcome
 from sparselift.runtime.compiled import CompiledModel, CompileOptions, Plan, cache_dir
 from sparselift.runtime.tables import LocalTables, check_memory_cap, missing_inits, take_local_shards
@@ -53,14 +58,25 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
     with same_outcome(pg, world):
         if world == 1 or dist.get_rank(pg) == 0:
             program = export(model, example_inputs, world_size=world, sharding=sharding, init_seed=init_seed)
-            payload = [(program.sharding.to_json(), {k: v["pooling_factor"] for k, v in program.stats.items()})]
+            payload = [
+                (
+                    sharding_plan(program.module).to_json(),
+                    {f.name: f.pooling_factor for f in describe_features(program.module)},
+                )
+            ]
     if world > 1:
         dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
     with same_outcome(pg, world):  # rank 0 takes part too: it must hear of the others' refusals
         if program is None:
             plan_json, stats = payload[0]
-            program = export(model, example_inputs, world_size=world, sharding=ShardingPlan.from_json(plan_json),
-                             stats=stats, init_seed=init_seed)
+            program = export(
+                model,
+                example_inputs,
+                world_size=world,
+                sharding=ShardingPlan.from_json(plan_json),
+                stats=stats,
+                init_seed=init_seed,
+            )
     return program
 
 
@@ -100,10 +116,8 @@ def build_compiled(
     `sparselift.runtime.tables`); with `scratch=True` the dense regions are deep-copied, so
     running the result (calibration) never touches the model's dense parameters.
     """
-    from sparselift.passes.plan_sparse import run_pipeline
-
     module = program.module.clone()
-    run_pipeline(module, list(pipeline), _ctx())
+    run_pipeline(module, list(pipeline), _ctx(), get_all_passes())
     regions = copy.deepcopy(program.regions) if scratch else program.regions
     lifted = attrs.evolve(program, module=module, regions=regions)
     ir_text = lifted.text
@@ -115,13 +129,46 @@ def build_compiled(
     if path.exists() and path.read_text() == source:
         log.info("sparselift: plan %s found in the cache (%s); nothing rebuilt", digest, path)
     else:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
+        cache_files.atomic_write(path, source)  # ranks sharing the cache may write it at once
         log.info("sparselift: plan %s written to %s", digest, path)
     loaded = _load_module(path, f"sparselift_plan_{digest}")
     plan = Plan(ir_text, source, path, digest, lifted)
     return CompiledModel(lifted, plan, loaded.Plan, rank, world, process_group, optimizer, options, local)
+
+
+@attrs.frozen
+class CompilerCandidateBuilder:
+    """The planner's `CandidateBuilder` for one compile: candidates are built as `compile` builds
+    its result (`build_compiled`, on scratch dense copies), alternatives re-exported as it exports."""
+
+    model: nn.Module
+    example_inputs: tuple
+    rank: int
+    world: int
+    process_group: Any
+    optimizer: SGD | RowWiseAdagrad
+    take: Callable[[Any], LocalTables] | None  # program -> this rank's shards of its placement
+
+    def take_shards(self, program) -> LocalTables:
+        if self.take is None:
+            raise RuntimeError("this builder was given no way to place another program's tables")
+        return self.take(program)
+
+    def build(self, program, local: LocalTables, pipeline: Sequence[str], options: CompileOptions) -> CompiledModel:
+        return build_compiled(
+            program,
+            local,
+            pipeline,
+            rank=self.rank,
+            world=self.world,
+            process_group=self.process_group,
+            optimizer=self.optimizer,
+            options=options,
+            scratch=True,
+        )
+
+    def export(self, sharding):
+        return _export_same_on_every_rank(self.model, self.example_inputs, self.world, sharding, self.process_group)
 
 
 def compile(  # noqa: A001 - the public API mirrors torch.compile
@@ -151,16 +198,26 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     seed = _init_seed(model, options, world, process_group)
     program = _export_same_on_every_rank(model, example_inputs, world, sharding, process_group, seed)
     model_tables = dict(model.named_parameters(remove_duplicate=False))
-    inits = table_initializers(model, program, options.table_init, seed)
-    missing = missing_inits(program, model_tables, inits)
+    facts = describe_tables(program.module)
+    inits = table_initializers(model, facts, options.table_init, seed)
+    missing = missing_inits(facts, model_tables, inits)
     if missing:  # every rank exported the same program, so every rank raises this, before allocating
         raise ExportError(
             f"table '{missing[0]}' is on the meta device and SparseLift does not know how to initialize it "
             f"(not an nn.EmbeddingBag/nn.Embedding or a TorchRec EmbeddingBagCollection table"
             f"{'; also ' + ', '.join(repr(m) for m in missing[1:]) if missing[1:] else ''}): pass "
-            "CompileOptions(table_init=fn), fn(table, shard, row_offset) filling the shard in place")
-    take = functools.partial(_take_shards, model_tables, rank=rank, world=world, optimizer=optimizer,
-                             options=options, inits=inits, device=input_device(example_inputs))
+            "CompileOptions(table_init=fn), fn(table, shard, row_offset) filling the shard in place"
+        )
+    take = functools.partial(
+        _take_shards,
+        model_tables,
+        rank=rank,
+        world=world,
+        optimizer=optimizer,
+        options=options,
+        inits=inits,
+        device=input_device(example_inputs),
+    )
     with same_outcome(process_group, world):  # a user's table_init or an allocation failing on one rank
         local = take(program)
     # The compiled model keeps its options: not the hook, which may be a bound method of the
@@ -169,28 +226,52 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     lift = lift_spec(optimizer)
 
     if options.passes or options.plan == "none":
-        from sparselift.passes.plan_sparse import split_pipeline
-
         extra = split_pipeline(options.passes)
         # Generated kernels fuse right after lifting unless the pipeline places generate-kernels
         # itself (after parallelize-tables, it fuses per lane).
         fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
         specs = [lift, *(["generate-kernels"] if fuse else []), *extra]
-        return _build_on_every_rank(program, local, specs, rank=rank, world=world, process_group=process_group,
-                                    optimizer=optimizer, options=options)
+        return _build_on_every_rank(
+            program,
+            local,
+            specs,
+            rank=rank,
+            world=world,
+            process_group=process_group,
+            optimizer=optimizer,
+            options=options,
+        )
 
-    from sparselift.planner import resolve_plan
-
-    outcome = resolve_plan(program, local, example_inputs, model=model, sharding=sharding, lift=lift, rank=rank,
-                           world=world, process_group=process_group, optimizer=optimizer, options=options,
-                           take_shards=take)
+    builder = CompilerCandidateBuilder(
+        model, example_inputs, rank=rank, world=world, process_group=process_group, optimizer=optimizer, take=take
+    )
+    outcome = resolve_plan(
+        program,
+        local,
+        example_inputs,
+        builder=builder,
+        sharding=sharding,
+        lift=lift,
+        rank=rank,
+        world=world,
+        process_group=process_group,
+        optimizer=optimizer,
+        options=options,
+    )
     record = outcome.record
-    if outcome.program.sharding.to_json() != program.sharding.to_json():
+    if sharding_plan(outcome.program.module) != sharding_plan(program.module):
         with same_outcome(process_group, world):  # the plan chose another placement: this rank's shards of it
             local = take(outcome.program)
-    compiled = _build_on_every_rank(outcome.program, local, [lift, *record.pipeline], rank=rank, world=world,
-                                    process_group=process_group, optimizer=optimizer,
-                                    options=attrs.evolve(options, kernels=record.kernels))
+    compiled = _build_on_every_rank(
+        outcome.program,
+        local,
+        [lift, *record.pipeline],
+        rank=rank,
+        world=world,
+        process_group=process_group,
+        optimizer=optimizer,
+        options=attrs.evolve(options, kernels=record.kernels),
+    )
     compiled.plan.record = record
     compiled.plan.reused = outcome.reused
     compiled.plan.calibration_s = outcome.calibration_s
@@ -201,9 +282,9 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
 def _take_shards(model_tables, program, *, rank, world, optimizer, options, inits, device) -> LocalTables:
     """This rank's table storage for `program`'s placement, after checking every rank's shards
     against `memory_cap_bytes` (so an oversized placement fails on every rank, before allocating)."""
-    check_memory_cap(program, world, optimizer.kind, options.memory_cap_bytes)
-    return take_local_shards(program, model_tables, rank=rank, world=world, optimizer_kind=optimizer.kind,
-                             inits=inits, device=device)
+    facts = describe_tables(program.module, world)
+    check_memory_cap(facts, world, optimizer.kind, options.memory_cap_bytes)
+    return take_local_shards(facts, model_tables, rank=rank, optimizer_kind=optimizer.kind, inits=inits, device=device)
 
 
 def _init_seed(model: nn.Module, options: CompileOptions, world: int, pg) -> int:

@@ -5,7 +5,7 @@ itself (candidates, analytic predictions, constraints, the family order) is
 `sparselift.passes.plan_sparse.search`; this module is its `Confirmer`:
 
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
-  a candidate T1 is built like a real compile (`compiler.build_compiled`) on the rank's live
+  a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's live
   table storage (every candidate shares it; `runtime.tables`) and scratch copies of the dense
   parameters, and timed on the example batch with `time.perf_counter`
   around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
@@ -23,7 +23,8 @@ itself (candidates, analytic predictions, constraints, the family order) is
   two measured pairs per compatible role; parallelism: one warmup per variant, then a
   bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
   observations per G; code generation: one warmup per implementation, then ref -> gen -> gen
-  -> ref (stopped after ref -> gen when gen takes under half the time: `DECISIVE`); latency hiding: one warmup step, then two complete-step observations per schedule
+  -> ref (stopped after ref -> gen when gen takes under half the time: `DECISIVE`); latency
+  hiding: one warmup step, then two complete-step observations per schedule
   (interleaved with the incumbent's, round by round).
 - **Re-fitting.** After every accepted candidate, one scale per cost category (collective
   alpha and beta, bytes/s of gathers, updates and copies, fixed overheads, dense FLOP/s) plus an
@@ -32,8 +33,9 @@ itself (candidates, analytic predictions, constraints, the family order) is
   family is predicted with the fitted profile; the record keeps the fit.
 - **Bounded.** `calibration_budget_s` bounds the calibration: once it is spent (checked before
   each candidate, MAX over ranks), the remaining candidates are rejected as not tried.
-- **Plan cache.** The chosen `PlanRecord` (pipeline, decisions with predicted and measured
-  increments, measurements, fit, calibration seconds) is stored as JSON in the cache directory
+- **Plan cache.** The chosen `PlanRecord` (`sparselift.plan_record`: pipeline, decisions with
+  predicted and measured increments, measurements, fit, calibration seconds) is stored as JSON
+  in the cache directory (key fields and record files: `sparselift.plan_key`)
   under a key hashing the exported IR (model structure, shapes, sharding, world size), the
   device kind, the versions of torch, xdsl and sparselift and the planner's constraints. The
   key's fields are stored too, so a miss says which field changed. Rank 0 looks the plan up
@@ -44,16 +46,13 @@ itself (candidates, analytic predictions, constraints, the family order) is
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import math
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -61,22 +60,24 @@ import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
 
+from sparselift import cache as cache_files
+from sparselift.codegen.table_facts import describe_features, describe_tables, sharding_plan
 from sparselift.cost_fit import fit_profile
+from sparselift.passes.pipeline import pass_name, split_pipeline
 from sparselift.passes.plan_sparse import (
     FAMILIES,
     Candidate,
     Decision,
-    Measurement,
     PlanOptions,
-    PlanRecord,
     Prediction,
     Predictor,
     decision,
-    pass_name,
     run_pipeline,
     search,
 )
 from sparselift.passes.profiles import HardwareProfile
+from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
+from sparselift.plan_record import Measurement, PlanRecord
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions, cache_dir
 from sparselift.runtime.tables import LocalTables, TouchedRows, local_shard_bytes
@@ -84,13 +85,33 @@ from sparselift.runtime.tables import LocalTables, TouchedRows, local_shard_byte
 log = logging.getLogger("sparselift")
 
 PLAN_MODES = ("auto", "reuse-only", "replan", "none")
-KEY_ORDER = ("model", "shapes", "world_size", "sharding", "optimizer", "device", "versions", "constraints", "ir")
 
 CALIBRATIONS = 0
 """Planning runs (calibrations) in this process; a reused plan does not add one."""
 
 Measure = Callable[[tuple[str, ...]], float]
 """A fake step timer for tests: seconds of one step of the plan with these pass specs."""
+
+
+class CandidateBuilder(Protocol):
+    """How the planner builds and re-exports the plans it measures, given by its caller (the
+    compiler: `sparselift.compiler.CompilerCandidateBuilder`), the way the search is given a
+    `Confirmer`: the planner never imports the compiler."""
+
+    def build(self, program: Any, local: LocalTables, pipeline: Sequence[str], options: CompileOptions) -> Any:
+        """This rank's runnable model of `program` (exported, not lifted) after the pass specs
+        `pipeline` (lift-sparse first), on the table storage `local` and scratch copies of the
+        dense parameters (running it never touches the model's own)."""
+        ...
+
+    def export(self, sharding: Any) -> Any:
+        """The model exported again, the same on every rank, with `sharding` (a placement policy
+        name or a `ShardingPlan`)."""
+        ...
+
+    def take_shards(self, program: Any) -> LocalTables:
+        """This rank's table storage for `program`'s placement."""
+        ...
 
 
 @attrs.frozen
@@ -105,10 +126,6 @@ class PlanOutcome:
 # --------------------------------------------------------------------------------------
 # Keys
 # --------------------------------------------------------------------------------------
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def device_kind(tables: Mapping[str, torch.Tensor], example_inputs: tuple = ()) -> str:
@@ -134,100 +151,23 @@ def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) 
     families = tuple(f for f in (options.optimizations or FAMILIES) if f in FAMILIES)
     unknown = [f for f in (options.optimizations or ()) if f not in (*FAMILIES, "sharding")]
     if unknown:
-        raise ValueError(f"CompileOptions.optimizations: unknown '{unknown[0]}'; known: "
-                         f"{', '.join(FAMILIES)}, sharding")
+        raise ValueError(
+            f"CompileOptions.optimizations: unknown '{unknown[0]}'; known: {', '.join(FAMILIES)}, sharding"
+        )
     lanes = options.max_lanes or (4 if device.startswith("cuda") else max(1, torch.get_num_threads()))
     profile = options.profile if options.profile != "auto" else default_profile(device)
     cap = max(1, options.memory_cap_bytes - shard_bytes) if options.memory_cap_bytes else 0
-    return PlanOptions(profile=profile, memory_cap_bytes=cap, max_lanes=lanes,
-                       allow_generated=options.kernels == "generated", families=families)
-
-
-def key_fields(program, *, lift: str, plan_options: PlanOptions, device: str,
-               sharding_family: Sequence[str] | None = None) -> dict[str, str]:
-    """What the plan depends on, field by field (the key hashes them all)."""
-    import xdsl
-
-    import sparselift
-
-    # Exported, before any pass. Pooling factors are measured on the example batch; they enter
-    # the key bucketed (factors of sqrt 2), so another batch of the same data reuses the plan
-    # and a real shift in the workload re-plans.
-    ir_text = re.sub(r"pooling_factor = ([0-9.eE+-]+)", _bucket_pooling, program.text)
-    code = program.graph_code
-    structure = json.dumps([code, [(t.name, t.param, str(t.dtype), t.pooling, t.module) for t in program.tables],
-                            [(f.name, f.table, f.pooling, f.weighted) for f in program.features]])
-    types = sorted(set(re.findall(r"tensor<[^>]*>", ir_text)))
-    shapes = json.dumps([program.batch, [(t.name, t.rows, t.dim) for t in program.tables], types])
-    constraints = {
-        "memory_cap_bytes": plan_options.memory_cap_bytes,
-        "max_lanes": plan_options.max_lanes,
-        "kernels": "generated" if plan_options.allow_generated else "reference",
-        "optimizations": list(plan_options.families) + (["sharding"] if "sharding" in (sharding_family or ()) else []),
-        "profile": str(plan_options.profile),
-    }
-    return {
-        "model": _sha(structure),
-        "shapes": _sha(shapes),
-        "world_size": str(program.world_size),
-        "sharding": _sha(program.sharding.to_json()),
-        "optimizer": lift,
-        "device": device,
-        "versions": f"torch {torch.__version__}, xdsl {xdsl.__version__}, sparselift {sparselift.__version__}",
-        "constraints": json.dumps(constraints, sort_keys=True),
-        "ir": _sha(ir_text),
-    }
-
-
-def _bucket_pooling(m: re.Match) -> str:
-    pf = float(m.group(1))
-    return f"pooling_factor ~ {2 ** (round(math.log2(pf) * 2) / 2):.3g}" if pf > 0 else m.group(0)
-
-
-def plan_key(fields: Mapping[str, str]) -> str:
-    return _sha(json.dumps([fields.get(k, "") for k in KEY_ORDER]))
-
-
-def record_path(directory: Path, key: str) -> Path:
-    return directory / f"plan_record_{key}.json"
-
-
-def diff_fields(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
-    """The key fields that differ, with old -> new for the readable ones."""
-    out = []
-    for k in KEY_ORDER:
-        if old.get(k) != new.get(k):
-            if k in ("world_size", "device", "optimizer", "versions", "constraints"):
-                out.append(f"{k} ({old.get(k)} -> {new.get(k)})")
-            else:
-                out.append(k)
-    return out
-
-
-def describe_miss(directory: Path, fields: Mapping[str, str], key: str) -> str:
-    """Why no cached plan matches: the closest record's differing key fields."""
-    best: tuple[int, float, Path, list[str]] | None = None
-    for path in directory.glob("plan_record_*.json"):
-        try:
-            old = json.loads(path.read_text()).get("key_fields", {})
-        except (OSError, ValueError):
-            continue
-        diff = diff_fields(old, fields)
-        score = (len(diff), -path.stat().st_mtime)
-        if best is None or score < best[:2]:
-            best = (*score, path, diff)
-    if best is None:
-        return f"no cached plan record in {directory} (key {key})"
-    _, _, path, diff = best
-    if any(d.startswith("model") for d in diff):
-        return f"no cached plan for this model structure (key {key})"
-    return f"no cached plan for key {key}; the closest ({path.name}) differs in {', '.join(diff)}"
+    return PlanOptions(
+        profile=profile,
+        memory_cap_bytes=cap,
+        max_lanes=lanes,
+        allow_generated=options.kernels == "generated",
+        families=families,
+    )
 
 
 def save_record(record: PlanRecord, path: Path) -> None:
-    tmp = path.with_suffix(f".{id(record)}.tmp")
-    tmp.write_text(record.to_json())
-    tmp.replace(path)
+    cache_files.atomic_write(path, record.to_json())
 
 
 # --------------------------------------------------------------------------------------
@@ -249,8 +189,11 @@ def _lookup(options: CompileOptions, directory: Path, key: str, fields: dict[str
     if mode not in PLAN_MODES:  # a path to a plan record
         path = Path(mode)
         if not path.is_file():
-            return {"action": "error", "reason": f"CompileOptions(plan={mode!r}): no such plan record file "
-                    f"(use one of {', '.join(PLAN_MODES)} or a path to a plan record JSON)"}
+            return {
+                "action": "error",
+                "reason": f"CompileOptions(plan={mode!r}): no such plan record file "
+                f"(use one of {', '.join(PLAN_MODES)} or a path to a plan record JSON)",
+            }
         try:
             record = PlanRecord.load(path)
         except ValueError as e:
@@ -282,7 +225,7 @@ def resolve_plan(
     local: LocalTables,
     example_inputs: tuple,
     *,
-    model,
+    builder: CandidateBuilder,
     sharding,
     lift: str,
     rank: int,
@@ -291,7 +234,6 @@ def resolve_plan(
     optimizer,
     options: CompileOptions,
     measure: Measure | None = None,
-    take_shards: Callable[[Any], LocalTables] | None = None,
 ) -> PlanOutcome:
     """The plan for this compile: reused from the cache (or a file) or planned now, same on every rank.
 
@@ -299,10 +241,12 @@ def resolve_plan(
     one rank (the cache directory, the lookup on rank 0, ...) is raised on every rank."""
     with same_outcome(process_group, world):
         device = device_kind(local.tables, example_inputs)
-        shard_bytes = max(sum(local_shard_bytes(program, r, world, optimizer.kind).values()) for r in range(world))
+        facts = describe_tables(program.module, world)
+        shard_bytes = max(sum(local_shard_bytes(facts, r, optimizer.kind).values()) for r in range(world))
         popts = planner_options(options, device, shard_bytes)
-        fields = key_fields(program, lift=lift, plan_options=popts, device=device,
-                            sharding_family=options.optimizations)
+        fields = key_fields(
+            program, lift=lift, plan_options=popts, device=device, sharding_family=options.optimizations
+        )
         key = plan_key(fields)
         directory = cache_dir(options)
         verdict = _lookup(options, directory, key, fields) if rank == 0 else None
@@ -312,13 +256,24 @@ def resolve_plan(
     if verdict["action"] == "reuse":
         record = PlanRecord.from_json(verdict["record"])
         log.info("sparselift: %s; no calibration", verdict["reason"])
-        return PlanOutcome(record, True, verdict["reason"], 0.0, _with_sharding(program, record, model,
-                                                                                example_inputs, world, process_group))
+        return PlanOutcome(record, True, verdict["reason"], 0.0, _with_sharding(program, record, world, builder))
     log.info("sparselift: %s", verdict["reason"])
     with same_outcome(process_group, world):
-        planner = Planner(program, local, example_inputs, lift=lift, rank=rank, world=world, take_shards=take_shards,
-                          process_group=process_group, optimizer=optimizer, options=options, plan_options=popts,
-                          measure=measure, model=model, sharding=sharding)
+        planner = Planner(
+            program,
+            local,
+            example_inputs,
+            lift=lift,
+            rank=rank,
+            world=world,
+            builder=builder,
+            process_group=process_group,
+            optimizer=optimizer,
+            options=options,
+            plan_options=popts,
+            measure=measure,
+            sharding=sharding,
+        )
     record = planner.run(key, fields)
     # Decisions agree already (F is combined over the ranks); the broadcast also makes every
     # rank hold rank 0's record (its observations and timings), the one the cache keeps.
@@ -329,23 +284,24 @@ def resolve_plan(
         if rank == 0:
             path = record_path(directory, key)
             save_record(record, path)
-            log.info("sparselift: plan record %s written to %s (calibration %.2f s)", key, path,
-                     record.calibration_s)
+            log.info("sparselift: plan record %s written to %s (calibration %.2f s)", key, path, record.calibration_s)
     return PlanOutcome(record, False, verdict["reason"], record.calibration_s, planner.program)
 
 
-def _with_sharding(program, record: PlanRecord, model, example_inputs, world, pg):
+def _with_sharding(program, record: PlanRecord, world: int, builder: CandidateBuilder):
     """The program to build: re-exported with the sharding the plan chose, if it chose one."""
-    if record.sharding is None or record.sharding == program.sharding.to_json():
+    if record.sharding is None or record.sharding == sharding_plan(program.module).to_json():
         return program
     if record.key_fields.get("world_size") != str(world):  # a plan file made for another world size
-        log.warning("sparselift: the plan's sharding is for world size %s, not %s; keeping this export's",
-                    record.key_fields.get("world_size"), world)
+        log.warning(
+            "sparselift: the plan's sharding is for world size %s, not %s; keeping this export's",
+            record.key_fields.get("world_size"),
+            world,
+        )
         return program
-    from sparselift.compiler import _export_same_on_every_rank
-    from sparselift.passes.sharding import ShardingPlan
+    from sparselift.placement import ShardingPlan
 
-    return _export_same_on_every_rank(model, example_inputs, world, ShardingPlan.from_json(record.sharding), pg)
+    return builder.export(ShardingPlan.from_json(record.sharding))
 
 
 # --------------------------------------------------------------------------------------
@@ -386,22 +342,37 @@ def _loss(out) -> torch.Tensor | None:
 class Planner:
     """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`)."""
 
-    def __init__(self, program, local: LocalTables, example_inputs: tuple, *, lift: str,
-                 rank: int, world: int, process_group, optimizer, options: CompileOptions, plan_options: PlanOptions,
-                 measure: Measure | None = None, clock: Callable[[], float] = time.perf_counter,
-                 cache_models: int = 3, model=None, sharding: Any = None,
-                 take_shards: Callable[[Any], LocalTables] | None = None):
+    def __init__(
+        self,
+        program,
+        local: LocalTables,
+        example_inputs: tuple,
+        *,
+        lift: str,
+        rank: int,
+        world: int,
+        process_group,
+        optimizer,
+        options: CompileOptions,
+        plan_options: PlanOptions,
+        measure: Measure | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        cache_models: int = 3,
+        builder: CandidateBuilder | None = None,
+        sharding: Any = None,
+    ):
         self.program, self.inputs = program, example_inputs
         # Table storage per program (the sharding family's alternatives place tables elsewhere),
         # and the rows its calibration steps touch, put back after every step.
         self._locals: dict[int, LocalTables] = {id(program): local}
         self._touched: dict[int, TouchedRows] = {}
-        self._take_shards = take_shards
+        # Builds the candidates; without one (tests with `measure`), only injected timings.
+        self.builder = builder
         # The sharding family re-exports the model with each placement policy (a torch.export
         # per alternative and rank), so it is only tried when asked for and "auto" was requested.
-        self.model = model
-        self.try_sharding = ("sharding" in (options.optimizations or ()) and sharding == "auto" and world > 1
-                             and model is not None)
+        self.try_sharding = (
+            "sharding" in (options.optimizations or ()) and sharding == "auto" and world > 1 and builder is not None
+        )
         self.sharding_json: str | None = None
         self.lift, self.rank, self.world, self.pg = lift, rank, world, process_group
         self.optimizer, self.options, self.plan_options = optimizer, options, plan_options
@@ -419,7 +390,13 @@ class Planner:
         # Where calibration time goes: building candidate plans (IR, plan module, kernels),
         # timed steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
-        self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0, "tie_break_rounds": 0}
+        self.spent: dict[str, float] = {
+            "build_s": 0.0,
+            "steps_s": 0.0,
+            "steps": 0,
+            "export_s": 0.0,
+            "tie_break_rounds": 0,
+        }
         cuda = device_kind(local.tables, example_inputs).startswith("cuda")
         self._sync = torch.cuda.synchronize if cuda else None
 
@@ -448,13 +425,12 @@ class Planner:
         if spec in self._models:
             self._models.move_to_end(spec)
             return self._models[spec]
-        from sparselift.compiler import build_compiled
-
+        if self.builder is None:
+            raise RuntimeError("the planner was given no way to build candidate plans (no builder)")
         kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
         start = time.perf_counter()
-        model = build_compiled(program, self._local(program), [self.lift, *pipeline], rank=self.rank, world=self.world,
-                               process_group=self.pg, optimizer=self.optimizer, options=opts, scratch=True)
+        model = self.builder.build(program, self._local(program), [self.lift, *pipeline], opts)
         self.spent["build_s"] += time.perf_counter() - start
         self._models[spec] = model
         while len(self._models) > self._cache_models:
@@ -470,15 +446,17 @@ class Planner:
             # others in TouchedRows' all-gather.
             with same_outcome(self.pg, self.world):
                 if key not in self._locals:
-                    if self._take_shards is None:
+                    if self.builder is None:
                         raise RuntimeError("the planner was given no way to place another program's tables")
-                    self._locals[key] = self._take_shards(program)
+                    self._locals[key] = self.builder.take_shards(program)
                 ids = example_ids_by_table(program, self.inputs)
             self._touched[key] = TouchedRows(self._locals[key], ids, process_group=self.pg, world=self.world)
         return self._locals[key]
 
     def _ready(self, pipelines: Sequence[tuple[str, ...]], program=None) -> str | None:
-        """Build the plans (on the live tables, scratch dense copies); the error, the same on every rank, if any rank failed."""
+        """Build the plans (on the live tables, scratch dense copies).
+
+        Returns the error, the same on every rank, if any rank failed."""
         error = ""
         if self.measure is None:
             for p in pipelines:
@@ -524,20 +502,26 @@ class Planner:
         MAX over ranks of each rank's spread (max - min)."""
         local = [min(o) * 1e6 for o in obs] + [(max(o) - min(o)) * 1e6 for o in obs]
         combined = self._max(local)
-        return combined[: len(obs)], combined[len(obs):]
+        return combined[: len(obs)], combined[len(obs) :]
 
     def _record(self, pipeline: tuple[str, ...], f_us: float, noise_us: float, obs: Sequence[float]) -> None:
         spec = ",".join(pipeline)
         self.measurements.pop(spec, None)  # latest last
-        self.measurements[spec] = Measurement(spec, round(f_us, 3), round(noise_us, 3),
-                                              tuple(round(o * 1e6, 3) for o in obs))
+        self.measurements[spec] = Measurement(
+            spec, round(f_us, 3), round(noise_us, 3), tuple(round(o * 1e6, 3) for o in obs)
+        )
 
     # -- the Confirmer protocol --------------------------------------------------------------
     def profile(self, current: HardwareProfile) -> HardwareProfile:
         return self.fitted or current
 
-    def confirm(self, family: str, incumbent: tuple[str, ...], variants: list[tuple[Candidate, Prediction]],
-                incumbent_prediction: Prediction) -> list[Decision]:
+    def confirm(
+        self,
+        family: str,
+        incumbent: tuple[str, ...],
+        variants: list[tuple[Candidate, Prediction]],
+        incumbent_prediction: Prediction,
+    ) -> list[Decision]:
         predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
         if self._over_budget():
             return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
@@ -569,22 +553,38 @@ class Planner:
         return out
 
     def _not_tried(self, cand: Candidate, predicted: float | None) -> Decision:
-        return decision(cand, False, f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of "
-                        f"{self.budget_s:g} s)", predicted)
+        return decision(
+            cand,
+            False,
+            f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)",
+            predicted,
+        )
 
-    def _judge(self, cand: Candidate, predicted: float, f0: float, f1: float, noise: float,
-               better: str = "") -> Decision:
+    def _judge(
+        self, cand: Candidate, predicted: float, f0: float, f1: float, noise: float, better: str = ""
+    ) -> Decision:
         inc = f1 - f0
-        kw = {"measured_us": round(inc, 3), "incumbent_us": round(f0, 3), "candidate_us": round(f1, 3),
-              "noise_us": round(noise, 3)}
+        kw = {
+            "measured_us": round(inc, 3),
+            "incumbent_us": round(f0, 3),
+            "candidate_us": round(f1, 3),
+            "noise_us": round(noise, 3),
+        }
         if better:
-            return decision(cand, False, f"measured increment {inc / 1e3:+.2f} ms; {better} was faster", predicted,
-                            **kw)
+            return decision(
+                cand, False, f"measured increment {inc / 1e3:+.2f} ms; {better} was faster", predicted, **kw
+            )
         if f1 < f0 - noise:
-            return decision(cand, True, f"measured increment {inc / 1e3:+.2f} ms beyond noise "
-                            f"{noise / 1e3:.2f} ms", predicted, **kw)
-        return decision(cand, False, f"measured increment {inc / 1e3:+.2f} ms: not faster than the incumbent "
-                        f"beyond noise {noise / 1e3:.2f} ms", predicted, **kw)
+            return decision(
+                cand, True, f"measured increment {inc / 1e3:+.2f} ms beyond noise {noise / 1e3:.2f} ms", predicted, **kw
+            )
+        return decision(
+            cand,
+            False,
+            f"measured increment {inc / 1e3:+.2f} ms: not faster than the incumbent beyond noise {noise / 1e3:.2f} ms",
+            predicted,
+            **kw,
+        )
 
     def _paired_rounds(self, inc: tuple[str, ...], cand: tuple[str, ...], f0: float) -> tuple[str, float] | None:
         """Up to EXTRA_ROUNDS interleaved (inc, cand) steps, each round timed by its slowest rank.
@@ -608,16 +608,24 @@ class Planner:
             return None
         return f"faster in {wins} of {n} extra paired rounds, median gain {median / 1e3:.2f} ms", median
 
-    def _tie_break(self, inc: tuple[str, ...], cand: Candidate, predicted: float, f0: float,
-                   noise: float) -> Decision | None:
+    def _tie_break(
+        self, inc: tuple[str, ...], cand: Candidate, predicted: float, f0: float, noise: float
+    ) -> Decision | None:
         """Extra paired rounds for an inconclusive candidate; its acceptance, or None (rejected)."""
         won = self._paired_rounds(inc, cand.pipeline, f0)
         if won is None:
             return None
         shown, median = won
-        return decision(cand, True, f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); {shown}",
-                        predicted, measured_us=round(-median, 3), incumbent_us=round(f0, 3),
-                        candidate_us=round(f0 - median, 3), noise_us=round(noise, 3))
+        return decision(
+            cand,
+            True,
+            f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); {shown}",
+            predicted,
+            measured_us=round(-median, 3),
+            incumbent_us=round(f0, 3),
+            candidate_us=round(f0 - median, 3),
+            noise_us=round(noise, 3),
+        )
 
     # Budgets of the paper's appendix, one function per kind of measurement point.
     def _pairs(self, inc: tuple[str, ...], cand: tuple[str, ...]) -> tuple[list[float], list[float]]:
@@ -740,25 +748,40 @@ class Planner:
             confirmed = self._tie_break(inc, by_label[best], predicted[best], f0, noise)
             keep = confirmed is not None
         if keep and rivals:
-            runner_up = min((k for k in timed if k != best and timed[k] < f0 and timed[k] - timed[best] < noise),
-                            key=lambda k: (timed[k], k), default=None)
-            won = None if runner_up is None else self._paired_rounds(
-                by_label[best].pipeline, by_label[runner_up].pipeline, timed[best])
+            runner_up = min(
+                (k for k in timed if k != best and timed[k] < f0 and timed[k] - timed[best] < noise),
+                key=lambda k: (timed[k], k),
+                default=None,
+            )
+            won = (
+                None
+                if runner_up is None
+                else self._paired_rounds(by_label[best].pipeline, by_label[runner_up].pipeline, timed[best])
+            )
             if won is not None:
                 shown, median = won
                 gain = f0 - (timed[best] - median)
                 confirmed = decision(
-                    by_label[runner_up], True, f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
+                    by_label[runner_up],
+                    True,
+                    f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
                     f"observations: {best}); {shown} against {best}",
-                    predicted[runner_up], measured_us=round(-gain, 3), incumbent_us=round(f0, 3),
-                    candidate_us=round(f0 - gain, 3), noise_us=round(noise, 3))
+                    predicted[runner_up],
+                    measured_us=round(-gain, 3),
+                    incumbent_us=round(f0, 3),
+                    candidate_us=round(f0 - gain, 3),
+                    noise_us=round(noise, 3),
+                )
                 best = runner_up
         out = []
         for cand, _ in variants:
             r = results.get(cand.label)
             if r is None:
-                why = (f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)"
-                       if stopped == "budget" or self.exhausted else "not measured: the sweep turned before it")
+                why = (
+                    f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)"
+                    if stopped == "budget" or self.exhausted
+                    else "not measured: the sweep turned before it"
+                )
                 out.append(decision(cand, False, why, predicted[cand.label]))
             elif isinstance(r, str):
                 out.append(decision(cand, False, r, predicted[cand.label]))
@@ -776,7 +799,7 @@ class Planner:
         for m in self.measurements.values():
             if m.spec.startswith("sharding="):  # another program's T0: not this predictor's plan
                 continue
-            pred = self.predictor.predict(_specs(m.spec), self.base_profile)
+            pred = self.predictor.predict(split_pipeline(m.spec), self.base_profile)
             if math.isfinite(pred.est_us):
                 points.append((dict(pred.breakdown), m.f_us))
         if points:
@@ -786,11 +809,9 @@ class Planner:
     def _decide_sharding(self) -> list[Decision]:
         """The placement "auto" chose against the other policies, each as its own lifted T0:
         one warmup step and two observations each (like the alternatives of a family)."""
-        from sparselift.compiler import _export_same_on_every_rank
-
         profile = self.base_profile
         base = self.predictor.predict((), profile)
-        current = self.program.sharding.to_json()
+        current = sharding_plan(self.program.module).to_json()
         out: list[Decision] = []
         variants: list[tuple[Candidate, Prediction]] = []
         programs: dict[str, tuple[Any, Predictor]] = {}
@@ -800,9 +821,9 @@ class Planner:
                 out.append(self._not_tried(cand, None))
                 continue
             start = time.perf_counter()
-            program = _export_same_on_every_rank(self.model, self.inputs, self.world, choice, self.pg)
+            program = self.builder.export(choice)
             self.spent["export_s"] += time.perf_counter() - start
-            if program.sharding.to_json() == current:
+            if sharding_plan(program.module).to_json() == current:
                 out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
                 continue
             lifted = program.module.clone()
@@ -839,7 +860,7 @@ class Planner:
         chosen = [d for d in decided if d.accepted]
         if chosen:
             self.program, self.predictor = programs[chosen[0].label]
-            self.sharding_json = self.program.sharding.to_json()
+            self.sharding_json = sharding_plan(self.program.module).to_json()
             self._models.clear()
             self._refit()
         return out + decided
@@ -870,15 +891,25 @@ class Planner:
         self._locals = {id(self.program): self._locals[id(self.program)]} if id(self.program) in self._locals else {}
         local = time.perf_counter() - self._start if self.clock is time.perf_counter else calibration
         spent = {k: round(v, 3) for k, v in self.spent.items()}
-        spent["analysis_s"] = round(max(0.0, local - self.spent["build_s"] - self.spent["steps_s"]
-                                        - self.spent["export_s"]), 3)
+        spent["analysis_s"] = round(
+            max(0.0, local - self.spent["build_s"] - self.spent["steps_s"] - self.spent["export_s"]), 3
+        )
         kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in result.pipeline) else "reference"
         return PlanRecord(
-            key=key, key_fields=dict(fields or {}), pipeline=result.pipeline, kernels=kernels,
-            sharding=self.sharding_json, decisions=(*sharding_decisions, *result.decisions), measurements=tuple(self.measurements.values()), fit=self.fit,
-            calibration_s=round(calibration, 3), spent=spent, budget_s=self.budget_s,
+            key=key,
+            key_fields=dict(fields or {}),
+            pipeline=result.pipeline,
+            kernels=kernels,
+            sharding=self.sharding_json,
+            decisions=(*sharding_decisions, *result.decisions),
+            measurements=tuple(self.measurements.values()),
+            fit=self.fit,
+            calibration_s=round(calibration, 3),
+            spent=spent,
+            budget_s=self.budget_s,
             budget_exhausted=self.exhausted,
-            mode="measured", incumbent_us=None if t0 is None else t0.f_us,
+            mode="measured",
+            incumbent_us=None if t0 is None else t0.f_us,
             final_us=None if final is None else final.f_us,
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
@@ -890,23 +921,18 @@ def example_ids_by_table(program, example_inputs: tuple) -> dict[str, torch.Tens
 
     step = next(op for op in program.module.body.block.ops if isinstance(op, StepOp))
     forward = step.forward.block
-    sp_op = next(op for op in forward.ops
-                 if isinstance(op, DenseOp) and op.callee.root_reference.data == "sparse_inputs")
+    sp_op = next(
+        op for op in forward.ops if isinstance(op, DenseOp) and op.callee.root_reference.data == "sparse_inputs"
+    )
     flat = pytree.tree_leaves((example_inputs, {}))
     tensors = [flat[i] for i in program.tensor_inputs]
     args = [tensors[list(forward.args).index(v)] for v in sp_op.operands]
     with torch.no_grad():
         per_feature = program.regions["sparse_inputs"](*args)
-    out: dict[str, list[torch.Tensor]] = {t.name: [] for t in program.tables}
-    for f, (ids, _offsets, _weights) in zip(program.features, per_feature):
+    out: dict[str, list[torch.Tensor]] = {t.name: [] for t in describe_tables(program.module)}
+    for f, (ids, _offsets, _weights) in zip(describe_features(program.module), per_feature):
         out[f.table].append(ids.reshape(-1))
     return {name: torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64) for name, ids in out.items()}
-
-
-def _specs(spec: str) -> list[str]:
-    from sparselift.passes.plan_sparse import split_pipeline
-
-    return split_pipeline(spec)
 
 
 __all__ = [

@@ -90,7 +90,9 @@ def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
             raise ValueError(f"--pipeline '{spec}': the name '{name}' is given twice")
         unknown = [pass_name(p) for p in split_pipeline(pipeline) if pass_name(p) not in known]
         if unknown:
-            raise ValueError(f"--pipeline '{spec}': unknown pass {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"--pipeline '{spec}': unknown pass {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         rows.append(AblationRow(name, pipeline, "generated" if "generate-kernels" in pipeline else "reference"))
     return rows
 
@@ -114,8 +116,12 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     opt = sparselift.optim.SGD(lr=cfg.lr)
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
-        compiled = sparselift.compile(model, dlrm_inputs(example), sparse_optimizer=opt,
-                                      options=sparselift.CompileOptions(plan="replan", cache_dir=cache))
+        compiled = sparselift.compile(
+            model,
+            dlrm_inputs(example),
+            sparse_optimizer=opt,
+            options=sparselift.CompileOptions(plan="replan", cache_dir=cache),
+        )
         calibration_s = time.perf_counter() - start
     record = compiled.plan.record
     if rank != 0 or not record.fit:
@@ -126,12 +132,17 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     profile = HardwareProfile.from_dict(record.fit["profile"])
     intercept = float(record.fit.get("intercept_us", 0.0))
     out = {r.config: (intercept + predictor.predict(split_pipeline(r.pipeline), profile).est_us) / 1e3 for r in rows}
-    return {"calibration_s": calibration_s, "rows": out, "fit": {k: v for k, v in record.fit.items() if k != "profile"},
-            "chosen": record.spec}
+    return {
+        "calibration_s": calibration_s,
+        "rows": out,
+        "fit": {k: v for k, v in record.fit.items() if k != "profile"},
+        "chosen": record.spec,
+    }
 
 
-def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow],
-                    cost_model: bool = True) -> dict[str, Any]:
+def ablation_worker(
+    rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow], cost_model: bool = True
+) -> dict[str, Any]:
     import itertools
 
     import torch
@@ -143,15 +154,24 @@ def ablation_worker(rank: int, world: int, cfg: BenchConfig, rows: list[Ablation
     torch.set_num_threads(cfg.threads)
     config = dlrm_config(cfg)
     source = synthetic_source(config, seed=cfg.seed)
-    locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
-               for i in range(cfg.data_pool)]
+    locals_ = [
+        next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
+        for i in range(cfg.data_pool)
+    ]
     predicted = _calibrated_predictions(cfg, config, locals_[0], rows, rank) if cost_model else None
     runners = {}
     setup_s = {}
     for r in rows:
         start = time.perf_counter()
         runners[r.config] = SparseLiftRunner(
-            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=r.kernels, passes=r.pipeline,
+            config,
+            rank,
+            world,
+            cfg.lr,
+            cfg.seed,
+            locals_[0],
+            kernels=r.kernels,
+            passes=r.pipeline,
             batches=itertools.cycle(locals_),
         )
         setup_s[r.config] = time.perf_counter() - start
@@ -192,16 +212,23 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
         records = per_rank[0]["breakdown"][name]
         breakdown = {
             c: statistics.median(max(p["breakdown"][name][i][c] for p in per_rank) for i in range(len(records)))
-            if records else float("nan")
+            if records
+            else float("nan")
             for c in COLUMNS
         }
-        out.append({
-            "config": name, "pipeline": "lift-sparse" + (f",{r.pipeline}" if r.pipeline else ""),
-            "kernels": r.kernels, "step_ms_median": statistics.median(steps), "step_ms_p25": _pct(steps, 0.25),
-            "step_ms_p75": _pct(steps, 0.75), "breakdown": breakdown,
-            "setup_s": max(p["setup_s"][name] for p in per_rank),
-            "compiled": per_rank[0]["compiled"][name],
-        })
+        out.append(
+            {
+                "config": name,
+                "pipeline": "lift-sparse" + (f",{r.pipeline}" if r.pipeline else ""),
+                "kernels": r.kernels,
+                "step_ms_median": statistics.median(steps),
+                "step_ms_p25": _pct(steps, 0.25),
+                "step_ms_p75": _pct(steps, 0.75),
+                "breakdown": breakdown,
+                "setup_s": max(p["setup_s"][name] for p in per_rank),
+                "compiled": per_rank[0]["compiled"][name],
+            }
+        )
     base = out[0]["step_ms_median"]
     for row in out:
         row["speedup"] = base / row["step_ms_median"]
@@ -229,9 +256,11 @@ def format_table(result: dict[str, Any]) -> str:
     cfg = result["config"]
     lines = [
         f"Ablation: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
-        f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per configuration in {cfg['rounds']} interleaved rounds",
+        f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per configuration in {cfg['rounds']} "
+        "interleaved rounds",
         "",
-        f"{'configuration':<34}{'median ms':>10}{'p25':>9}{'p75':>9}{'speedup':>9}" + "".join(f"{c:>11}" for c in COLUMNS),
+        f"{'configuration':<34}{'median ms':>10}{'p25':>9}{'p75':>9}{'speedup':>9}"
+        + "".join(f"{c:>11}" for c in COLUMNS),
     ]
     for r in result["rows"]:
         b = r["breakdown"]
@@ -241,13 +270,20 @@ def format_table(result: dict[str, Any]) -> str:
         )
     cm = result.get("cost_model")
     if cm:
-        lines += ["", "cost model after the planner's calibration (forward + backward, ms):",
-                  f"{'configuration':<34}{'measured':>10}{'predicted':>11}{'error':>8}"]
+        lines += [
+            "",
+            "cost model after the planner's calibration (forward + backward, ms):",
+            f"{'configuration':<34}{'measured':>10}{'predicted':>11}{'error':>8}",
+        ]
         for r in result["rows"]:
-            lines.append(f"{r['config']:<34}{r['fwd_bwd_ms']:>10.1f}{r['predicted_fwd_bwd_ms']:>11.1f}"
-                         f"{r['cost_model_error_pct']:>7.1f}%")
-        lines.append(f"median absolute error {cm['median_abs_error_pct']:.1f}% (calibration {cm['calibration_s']:.1f} s; "
-                     f"planner chose: lift-sparse{',' + cm['planner_choice'] if cm['planner_choice'] else ''})")
+            lines.append(
+                f"{r['config']:<34}{r['fwd_bwd_ms']:>10.1f}{r['predicted_fwd_bwd_ms']:>11.1f}"
+                f"{r['cost_model_error_pct']:>7.1f}%"
+            )
+        lines.append(
+            f"median absolute error {cm['median_abs_error_pct']:.1f}% (calibration {cm['calibration_s']:.1f} s; "
+            f"planner chose: lift-sparse{',' + cm['planner_choice'] if cm['planner_choice'] else ''})"
+        )
     return "\n".join(lines)
 
 
@@ -259,13 +295,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
-    p.add_argument("--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small")
+    p.add_argument(
+        "--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small"
+    )
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
-    p.add_argument("--no-cost-model", action="store_true",
-                   help="skip the planner calibration that predicts every row (cost-model accuracy)")
-    p.add_argument("--pipeline", action="append", default=[], metavar="NAME=PIPELINE",
-                   help="instead of the ten rows, these pipelines (after lift-sparse), in this order; "
-                        "the speedup is over the first (repeat the option)")
+    p.add_argument(
+        "--no-cost-model",
+        action="store_true",
+        help="skip the planner calibration that predicts every row (cost-model accuracy)",
+    )
+    p.add_argument(
+        "--pipeline",
+        action="append",
+        default=[],
+        metavar="NAME=PIPELINE",
+        help="instead of the ten rows, these pipelines (after lift-sparse), in this order; "
+        "the speedup is over the first (repeat the option)",
+    )
     p.add_argument("--json", help="write the results as JSON")
     return p
 
@@ -279,15 +325,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = custom_rows(a.pipeline) if a.pipeline else ablation_rows()
     except ValueError as e:
         p.error(str(e))
-    cfg = BenchConfig(model=a.model, world_size=a.world_size, systems=("sparselift",), steps=a.steps, rounds=a.rounds,
-                      warmup=a.warmup, batch_size=a.batch_size, rows_cap=a.rows_cap)
+    cfg = BenchConfig(
+        model=a.model,
+        world_size=a.world_size,
+        systems=("sparselift",),
+        steps=a.steps,
+        rounds=a.rounds,
+        warmup=a.warmup,
+        batch_size=a.batch_size,
+        rows_cap=a.rows_cap,
+    )
     if a.quick:
-        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 6), rounds=min(cfg.rounds, 2), warmup=1,
-                           batch_size=min(cfg.batch_size, 256), rows_cap=min(cfg.rows_cap or 5_000, 5_000))
+        cfg = attrs.evolve(
+            cfg,
+            steps=min(cfg.steps, 6),
+            rounds=min(cfg.rounds, 2),
+            warmup=1,
+            batch_size=min(cfg.batch_size, 256),
+            rows_cap=min(cfg.rows_cap or 5_000, 5_000),
+        )
     from sparselift.runtime.distributed import launch
 
-    result = summarize(cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, not a.no_cost_model,
-                                         timeout_s=1800))
+    result = summarize(
+        cfg, rows, launch(ablation_worker, cfg.world_size, cfg, rows, not a.no_cost_model, timeout_s=1800)
+    )
     report(result, "ablation", argv, format_table, a.json)
     return 0
 

@@ -144,9 +144,7 @@ class _A2AState:
         "world",
     )
 
-    def __init__(
-        self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool
-    ):
+    def __init__(self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool):
         self.rank = rank
         self.world = world
         self.row_splits = row_splits  # rows of the global batch owned by each rank
@@ -308,21 +306,16 @@ class BaselineRunner(_StageTiming):
         mine = get_my_slice(n, self.rank, self.world)
         start, stop, step = local_rows.indices(n)
         if (start, stop, step) != (mine.start, mine.stop, 1):
-            raise ValueError(
-                f"rank {self.rank}: local_rows {local_rows} is not this rank's slice {mine} of {n} rows"
-            )
+            raise ValueError(f"rank {self.rank}: local_rows {local_rows} is not this rank's slice {mine} of {n} rows")
         if global_batch.num_sparse != self.config.num_tables:
-            raise ValueError(
-                f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}"
-            )
+            raise ValueError(f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}")
         return get_split_lengths(n, self.world)
 
     def _forward(self, gb: Batch, rows: slice, row_splits: list[int], t: StageTimer | None):
         if t is not None:
             t.push("sparse_fwd")
         ly = [
-            emb(ids, offsets[:-1])
-            for emb, (ids, offsets) in zip(self.emb_l, gb.sparse[self.table_slice], strict=True)
+            emb(ids, offsets[:-1]) for emb, (ids, offsets) in zip(self.emb_l, gb.sparse[self.table_slice], strict=True)
         ]
         if self.world > 1:
             state = _A2AState(
@@ -395,7 +388,10 @@ class BaselineRunner(_StageTiming):
 
 # What TorchRec (and torch, on the first KJT) says while the TorchRec system is set up that a
 # benchmark user cannot act on: its planner's storage heuristics and DDP's renamed argument.
-_TORCHREC_SETUP_WARNINGS = (r"HeuristicalStorageReservation is known to cause issues", r"`broadcast_buffers` is deprecated")
+_TORCHREC_SETUP_WARNINGS = (
+    r"HeuristicalStorageReservation is known to cause issues",
+    r"`broadcast_buffers` is deprecated",
+)
 _TORCHREC_SETUP_RECORDS = {
     "torchrec.distributed.planner.storage_reservations": (r"known issue with TorchRec's dense tensor size",),
     "torch.fx._symbolic_trace": (r"is_fx_tracing will return true for both",),
@@ -410,7 +406,9 @@ def quiet_torchrec_setup() -> Iterator[None]:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     with silenced(_TORCHREC_SETUP_WARNINGS, _TORCHREC_SETUP_RECORDS):
-        KeyedJaggedTensor(keys=["k"], values=torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(1, dtype=torch.int64))
+        KeyedJaggedTensor(
+            keys=["k"], values=torch.zeros(0, dtype=torch.int64), lengths=torch.zeros(1, dtype=torch.int64)
+        )
         yield
 
 
@@ -722,14 +720,11 @@ class DenseOnlyRunner(_StageTiming):
         self._pooled: Tensor | None = None
         self.stage_timer: StageTimer | None = None
 
-
     def _embeddings(self, b: int) -> Tensor:
         width = self.config.num_tables * self.config.embedding_dim
         if self._pooled is None or self._pooled.shape[0] != b:
             bound = math.sqrt(1.0 / max(min(self.config.num_rows), 1))
-            self._pooled = (
-                torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
-            )
+            self._pooled = torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
         self._pooled.grad = None
         return self._pooled
 
@@ -771,9 +766,7 @@ def synthetic_source(config: DLRMConfig, seed: int = 0, zipf_alpha: float = 1.05
     """A :class:`~sparselift.data.SyntheticCriteo` stream shaped like ``config``."""
     from sparselift.data.synthetic import SyntheticConfig, SyntheticCriteo
 
-    pooling: Any = (
-        "one-hot" if all(p == 1 for p in config.pooling) else tuple(float(p) for p in config.pooling)
-    )
+    pooling: Any = "one-hot" if all(p == 1 for p in config.pooling) else tuple(float(p) for p in config.pooling)
     return SyntheticCriteo(
         SyntheticConfig(
             cardinalities=config.cardinalities,

@@ -97,8 +97,9 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
         with quiet_torchrec_setup():
             return TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
     if name == "sparselift":
-        return SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels,
-                                batches=itertools.cycle(locals_))
+        return SparseLiftRunner(
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels, batches=itertools.cycle(locals_)
+        )
     if name == "dense_only":
         return DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
     raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
@@ -117,8 +118,10 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     source = synthetic_source(config, seed=cfg.seed)
     global_bs = cfg.batch_size * world
     globals_ = [source.global_batch(i, global_bs) for i in range(cfg.data_pool)]
-    locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
-               for i in range(cfg.data_pool)]
+    locals_ = [
+        next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
+        for i in range(cfg.data_pool)
+    ]
     runners: dict[str, Any] = {}
     setup_s: dict[str, float] = {}
     memory: dict[str, dict[str, float | None]] = {}
@@ -186,8 +189,10 @@ def _peak_of(setup: dict[str, float | None], steps: AddedMemory) -> dict[str, fl
     calibration), or training steps on top of what it keeps resident."""
     if setup["setup_peak_mb"] is None or steps.peak_mb is None:
         return {"peak_rss_mb": None, "step_peak_mb": None}
-    return {"peak_rss_mb": max(setup["setup_peak_mb"], setup["resident_mb"] + steps.peak_mb),
-            "step_peak_mb": steps.peak_mb}
+    return {
+        "peak_rss_mb": max(setup["setup_peak_mb"], setup["resident_mb"] + steps.peak_mb),
+        "step_peak_mb": steps.peak_mb,
+    }
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -208,7 +213,9 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
         breakdown = {
             c: statistics.median(
                 max(r["breakdown"][name][i][c] for r in per_rank) for i in range(len(per_rank[0]["breakdown"][name]))
-            ) if per_rank[0]["breakdown"][name] else float("nan")
+            )
+            if per_rank[0]["breakdown"][name]
+            else float("nan")
             for c in COLUMNS
         }
         median = statistics.median(steps)
@@ -234,7 +241,9 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
     if "sparselift" in systems:
         for peer in ("baseline", "torchrec"):
             if peer in systems:
-                ratios[f"sparselift_vs_{peer}"] = systems[peer]["step_ms_median"] / systems["sparselift"]["step_ms_median"]
+                ratios[f"sparselift_vs_{peer}"] = (
+                    systems[peer]["step_ms_median"] / systems["sparselift"]["step_ms_median"]
+                )
     if "torchrec" in systems:
         ratios["ceiling_vs_torchrec"] = systems["torchrec"]["step_ms_median"] / dense["step_ms_median"]
     return {
@@ -281,7 +290,8 @@ def format_table(result: dict[str, Any]) -> str:
         f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
         "",
         f"{'system':<14}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
-        + "".join(f"{c:>11}" for c in COLUMNS) + f"{'exposed':>10}{'peak MB/rank':>14}",
+        + "".join(f"{c:>11}" for c in COLUMNS)
+        + f"{'exposed':>10}{'peak MB/rank':>14}",
     ]
     rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
     for name, s in rows:
@@ -289,7 +299,8 @@ def format_table(result: dict[str, Any]) -> str:
         exposed = s.get("exposed_sparse_ms")
         lines.append(
             f"{LABELS[name]:<14}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
-            f"{s['samples_per_s']:>11.0f}" + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
+            f"{s['samples_per_s']:>11.0f}"
+            + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
             + (f"{exposed:>10.1f}" if exposed is not None else f"{'(floor)':>10}")
             + (f"{s['peak_rss_mb']:>14.0f}" if s.get("peak_rss_mb") is not None else f"{'?':>14}")
         )
@@ -298,14 +309,18 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"{k:<28}{v:6.3f}x")
     setup = ", ".join(f"{LABELS[n]} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for n, s in result["systems"].items())
     lines.append(f"setup/warmup (excluded from timing): {setup}")
-    lines.append("peak MB/rank: the most resident memory a system added to a rank (its tables, optimizer state and "
-                 "buffers; its build, compile and calibration peak included), max over ranks")
+    lines.append(
+        "peak MB/rank: the most resident memory a system added to a rank (its tables, optimizer state and "
+        "buffers; its build, compile and calibration peak included), max over ranks"
+    )
     if result.get("torchrec_pipeline"):
         lines.append(f"TorchRec pipeline: {result['torchrec_pipeline']}")
     if result.get("sparselift_plan"):
         plan = result["sparselift_plan"]
-        lines.append(f"SparseLift plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
-                     "(in its setup time, excluded from the timed steps)")
+        lines.append(
+            f"SparseLift plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
+            "(in its setup time, excluded from the timed steps)"
+        )
         lines += [f"  {d}" for d in plan.get("decisions", [])]
     return "\n".join(lines)
 
@@ -362,8 +377,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=2048, help="per rank")
-    p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000,
-                   help="cap every table's rows; 'none': the real cardinalities (default 100000)")
+    p.add_argument(
+        "--rows-cap",
+        type=rows_cap_arg,
+        default=100_000,
+        help="cap every table's rows; 'none': the real cardinalities (default 100000)",
+    )
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")
@@ -372,15 +391,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
     cfg = BenchConfig(
-        model=a.model, world_size=a.world_size, systems=tuple(s for s in a.systems.split(",") if s),
-        steps=a.steps, rounds=a.rounds, warmup=a.warmup, batch_size=a.batch_size, rows_cap=a.rows_cap,
+        model=a.model,
+        world_size=a.world_size,
+        systems=tuple(s for s in a.systems.split(",") if s),
+        steps=a.steps,
+        rounds=a.rounds,
+        warmup=a.warmup,
+        batch_size=a.batch_size,
+        rows_cap=a.rows_cap,
         kernels=a.kernels,
     )
     if a.quick:
         # The benchmark's batch, not a smaller one: at a few hundred rows per rank every system's
         # step is mostly fixed per-step costs and the comparison says little about training.
-        cfg = attrs.evolve(cfg, steps=min(cfg.steps, 24), rounds=min(cfg.rounds, 4), warmup=min(cfg.warmup, 2),
-                           rows_cap=min(cfg.rows_cap or 10_000, 10_000))
+        cfg = attrs.evolve(
+            cfg,
+            steps=min(cfg.steps, 24),
+            rounds=min(cfg.rounds, 4),
+            warmup=min(cfg.warmup, 2),
+            rows_cap=min(cfg.rows_cap or 10_000, 10_000),
+        )
     return cfg
 
 

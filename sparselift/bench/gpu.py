@@ -6,7 +6,7 @@ CUDA GPU and says so (exit 2) without one. Four sections, each recorded even if 
 
 - `copy`: the device-to-device copy bandwidth (bytes read + written per second), measured
   here; it is the ceiling the kernels are held against.
-- `correctness`: `triton_kernels.lookup` / `lookup_update` on CUDA against
+- `correctness`: `triton_ops.lookup` / `lookup_update` on CUDA against
   `reference.lookup` / `lookup_update` on the CPU, over pooling (sum, mean), per-id weights,
   SGD and row-wise Adagrad, float32 and bfloat16 tables, empty bags and duplicate ids; plus a
   bad id, which must raise a ValueError naming the table and leave it unchanged.
@@ -57,8 +57,10 @@ def _section(name: str, fn: Callable[[], dict], log) -> dict:
     except Exception as e:  # one failing section must not hide the others' results
         out = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
     out["seconds"] = round(time.perf_counter() - t0, 1)
-    log(f"[{name}] {'ok' if out['ok'] else 'FAILED'} in {out['seconds']} s"
-        + ("" if out["ok"] else f": {out.get('error', '')}"))
+    log(
+        f"[{name}] {'ok' if out['ok'] else 'FAILED'} in {out['seconds']} s"
+        + ("" if out["ok"] else f": {out.get('error', '')}")
+    )
     return out
 
 
@@ -95,7 +97,7 @@ CORRECTNESS_CASES = (
 
 
 def correctness(torch, device: str) -> dict:
-    from sparselift.codegen import triton_kernels as tk
+    from sparselift.codegen import triton_ops as tk
     from sparselift.runtime import reference as ref
 
     features, segments, slots = 3, 2, [2, 0]
@@ -118,22 +120,59 @@ def correctness(torch, device: str) -> dict:
         want = ref.lookup(table.float(), lengths, idx, w, slots, features, batch, pooling)
         t_gpu, s_gpu = cuda(table.clone()), cuda(state.clone())
         t_ref, s_ref = table.float().clone(), state.clone()
-        tk.lookup_update(t_gpu, s_gpu, cuda(lengths), cuda(idx), cuda(w), cuda(grad), slots, features, batch, pooling,
-                         kind, 0.1, 1e-3, 0.5)
+        tk.lookup_update(
+            t_gpu,
+            s_gpu,
+            cuda(lengths),
+            cuda(idx),
+            cuda(w),
+            cuda(grad),
+            slots,
+            features,
+            batch,
+            pooling,
+            kind,
+            0.1,
+            1e-3,
+            0.5,
+        )
         ref.lookup_update(t_ref, s_ref, lengths, idx, w, grad, slots, features, batch, pooling, kind, 0.1, 1e-3, 0.5)
         tol = 2e-2 if dtype == "bfloat16" else 1e-4
-        errs = {"fwd": float((out.float().cpu() - want).abs().max()),
-                "update": float((t_gpu.float().cpu() - t_ref).abs().max()),
-                "state": float((s_gpu.cpu() - s_ref).abs().max())}
-        cases.append({"case": name, "ids": n, "duplicates": n - int(idx.unique().numel()), "tolerance": tol,
-                      **errs, "ok": all(v <= tol for v in errs.values())})
+        errs = {
+            "fwd": float((out.float().cpu() - want).abs().max()),
+            "update": float((t_gpu.float().cpu() - t_ref).abs().max()),
+            "state": float((s_gpu.cpu() - s_ref).abs().max()),
+        }
+        cases.append(
+            {
+                "case": name,
+                "ids": n,
+                "duplicates": n - int(idx.unique().numel()),
+                "tolerance": tol,
+                **errs,
+                "ok": all(v <= tol for v in errs.values()),
+            }
+        )
     # a bad id: a clear error naming the table, the table untouched
     t = torch.randn(3, 4, device=device)
     before = t.clone()
     try:
-        tk.fused_lookup_update([t], [None], torch.tensor([2, 1], dtype=torch.int32, device=device),
-                               torch.tensor([0, 5, 1], device=device), None, [torch.randn(2, 4, device=device)], [[0]],
-                               1, 2, "sum", "sgd", 0.1, 0.0, names=["t_items"])
+        tk.fused_lookup_update(
+            [t],
+            [None],
+            torch.tensor([2, 1], dtype=torch.int32, device=device),
+            torch.tensor([0, 5, 1], device=device),
+            None,
+            [torch.randn(2, 4, device=device)],
+            [[0]],
+            1,
+            2,
+            "sum",
+            "sgd",
+            0.1,
+            0.0,
+            names=["t_items"],
+        )
         message = "no error"
     except ValueError as e:
         message = str(e)
@@ -170,7 +209,8 @@ def _inputs(torch, case, device: str, uniform: bool) -> dict:
 def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     from torch import nn
 
-    from sparselift.codegen import triton_kernels as tk
+    from sparselift.codegen import triton_kernels
+    from sparselift.codegen import triton_ops as tk
 
     data = _inputs(torch, case, device, uniform)
     t, b, dim = len(case.rows), case.bags, case.dim
@@ -194,8 +234,22 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
 
     def fwd_kernel():
         for k in range(t):
-            tk._lookup_kernel[(b,)](tables[k], geo.indices, geo.offs, geo.offs, slot_tensors[k], outs[k], t, b, 1, dim,
-                                    HAS_W=False, MEAN=False, BLOCK_L=16, BLOCK_D=tk._next_pow2(dim))
+            triton_kernels.lookup_kernel[(b,)](
+                tables[k],
+                geo.indices,
+                geo.offs,
+                geo.offs,
+                slot_tensors[k],
+                outs[k],
+                t,
+                b,
+                1,
+                dim,
+                HAS_W=False,
+                MEAN=False,
+                BLOCK_L=16,
+                BLOCK_D=tk._next_pow2(dim),
+            )
 
     # torch: one EmbeddingBag per table over its slice of ids
     bags = [nn.EmbeddingBag(r, dim, mode="sum", sparse=True).to(device) for r in case.rows]
@@ -205,8 +259,10 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     opt = torch.optim.SGD([e.weight for e in bags], lr=lr)
     per = data["per_table"]
     id_slices = list(torch.split(ids, per))
-    off_slices = [torch.cat([torch.zeros(1, dtype=torch.int64, device=device), ln.to(torch.int64).cumsum(0)[:-1]])
-                  for ln in lengths.view(t, b)]
+    off_slices = [
+        torch.cat([torch.zeros(1, dtype=torch.int64, device=device), ln.to(torch.int64).cumsum(0)[:-1]])
+        for ln in lengths.view(t, b)
+    ]
 
     def torch_fwd():
         return [e(i, o) for e, i, o in zip(bags, id_slices, off_slices)]
@@ -219,8 +275,10 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     # agreement before timing: Triton forward vs EmbeddingBag forward on the same weights
     with torch.no_grad():
         diff = max(float((a - c).abs().max()) for a, c in zip(fwd(), torch_fwd()))
-    systems = {"triton": {"fwd": fwd, "fwd_kernel": fwd_kernel, "step": step},
-               "torch-embbag": {"fwd": torch_fwd, "step": torch_step}}
+    systems = {
+        "triton": {"fwd": fwd, "fwd_kernel": fwd_kernel, "step": step},
+        "torch-embbag": {"fwd": torch_fwd, "step": torch_step},
+    }
     samples = {s: {m: [] for m in fns} for s, fns in systems.items()}
     for rep in range(repeats + 2):
         for metric in ("fwd", "fwd_kernel", "step"):
@@ -232,11 +290,21 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     ms = {s: {m: round(statistics.median(v), 4) for m, v in d.items()} for s, d in samples.items()}
     n_ids = ids.numel()
     fwd_bytes = n_ids * dim * 4 + n_ids * 8 + (t * b + 1) * 8 + t * b * dim * 4
-    return {"name": case.name, "uniform_ids": uniform, "tables": t, "rows": case.rows[0], "dim": dim, "bags": b,
-            "ids": n_ids, "fwd_bytes": fwd_bytes, "ms": ms, "max_abs_diff_fwd_vs_embbag": diff,
-            "fwd_kernel_gb_per_s": round(fwd_bytes / ms["triton"]["fwd_kernel"] / 1e6, 1),
-            "speedup_vs_embbag_fwd": round(ms["torch-embbag"]["fwd"] / ms["triton"]["fwd"], 3),
-            "speedup_vs_embbag_step": round(ms["torch-embbag"]["step"] / ms["triton"]["step"], 3)}
+    return {
+        "name": case.name,
+        "uniform_ids": uniform,
+        "tables": t,
+        "rows": case.rows[0],
+        "dim": dim,
+        "bags": b,
+        "ids": n_ids,
+        "fwd_bytes": fwd_bytes,
+        "ms": ms,
+        "max_abs_diff_fwd_vs_embbag": diff,
+        "fwd_kernel_gb_per_s": round(fwd_bytes / ms["triton"]["fwd_kernel"] / 1e6, 1),
+        "speedup_vs_embbag_fwd": round(ms["torch-embbag"]["fwd"] / ms["triton"]["fwd"], 3),
+        "speedup_vs_embbag_step": round(ms["torch-embbag"]["step"] / ms["triton"]["step"], 3),
+    }
 
 
 def kernels(torch, device: str, copy_gb_per_s: float, quick: bool, repeats: int) -> dict:
@@ -248,8 +316,10 @@ def kernels(torch, device: str, copy_gb_per_s: float, quick: bool, repeats: int)
         results.append(r)
         torch.cuda.empty_cache()
     floor = [r for r in results if r["uniform_ids"]]
-    ok = all((r["fwd_kernel_share_of_copy_bw"] or 0) >= FLOOR_FRACTION and r["max_abs_diff_fwd_vs_embbag"] < 1e-3
-             for r in floor) and all(r["max_abs_diff_fwd_vs_embbag"] < 1e-3 for r in results)
+    ok = all(
+        (r["fwd_kernel_share_of_copy_bw"] or 0) >= FLOOR_FRACTION and r["max_abs_diff_fwd_vs_embbag"] < 1e-3
+        for r in floor
+    ) and all(r["max_abs_diff_fwd_vs_embbag"] < 1e-3 for r in results)
     return {"cases": results, "floor_fraction": FLOOR_FRACTION, "ok": ok}
 
 
@@ -263,23 +333,41 @@ def training(device: str, steps: int) -> dict:
     for passes in TRAINING_PIPELINES:
         t0 = time.perf_counter()
         try:
-            check_parity("dlrm-kaggle", 1, steps=steps, batch=64, rows_cap=500, atol=1e-4, passes=passes,
-                         device=device, backend="nccl")
+            check_parity(
+                "dlrm-kaggle",
+                1,
+                steps=steps,
+                batch=64,
+                rows_cap=500,
+                atol=1e-4,
+                passes=passes,
+                device=device,
+                backend="nccl",
+            )
             runs.append({"passes": passes or "(default)", "ok": True})
         except Exception as e:
             msg = f"{type(e).__name__}: {e}"  # the failing rank's traceback ends the message: keep its end
             runs.append({"passes": passes or "(default)", "ok": False, "error": msg[:300] + " ... " + msg[-2500:]})
         runs[-1]["seconds"] = round(time.perf_counter() - t0, 1)
-    return {"model": "dlrm-kaggle", "world_size": 1, "backend": "nccl", "steps": steps, "runs": runs,
-            "ok": all(r["ok"] for r in runs)}
+    return {
+        "model": "dlrm-kaggle",
+        "world_size": 1,
+        "backend": "nccl",
+        "steps": steps,
+        "runs": runs,
+        "ok": all(r["ok"] for r in runs),
+    }
 
 
 # ---- driver -----------------------------------------------------------------------------------
 
 
 def machine_info(torch) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
     try:
         import triton
 
@@ -288,13 +376,22 @@ def machine_info(torch) -> dict:
         info["triton"] = None
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        info.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
-                    cuda=torch.version.cuda)
+        info.update(
+            gpu=p.name,
+            sms=p.multi_processor_count,
+            memory_gib=round(p.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+        )
     return info
 
 
-def run(quick: bool = False, repeats: int = 10, steps: int = 4, sections: Sequence[str] = ("copy", "correctness",
-        "kernels", "training"), log=print) -> dict:
+def run(
+    quick: bool = False,
+    repeats: int = 10,
+    steps: int = 4,
+    sections: Sequence[str] = ("copy", "correctness", "kernels", "training"),
+    log=print,
+) -> dict:
     import torch
 
     device = "cuda"
@@ -321,18 +418,24 @@ def format_report(doc: dict) -> str:
     if doc.get("correctness", {}).get("cases"):
         lines += ["", "| case | ids | fwd err | update err | state err | ok |", "|---|---:|---:|---:|---:|---|"]
         for c in doc["correctness"]["cases"]:
-            lines.append(f"| {c['case']} | {c['ids']} | {c['fwd']:.2g} | {c['update']:.2g} | {c['state']:.2g} | "
-                         f"{'yes' if c['ok'] else 'NO'} |")
+            lines.append(
+                f"| {c['case']} | {c['ids']} | {c['fwd']:.2g} | {c['update']:.2g} | {c['state']:.2g} | "
+                f"{'yes' if c['ok'] else 'NO'} |"
+            )
         lines.append(f"bad id: {doc['correctness']['bad_id']}")
     if doc.get("kernels", {}).get("cases"):
-        lines += ["", "| case | system | fwd ms | fwd kernel ms | fwd+bwd+SGD ms | kernel GB/s | share of copy |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| case | system | fwd ms | fwd kernel ms | fwd+bwd+SGD ms | kernel GB/s | share of copy |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
         for r in doc["kernels"]["cases"]:
             for s, m in r["ms"].items():
-                extra = (f"{r['fwd_kernel_gb_per_s']} | {r['fwd_kernel_share_of_copy_bw']}" if s == "triton"
-                         else "- | -")
-                lines.append(f"| {r['name']} | {s} | {m['fwd']:.3f} | {m.get('fwd_kernel', float('nan')):.3f} | "
-                             f"{m['step']:.3f} | {extra} |")
+                extra = f"{r['fwd_kernel_gb_per_s']} | {r['fwd_kernel_share_of_copy_bw']}" if s == "triton" else "- | -"
+                lines.append(
+                    f"| {r['name']} | {s} | {m['fwd']:.3f} | {m.get('fwd_kernel', float('nan')):.3f} | "
+                    f"{m['step']:.3f} | {extra} |"
+                )
     if doc.get("training", {}).get("runs"):
         lines += ["", "| compiled training on CUDA (NCCL, 1 rank) | parity |", "|---|---|"]
         for r in doc["training"]["runs"]:
@@ -350,14 +453,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two kernel cases instead of four")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats per system and metric (default 10)")
     parser.add_argument("--steps", type=int, default=4, help="training steps per parity run (default 4)")
-    parser.add_argument("--sections", default="copy,correctness,kernels,training",
-                        help="comma-separated subset of copy, correctness, kernels, training")
+    parser.add_argument(
+        "--sections",
+        default="copy,correctness,kernels,training",
+        help="comma-separated subset of copy, correctness, kernels, training",
+    )
     args = parser.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
-        print("sparselift bench gpu: no CUDA GPU here (torch.cuda.is_available() is False); "
-              "the Triton kernels are checked on the CPU by tests/kernels/test_triton_interpret.py", file=sys.stderr)
+        print(
+            "sparselift bench gpu: no CUDA GPU here (torch.cuda.is_available() is False); "
+            "the Triton kernels are checked on the CPU by tests/kernels/test_triton_interpret.py",
+            file=sys.stderr,
+        )
         return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     doc = run(quick=args.quick, repeats=args.repeats, steps=args.steps, sections=sections)

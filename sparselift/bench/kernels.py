@@ -36,8 +36,32 @@ from dataclasses import dataclass
 __all__ = ["CASES", "Case", "main", "run"]
 
 KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
 )
 
 
@@ -116,14 +140,27 @@ class Ours(_System):
         self.kernels = GeneratedKernels([TableSpec(case.dim, "f32", "i64", "sum", False, optimizer)], nthreads=1)
 
     def forward(self):
-        return self.kernels.fused_lookup(self.tables, self.lengths, self.ids, None, self.slots, len(self.tables),
-                                         self.case.bags, "sum")
+        return self.kernels.fused_lookup(
+            self.tables, self.lengths, self.ids, None, self.slots, len(self.tables), self.case.bags, "sum"
+        )
 
     def step(self):
         self.forward()
-        self.kernels.fused_lookup_update(self.tables, self.states, self.lengths, self.ids, None, self.grads,
-                                         self.slots, len(self.tables), self.case.bags, "sum", self.optimizer,
-                                         LR, EPS if self.optimizer == "rowwise_adagrad" else 0.0)
+        self.kernels.fused_lookup_update(
+            self.tables,
+            self.states,
+            self.lengths,
+            self.ids,
+            None,
+            self.grads,
+            self.slots,
+            len(self.tables),
+            self.case.bags,
+            "sum",
+            self.optimizer,
+            LR,
+            EPS if self.optimizer == "rowwise_adagrad" else 0.0,
+        )
 
 
 def torch_zeros(n):
@@ -148,7 +185,10 @@ class Fbgemm(_System):
         kwargs = {"eps": EPS} if optimizer == "rowwise_adagrad" else {}
         self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
             [(r, case.dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in case.rows],
-            optimizer=opt, learning_rate=LR, pooling_mode=PoolingMode.SUM, **kwargs,
+            optimizer=opt,
+            learning_rate=LR,
+            pooling_mode=PoolingMode.SUM,
+            **kwargs,
         )
         with torch.no_grad():
             for dst, src in zip(self.tbe.split_embedding_weights(), data["tables"]):
@@ -236,8 +276,10 @@ def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print)
 
     data = make_inputs(case)
     n_ids = data["ids"].numel()
-    log(f"[{case.name}] {len(case.rows)} tables, dim {case.dim}, {case.bags} bags, {n_ids} ids "
-        f"({n_ids / (len(case.rows) * case.bags):.1f} per bag)")
+    log(
+        f"[{case.name}] {len(case.rows)} tables, dim {case.dim}, {case.bags} bags, {n_ids} ids "
+        f"({n_ids / (len(case.rows) * case.bags):.1f} per bag)"
+    )
     systems: dict[str, dict[str, object]] = {"sparselift-c": {}, "fbgemm-tbe": {}}
     if with_torch:
         systems["torch-embbag"] = {}
@@ -252,16 +294,23 @@ def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print)
             except Exception as e:  # an optional peer that fails to build is reported, not fatal
                 notes.append(f"{name} {opt}: {type(e).__name__}: {e}")
                 log(f"  (skipping {name} {opt}: {e})")
-    diff = _check_forward(systems["sparselift-c"]["sgd"], systems["fbgemm-tbe"]["sgd"]) \
-        if "sgd" in systems["fbgemm-tbe"] else float("nan")
+    diff = (
+        _check_forward(systems["sparselift-c"]["sgd"], systems["fbgemm-tbe"]["sgd"])
+        if "sgd" in systems["fbgemm-tbe"]
+        else float("nan")
+    )
     log(f"  max |C forward - FBGEMM forward| = {diff:.3g}")
     upd_diff = {}
     for opt in ("sgd", "rowwise_adagrad"):
         if opt in systems["fbgemm-tbe"]:
             upd_diff[opt] = _check_step(case, data, opt)
             log(f"  max |C table - FBGEMM table| after one {opt} step = {upd_diff[opt]:.3g}")
-    measures = [("fwd", "sgd", "forward"), ("fwd_nograd", "sgd", "forward_nograd"), ("fwd_bwd_sgd", "sgd", "step"),
-                ("fwd_bwd_rowwise_adagrad", "rowwise_adagrad", "step")]
+    measures = [
+        ("fwd", "sgd", "forward"),
+        ("fwd_nograd", "sgd", "forward_nograd"),
+        ("fwd_bwd_sgd", "sgd", "step"),
+        ("fwd_bwd_rowwise_adagrad", "rowwise_adagrad", "step"),
+    ]
     samples: dict[str, dict[str, list[float]]] = {s: {m: [] for m, _, _ in measures} for s in systems}
     for rep in range(warmup + repeats):
         for metric, opt, method in measures:
@@ -326,24 +375,32 @@ def machine_info() -> dict:
     try:
         import subprocess
 
-        info["cc"] = subprocess.run([os.environ.get("SPARSELIFT_CC", "cc"), "--version"], capture_output=True,
-                                    text=True).stdout.splitlines()[0]
+        info["cc"] = subprocess.run(
+            [os.environ.get("SPARSELIFT_CC", "cc"), "--version"], capture_output=True, text=True
+        ).stdout.splitlines()[0]
     except Exception:
         info["cc"] = None
     return info
 
 
 def format_table(results: Sequence[dict]) -> str:
-    cols = [("fwd", "fwd"), ("fwd_nograd", "fwd no-grad"), ("fwd_bwd_sgd", "fwd+bwd+SGD"),
-            ("fwd_bwd_rowwise_adagrad", "fwd+bwd+RwAdagrad")]
-    lines = [f"| case | system | {' | '.join(c[1] + ' ms' for c in cols)} |",
-             "|---|---|" + "---:|" * len(cols)]
+    cols = [
+        ("fwd", "fwd"),
+        ("fwd_nograd", "fwd no-grad"),
+        ("fwd_bwd_sgd", "fwd+bwd+SGD"),
+        ("fwd_bwd_rowwise_adagrad", "fwd+bwd+RwAdagrad"),
+    ]
+    lines = [f"| case | system | {' | '.join(c[1] + ' ms' for c in cols)} |", "|---|---|" + "---:|" * len(cols)]
     for r in results:
         for system, vals in r["ms"].items():
             cells = [f"{vals[c]:.2f}" if c in vals else "-" for c, _ in cols]
             lines.append(f"| {r['name']} | {system} | {' | '.join(cells)} |")
-        sp = [r["speedup_vs_fbgemm_fwd"], r["speedup_vs_fbgemm_fwd_nograd"], r["speedup_vs_fbgemm_fwd_bwd"],
-              r["speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad"]]
+        sp = [
+            r["speedup_vs_fbgemm_fwd"],
+            r["speedup_vs_fbgemm_fwd_nograd"],
+            r["speedup_vs_fbgemm_fwd_bwd"],
+            r["speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad"],
+        ]
         cells = [f"**{s:.2f}x**" if s else "-" for s in sp]
         lines.append(f"| {r['name']} | speedup C vs FBGEMM | {' | '.join(cells)} |")
     return "\n".join(lines)
@@ -361,7 +418,9 @@ def run(case_names: Sequence[str], repeats: int, warmup: int, with_torch: bool, 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparselift bench kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the results as JSON here")
-    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per system and metric (default 15, quick 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed repeats per system and metric (default 15, quick 3)"
+    )
     parser.add_argument("--warmup", type=int, default=None, help="untimed repeats first (default 2, quick 1)")
     parser.add_argument("--quick", action="store_true", help="few repeats, no torch EmbeddingBag on dlrm-bench")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
@@ -380,15 +439,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import fbgemm_gpu  # noqa: F401
     except Exception as e:
-        print(f"sparselift bench kernels: fbgemm_gpu is needed for the comparison ({e}); "
-              "install the bench extras (fbgemm-gpu-cpu==1.8.0)", file=sys.stderr)
+        print(
+            f"sparselift bench kernels: fbgemm_gpu is needed for the comparison ({e}); "
+            "install the bench extras (fbgemm-gpu-cpu==1.8.0)",
+            file=sys.stderr,
+        )
         return 2
     results = run(names, repeats, warmup, with_torch=not args.no_torch)
     print()
     print(format_table(results))
     command = "python -m sparselift.bench.kernels " + " ".join(argv if argv is not None else sys.argv[1:])
-    doc = {"cases": results, "machine": machine_info(), "command": command.strip(),
-           "repeats": repeats, "warmup": warmup, "zipf_alpha": ZIPF_ALPHA}
+    doc = {
+        "cases": results,
+        "machine": machine_info(),
+        "command": command.strip(),
+        "repeats": repeats,
+        "warmup": warmup,
+        "zipf_alpha": ZIPF_ALPHA,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -25,11 +25,32 @@ from sparselift.bench.dlrm import rows_cap_arg
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
 # and of the dense-gradient buckets.
-PLAN_OPS = ("route", "all_to_all", "all_to_all_dynamic", "recv_splits", "wait", "fused_lookup", "pack", "unpack",
-            "fused_lookup_update", "fused_lookup_grad", "all_reduce", "dense_update", "lookup", "lookup_update",
-            "lookup_grad", "pack_ids", "unpack_ids")
-METHODS = (("PlanBase", "dense"), ("PlanBase", "run_segment_forward"), ("PlanBase", "run_segment_backward"),
-           ("_GradBuckets", "_start"), ("_GradBuckets", "finish"))
+PLAN_OPS = (
+    "route",
+    "all_to_all",
+    "all_to_all_dynamic",
+    "recv_splits",
+    "wait",
+    "fused_lookup",
+    "pack",
+    "unpack",
+    "fused_lookup_update",
+    "fused_lookup_grad",
+    "all_reduce",
+    "dense_update",
+    "lookup",
+    "lookup_update",
+    "lookup_grad",
+    "pack_ids",
+    "unpack_ids",
+)
+METHODS = (
+    ("PlanBase", "dense"),
+    ("PlanBase", "run_segment_forward"),
+    ("PlanBase", "run_segment_backward"),
+    ("_GradBuckets", "_start"),
+    ("_GradBuckets", "finish"),
+)
 
 
 DEFAULT_PASSES = "generate-kernels,hide-latency{forward=true backward=true}"
@@ -54,6 +75,7 @@ def _timed(fn, name: str, acc: dict[str, float]):
             return fn(*args, **kwargs)
         finally:
             acc[name] += time.perf_counter() - start
+
     return wrapper
 
 
@@ -68,18 +90,21 @@ def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
     source = synthetic_source(config, seed=cfg.seed)
-    batches = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
-               for i in range(4)]
+    batches = [
+        next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
+    ]
     acc: dict[str, float] = collections.defaultdict(float)
     owners = {"PlanBase": plan_ops.PlanBase, "_GradBuckets": compiled._GradBuckets}
     saved = [(plan_ops, n, getattr(plan_ops, n)) for n in PLAN_OPS] + [
-        (owners[o], m, getattr(owners[o], m)) for o, m in METHODS]
+        (owners[o], m, getattr(owners[o], m)) for o, m in METHODS
+    ]
     try:
         for owner, name, fn in saved:
             label = name if owner is plan_ops else f"{owner.__name__}.{name}"
             setattr(owner, name, _timed(fn, label, acc))
-        runner = SparseLiftRunner(config, rank, world, 0.1, cfg.seed, batches[0], batches=itertools.cycle(batches),
-                                  passes=cfg.passes)
+        runner = SparseLiftRunner(
+            config, rank, world, 0.1, cfg.seed, batches[0], batches=itertools.cycle(batches), passes=cfg.passes
+        )
         for _ in range(cfg.warmup):
             runner.progress()
         acc.clear()
@@ -97,8 +122,11 @@ def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
 
 def format_table(result: dict[str, Any]) -> str:
     cfg = result["config"]
-    lines = [f"Per-op time: {cfg['model']}, {cfg['world_size']} ranks, batch {cfg['batch_size']} per rank, "
-             f"pipeline lift-sparse,{cfg['passes']}, {cfg['steps']} steps after {cfg['warmup']} warmup", ""]
+    lines = [
+        f"Per-op time: {cfg['model']}, {cfg['world_size']} ranks, batch {cfg['batch_size']} per rank, "
+        f"pipeline lift-sparse,{cfg['passes']}, {cfg['steps']} steps after {cfg['warmup']} warmup",
+        "",
+    ]
     ranks = result["ranks"]
     names = list(dict.fromkeys(k for r in ranks for k in r["ops_ms_per_step"]))
     lines.append(f"{'op (ms per step)':<34}" + "".join(f"{'rank ' + str(r['rank']):>10}" for r in ranks))
@@ -124,8 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    cfg = OpsConfig(model=a.model, world_size=a.world_size, passes=a.passes, steps=a.steps, warmup=a.warmup,
-                    batch_size=a.batch_size, rows_cap=a.rows_cap)
+    cfg = OpsConfig(
+        model=a.model,
+        world_size=a.world_size,
+        passes=a.passes,
+        steps=a.steps,
+        warmup=a.warmup,
+        batch_size=a.batch_size,
+        rows_cap=a.rows_cap,
+    )
     from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch
 

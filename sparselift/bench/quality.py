@@ -143,7 +143,10 @@ def format_table(r: dict[str, Any]) -> str:
     for key, label in (("auc", "ROC-AUC"), ("ap", "AP"), ("logloss", "LogLoss")):
         a, b = r[key]["baseline"], r[key]["sparselift"]
         lines.append(f"{label:<10}{a:>15.5f}{b:>13.5f}{b - a:>13.2e}")
-    lines += ["", f"training loss over {cfg['steps']} matched steps: MAE {r['loss_mae']:.3e}, RMSE {r['loss_rmse']:.3e}"]
+    lines += [
+        "",
+        f"training loss over {cfg['steps']} matched steps: MAE {r['loss_mae']:.3e}, RMSE {r['loss_rmse']:.3e}",
+    ]
     return "\n".join(lines)
 
 
@@ -196,8 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=10_000)
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--sharding", default="table_wise", choices=("table_wise", "auto", "row_wise", "data_parallel"),
-                   help="SparseLift's table placement (default: table_wise, the reference's placement class)")
+    p.add_argument(
+        "--sharding",
+        default="table_wise",
+        choices=("table_wise", "auto", "row_wise", "data_parallel"),
+        help="SparseLift's table placement (default: table_wise, the reference's placement class)",
+    )
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: the two loss curves, their difference, the held-out metrics")
     return p
@@ -206,8 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    cfg = QualityConfig(model=a.model, world_size=a.world_size, steps=a.steps, eval_batches=a.eval_batches,
-                        batch_size=a.batch_size, rows_cap=a.rows_cap, lr=a.lr, sharding=a.sharding)
+    cfg = QualityConfig(
+        model=a.model,
+        world_size=a.world_size,
+        steps=a.steps,
+        eval_batches=a.eval_batches,
+        batch_size=a.batch_size,
+        rows_cap=a.rows_cap,
+        lr=a.lr,
+        sharding=a.sharding,
+    )
     from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch
 

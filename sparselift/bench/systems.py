@@ -27,35 +27,57 @@ def dlrm_inputs(batch: Batch) -> tuple:
 class SparseLiftRunner:
     name = "SparseLift"
 
-    def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int, example: Batch,
-                 *, kernels: str = "generated", sharding: str = "auto", batches=None,
-                 passes: str | None = None) -> None:
+    def __init__(
+        self,
+        config: DLRMConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        example: Batch,
+        *,
+        kernels: str = "generated",
+        sharding: str = "auto",
+        batches=None,
+        passes: str | None = None,
+    ) -> None:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides."""
         import sparselift
 
         # Tables on the meta device: the compiled model materializes this rank's shards only, with
         # the seeded values every other system draws too (DLRM.table_init).
-        model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed,
-                              device="meta")
+        model, _ = build_dlrm(
+            attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
+        )
         self._timing = False
         start = time.perf_counter()
         self.compiled = sparselift.compile(
-            model, dlrm_inputs(example), sharding=sharding, sparse_optimizer=sparselift.optim.SGD(lr=lr),
+            model,
+            dlrm_inputs(example),
+            sharding=sharding,
+            sparse_optimizer=sparselift.optim.SGD(lr=lr),
             # A benchmark plans afresh (calibration reported in its setup time), never from a
             # plan cached by an earlier run.
-            options=sparselift.CompileOptions(kernels=kernels, benchmark=True, passes=passes or "",
-                                              plan="none" if passes is not None else "replan",
-                                              table_init=model.table_init),
+            options=sparselift.CompileOptions(
+                kernels=kernels,
+                benchmark=True,
+                passes=passes or "",
+                plan="none" if passes is not None else "replan",
+                table_init=model.table_init,
+            ),
         )
         self.compile_s = time.perf_counter() - start
         record = getattr(self.compiled.plan, "record", None)
         self.plan_summary = {
-            "pipeline": "lift-sparse" + (f",{record.spec}" if record is not None and record.spec else
-                                         f",{passes}" if passes else ""),
+            "pipeline": "lift-sparse"
+            + (f",{record.spec}" if record is not None and record.spec else f",{passes}" if passes else ""),
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
             # Why the planner chose this pipeline: each measured candidate and its verdict.
-            "decisions": [f"[{'accepted' if d.accepted else 'rejected'}] {d.family} {d.label}: {d.reason}"
-                          for d in (record.decisions if record is not None else ()) if d.measured_us is not None],
+            "decisions": [
+                f"[{'accepted' if d.accepted else 'rejected'}] {d.family} {d.label}: {d.reason}"
+                for d in (record.decisions if record is not None else ())
+                if d.measured_us is not None
+            ],
         }
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)
         self._steps: list[StageTimes] = []

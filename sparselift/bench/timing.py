@@ -218,9 +218,7 @@ def _check(stage: str) -> None:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
 
 
-def hook_backward_subgraph(
-    timer: StageTimer, roots: Iterable[Tensor], stage: str = "sparse_bwd"
-) -> list[Any]:
+def hook_backward_subgraph(timer: StageTimer, roots: Iterable[Tensor], stage: str = "sparse_bwd") -> list[Any]:
     """Charge autograd's execution of every node reachable from ``roots`` to ``stage``.
 
     ``roots`` are forward tensors whose producing subgraph is all sparse (e.g. the pooled

@@ -7,15 +7,18 @@ the values saved for backward, `_segment_K_backward` runs the IR's backward ops 
 that segment; its exchanges start asynchronously and the segment backward yields there, so
 autograd carries on with the dense backward while the gradients travel, and the rest (wait,
 unpack, table updates) runs when backward ends. The runtime wraps each segment in an
-autograd-aware custom op, so dense regions train with ordinary autograd. Rank-specific ops are guarded by `self.rank`; collectives go
-through `sparselift.runtime.plan_ops` (torch.distributed with async handles). Generated fused
-kernels are referenced by name from `sched.kernel` ops; a fused lookup whose results only a
-pack reads returns the packed buffer (`packed=`), and a fused update whose gradients are exactly
-an unpack's members reads the received buffer (`packed_grads=`): the pack or unpack is not
+autograd-aware custom op, so dense regions train with ordinary autograd. Rank-specific ops are
+guarded by `self.rank`; collectives go
+through `sparselift.runtime.plan_ops` (torch.distributed with async handles). Each fused table
+op (`sparse.fused_*`) is one call of the generated multi-table kernel (`rt.fused_*`, specialized
+to its tables, placements and slots); a fused lookup whose results only a pack reads returns
+the packed buffer (`packed=`), and a fused update whose gradients are exactly an unpack's
+members reads the received buffer (`packed_grads=`): the pack or unpack is not
 emitted, and the runtime writes or reads the buffer's column blocks in place.
 
 Ranks' local batches may differ (and change step to step): each segment's first route agrees on
-them (`rt.route` returns every rank's batch size), saves them for its backward, and passes them to every op that sizes an
+them (`rt.route` returns every rank's batch size), saves them for its backward, and passes them
+to every op that sizes an
 exchange or a buffer: every rank's batch on the tables' side (a segment per peer), its own on
 the samples' side.
 
@@ -27,17 +30,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, cast
 
 import networkx as nx
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.target import Target
 
+from sparselift.codegen.table_facts import PLAN_MODULE_IMPORTS, describe_tables, render_tables
 from sparselift.ir.coll import (
     INPUT_ROLES,
     AllReduceOp,
@@ -47,8 +51,12 @@ from sparselift.ir.coll import (
     ReduceScatterOp,
     WaitOp,
 )
-from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp, YieldOp, values_used_from_outside
+from sparselift.ir.sched import DenseOp, ParallelOp, StepOp, YieldOp, values_used_from_outside
 from sparselift.ir.sparse import (
+    FusedLookupGradOp,
+    FusedLookupOp,
+    FusedLookupUpdateOp,
+    FusedTableOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -69,15 +77,28 @@ def _tables_read(step: StepOp) -> list:
     for op in step.walk():
         if isinstance(op, LookupOp):
             tables.append(op.table)
-        elif isinstance(op, KernelOp) and op.kind.data == "lookup":
-            tables += list(op.attributes["tables"].data)
+        elif isinstance(op, FusedLookupOp):
+            tables += op.table_list
     return tables
+
+
+def assign(targets: Sequence[str], expr: str) -> str:
+    """`expr` unpacked into `targets`: `a, = expr`, `a, b = expr`, or `_ = expr` for none (every
+    emitted call returns a sequence, so one target still unpacks)."""
+    if not targets:
+        return f"_ = {expr}"
+    return f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = {expr}"
+
+
+def as_tuple(names: Sequence[str]) -> str:
+    """A tuple display of `names`: `(a,)`, `(a, b)`, `()`."""
+    return f"({', '.join(names)}{',' if len(names) == 1 else ''})"
 
 
 def _outer(op: Operation, block) -> Operation:
     """The op of `block` that is `op` or holds it (a use inside a lane belongs to the parallel)."""
-    while op.parent_block() is not block and op.parent_op() is not None:
-        op = op.parent_op()
+    while op.parent_block() is not block and (parent := op.parent_op()) is not None:
+        op = parent
     return op
 
 
@@ -96,10 +117,10 @@ class _Segment:
     index: int
     ops: list[Operation]
     inputs: list[SSAValue]
-    outputs: list[SSAValue]
+    outputs: Sequence[SSAValue]
     saved: list[SSAValue]
     backward_ops: list[Operation]
-    grad_of: list[SSAValue]  # backward values that are gradients of `outputs` (same order)
+    grad_of: list[SSAValue | None]  # backward values that are gradients of `outputs` (same order), if any
     stages: list[list[Operation]] = dataclasses.field(default_factory=list)
 
 
@@ -124,6 +145,9 @@ class _Emitter:
             self.names[value] = f"v{len(self.names)}"
         return self.names[value]
 
+    def targets(self, values: Sequence[SSAValue]) -> list[str]:
+        return [self.name(v) for v in values]
+
     def names_of(self, values: Sequence[SSAValue]) -> str:
         return ", ".join(self.name(v) for v in values)
 
@@ -147,19 +171,42 @@ class _Emitter:
         fwd = [op for op in self.step.forward.block.ops if not isinstance(op, YieldOp)]
         position = {op: i for i, op in enumerate(fwd)}
         fwd_yield = self.step.forward.block.last_op
+        assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
         n_out = self.step.num_outputs.data
         saved_values = list(fwd_yield.values[n_out:])
         bwd = self.step.backward.block
-        saved_arg = dict(zip(bwd.args[n_out:], saved_values))
-        # Gradients: a backward dense op's result k is the gradient of its forward twin's operand k.
+        saved_arg: dict[SSAValue, SSAValue] = dict(zip(bwd.args[n_out:], saved_values))
+        grad_source = self._gradient_sources(fwd)
+        forward_of, components = self._components(fwd, position, {**saved_arg, **grad_source})
+        segments = [self._segment(k, ops, position, saved_values) for k, ops in enumerate(components)]
+        self._add_backward(segments, forward_of, grad_source)
+        self.saved_arg = {v: arg for arg, v in saved_arg.items()}
+        self.saved_value = dict(saved_arg)
+        return segments
+
+    def _gradient_sources(self, fwd: Sequence[Operation]) -> dict[SSAValue, SSAValue]:
+        """Backward value -> the forward value it is the gradient of: a backward dense op's result
+        k is the gradient of its forward twin's operand k, the backward region's first arguments
+        those of the step's outputs."""
+        n_out = self.step.num_outputs.data
+        bwd = self.step.backward.block
         forward_dense = {op.callee.root_reference.data: op for op in fwd if isinstance(op, DenseOp)}
         grad_source: dict[SSAValue, SSAValue] = {}
         for op in bwd.ops:
             if isinstance(op, DenseOp) and op.phase.data == "backward":
                 twin = forward_dense[op.callee.root_reference.data]
                 grad_source.update(zip(op.res, twin.args))
+        fwd_yield = self.step.forward.block.last_op
+        assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
         grad_source.update(zip(bwd.args[:n_out], fwd_yield.values[:n_out]))
+        return grad_source
 
+    def _components(
+        self, fwd: Sequence[Operation], position: dict[Operation, int], backward_args: dict[SSAValue, SSAValue]
+    ) -> tuple[dict[SSAValue, Operation], list[list[Operation]]]:
+        """The forward sparse ops grouped into segments (in block order), and for each backward
+        value the forward op whose segment it belongs to (`backward_args`: saved values and
+        gradients -> the forward values they stand for)."""
         sparse = [op for op in fwd if not isinstance(op, DenseOp)]
         groups = nx.utils.UnionFind(sparse)
         for op in sparse:
@@ -168,10 +215,10 @@ class _Emitter:
                     groups.union(op, v.owner)
         # Backward ops tie together the forward ops whose values they read.
         forward_of: dict[SSAValue, Operation] = {}
-        for arg, value in {**saved_arg, **grad_source}.items():
+        for arg, value in backward_args.items():
             if isinstance(value.owner, Operation) and value.owner in position and not isinstance(value.owner, DenseOp):
                 forward_of[arg] = value.owner
-        for op in bwd.ops:
+        for op in self.step.backward.block.ops:
             if isinstance(op, DenseOp | YieldOp):
                 continue
             owners = [forward_of[v] for v in values_used_from_outside(op) if v in forward_of]
@@ -180,41 +227,56 @@ class _Emitter:
                     forward_of[result] = owners[0]
             if owners:
                 groups.union(*owners)
-        components = sorted((sorted(c, key=position.__getitem__) for c in groups.to_sets()), key=lambda c: position[c[0]])
+        components = sorted(
+            (sorted(c, key=position.__getitem__) for c in groups.to_sets()), key=lambda c: position[c[0]]
+        )
+        return forward_of, components
 
-        segments = []
-        for k, ops in enumerate(components):
-            defined = {r for op in ops for r in op.results}
-            inputs: list[SSAValue] = []
-            for op in ops:
-                for v in values_used_from_outside(op):
-                    if v not in defined and v not in inputs:
-                        inputs.append(v)
-            for v in inputs:
-                if isinstance(v.owner, Operation) and position[v.owner] > position[ops[0]]:
+    def _segment(
+        self, k: int, ops: list[Operation], position: dict[Operation, int], saved_values: Sequence[SSAValue]
+    ) -> _Segment:
+        """Segment `k` of forward ops `ops`: what it reads, what it returns and what it saves."""
+        n_out = self.step.num_outputs.data
+        defined = {r for op in ops for r in op.results}
+        inputs: list[SSAValue] = []
+        for op in ops:
+            for v in values_used_from_outside(op):
+                if v not in defined and v not in inputs:
+                    inputs.append(v)
+        for v in inputs:
+            if isinstance(v.owner, Operation) and position[v.owner] > position[ops[0]]:
+                raise EmitError(
+                    f"sparse segment {k} ({ops[0].name} ...) reads a value of {v.owner.name} computed after it "
+                    "starts; plan-module needs a segment's inputs to exist when it starts"
+                )
+        outputs = [
+            r
+            for r in defined
+            if any(
+                not isinstance(u.operation, YieldOp) or u.index < n_out
+                for u in r.uses
+                if u.operation.parent_block() is not None and _outer(u.operation, self.step.forward.block) not in ops
+            )
+        ]
+        outputs.sort(key=lambda r: (position[r.owner], r.index))
+        last = position[ops[-1]]
+        for r in outputs:
+            for u in r.uses:
+                if u.operation in position and position[u.operation] < last:
                     raise EmitError(
-                        f"sparse segment {k} ({ops[0].name} ...) reads a value of {v.owner.name} computed after it "
-                        "starts; plan-module needs a segment's inputs to exist when it starts"
+                        f"{u.operation.name} reads a result of sparse segment {k} before the segment's last op; "
+                        "plan-module runs a segment's outputs out at its end"
                     )
-            outputs = [
-                r for r in defined
-                if any(not isinstance(u.operation, YieldOp) or u.index < n_out for u in r.uses
-                       if u.operation.parent_block() is not None
-                       and _outer(u.operation, self.step.forward.block) not in ops)
-            ]
-            outputs.sort(key=lambda r: (position[r.owner], r.index))
-            last = position[ops[-1]]
-            for r in outputs:
-                for u in r.uses:
-                    if u.operation in position and position[u.operation] < last:
-                        raise EmitError(
-                            f"{u.operation.name} reads a result of sparse segment {k} before the segment's last op; "
-                            "plan-module runs a segment's outputs out at its end"
-                        )
-            saved = [v for v in saved_values if v in defined]
-            segments.append(_Segment(k, ops, inputs, outputs, saved, [], []))
+        saved = [v for v in saved_values if v in defined]
+        return _Segment(k, ops, inputs, outputs, saved, [], [])
+
+    def _add_backward(
+        self, segments: list[_Segment], forward_of: dict[SSAValue, Operation], grad_source: dict[SSAValue, SSAValue]
+    ) -> None:
+        """Each backward op into the one segment whose values it reads, and each segment's
+        gradients of its outputs."""
         owner = {op: seg for seg in segments for op in seg.ops}
-        for op in bwd.ops:
+        for op in self.step.backward.block.ops:
             if isinstance(op, DenseOp | YieldOp):
                 continue
             segs = {owner[forward_of[v]].index for v in values_used_from_outside(op) if v in forward_of}
@@ -227,9 +289,6 @@ class _Emitter:
             for grad, value in grad_source.items():
                 if grad in used and value in seg.outputs:
                     seg.grad_of[seg.outputs.index(value)] = grad
-        self.saved_arg = {v: arg for arg, v in saved_arg.items()}
-        self.saved_value = dict(saved_arg)
-        return segments
 
     @staticmethod
     def _stages(ops: Sequence[Operation], block_ops: Sequence[Operation]) -> list[list[Operation]]:
@@ -251,7 +310,7 @@ class _Emitter:
         fwd_args = list(self.step.forward.block.args)
         ops = list(self.step.forward.block.ops)
         body.append("    def forward(self, *inputs):")
-        body.append(f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs")
+        body.append("        " + assign(self.targets(fwd_args), "inputs"))
         # Where each segment's stages begin: the first stage starts with `prefetch` (or runs
         # whole with `segment` when the segment has one stage), middle stages `resume`, and the
         # last stage runs inside the autograd-aware `segment` call, which returns the outputs.
@@ -261,8 +320,7 @@ class _Emitter:
             stages = self._stages(seg.ops, ops)
             seg.stages = stages
             inputs = f"[{self.names_of(seg.inputs)}]"
-            outs = self.names_of(seg.outputs)
-            final = f"({outs}{',' if len(seg.outputs) == 1 else ''}) = self.segment({seg.index}, {inputs})"
+            final = assign(self.targets(seg.outputs), f"self.segment({seg.index}, {inputs})")
             if self._input_starts(stages[0]):
                 ahead.append(seg)
             if len(stages) == 1:
@@ -276,25 +334,26 @@ class _Emitter:
         needed = {v.owner for seg in ahead for v in seg.inputs if isinstance(v.owner, DenseOp)}
         for op in ops:
             if isinstance(op, DenseOp):
-                outs = self.names_of(op.res)
+                outs = self.targets(op.res)
                 call = f'self.dense("{op.callee.root_reference.data}", {self.names_of(op.args)})'
-                line = f"        ({outs},) = {call}" if op.res else f"        {call}"
+                line = "        " + (assign(outs, call) if outs else call)
                 body.append(line)
                 if op in needed:
                     start_body.append(line)
             elif isinstance(op, YieldOp):
-                outs = op.values[:n_out]
-                body.append(f"        return ({self.names_of(outs)}{',' if len(outs) == 1 else ''})")
+                body.append(f"        return {as_tuple(self.targets(op.values[:n_out]))}")
             elif op in calls:
                 body.append("        " + calls[op])
-                seg = next((s for s in ahead if s.ops[0] is op), None)
-                if seg is not None:
-                    start_body.append(f"        self.prefetch({seg.index}, [{self.names_of(seg.inputs)}], ahead=True)")
+                started = next((s for s in ahead if s.ops[0] is op), None)
+                if started is not None:
+                    start_body.append(
+                        f"        self.prefetch({started.index}, [{self.names_of(started.inputs)}], ahead=True)"
+                    )
         body += [
             "",
             "    def start(self, *inputs):",
             '        """Start the next batch\'s input exchanges before its forward (pipelining)."""',
-            f"        ({self.names_of(fwd_args)}{',' if len(fwd_args) == 1 else ''}) = inputs",
+            "        " + assign(self.targets(fwd_args), "inputs"),
             *(start_body if ahead else ["        pass"]),
         ]
         for seg in segments:
@@ -321,20 +380,21 @@ class _Emitter:
         for s, stage in enumerate(seg.stages):
             if s:
                 out.append('        yield "stage"')
-            last_input_start = (self._input_starts(stage) or [None])[-1]
+            input_starts = self._input_starts(stage)
+            last_input_start = input_starts[-1] if input_starts else None
             for op in stage:
                 out += ["        " + line for line in self._forward_op(op, waited)]
                 if op is last_input_start and s == 0:
                     out.append('        yield "indices"')
         saved = "".join(f"{self.name(v)}, " for v in seg.saved)
         out.append(f"        return [{self.names_of(seg.outputs)}], [{saved}batches.saved()]")
-        saved_args = "".join(f"{self.name(self.saved_arg[v])}, " for v in seg.saved)
-        grads = ", ".join(self.name(g) if g is not None else "_" for g in seg.grad_of)
+        saved_args = [*self.targets([self.saved_arg[v] for v in seg.saved]), "saved_batches"]
+        grads = [self.name(g) if g is not None else "_" for g in seg.grad_of]
         out += [
             "",
             f"    def _segment_{seg.index}_backward(self, grads, saved):",
-            f"        ({grads}{',' if len(seg.grad_of) == 1 else ''}) = grads",
-            f"        ({saved_args}saved_batches,) = saved",
+            "        " + assign(grads, "grads"),
+            "        " + assign(saved_args, "saved"),
             "        batches = rt.saved_batch_sizes(saved_batches)",
         ]
         bwd_stages = self._stages(seg.backward_ops, list(self.step.backward.block.ops)) if seg.backward_ops else []
@@ -353,10 +413,16 @@ class _Emitter:
         """One forward op; an input exchange whose receive sizes the received lengths give uses them."""
         if isinstance(op, WaitOp) and op.handle.owner in waited:
             return []  # waited on early (see below)
-        is_input = isinstance(op, AllToAllOp | AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES
-        if not (is_input and op.send_splits is not None and op.recv_splits is None):
+        if not (
+            isinstance(op, AllToAllOp | AllToAllStartOp)
+            and set(op.role.role_list) <= INPUT_ROLES
+            and op.send_splits is not None
+            and op.recv_splits is None
+        ):
             return self.emit_op(op)
-        lengths_exchange = self._lengths_exchange(op.send_splits.owner) if isinstance(op.send_splits.owner, RouteOp) else None
+        lengths_exchange = (
+            self._lengths_exchange(op.send_splits.owner) if isinstance(op.send_splits.owner, RouteOp) else None
+        )
         rs = f"rs_{self.name(op.send_splits)}"
         if lengths_exchange is None:
             if not isinstance(op, AllToAllStartOp):
@@ -364,8 +430,12 @@ class _Emitter:
             # Asynchronous: the segment sizes travel first, also asynchronously, so a prefetch
             # for the next batch never blocks on a peer.
             send = self.name(op.send_splits)
-            return [f"h_{rs} = rt.exchange_sizes(self, {send}, async_op=True)", 'yield "lengths"',
-                    f"{rs} = rt.wait(h_{rs})[0]", *self.emit_exchange(op, recv_splits=rs)]
+            return [
+                f"h_{rs} = rt.exchange_sizes(self, {send}, async_op=True)",
+                'yield "lengths"',
+                f"{rs} = rt.wait(h_{rs})[0]",
+                *self.emit_exchange(op, recv_splits=rs),
+            ]
         lines = []
         if isinstance(lengths_exchange, AllToAllStartOp):
             wait = next(iter(lengths_exchange.handle.uses)).operation
@@ -379,48 +449,40 @@ class _Emitter:
         return [*lines, *self.emit_exchange(op, recv_splits=rs)]
 
     @staticmethod
-    def _lengths_exchange(route: RouteOp) -> Operation | None:
+    def _lengths_exchange(route: RouteOp) -> AllToAllOp | AllToAllStartOp | None:
         for use in route.lengths.uses:
             if isinstance(use.operation, AllToAllOp | AllToAllStartOp) and len(use.operation.inputs) == 1:
                 return use.operation
         return None
 
     # -- exchange buffers the kernels read and write in place -----------------------------------
-    def _pack_of_lookup(self, op: KernelOp) -> PackOp | None:
+    def _pack_of_lookup(self, op: FusedLookupOp) -> PackOp | None:
         """The pack that is the only reader of every result of a fused lookup, on the same ranks
         and in the same block: the lookup can write into the exchange buffer itself."""
-        if op.kind.data != "lookup" or not op.res or any(not r.has_one_use() for r in op.res):
+        if not op.pooled or any(not r.has_one_use() for r in op.pooled):
             return None
-        pack = op.res[0].get_user_of_unique_use()
-        if not isinstance(pack, PackOp) or list(pack.members) != list(op.res) or pack.parent is not op.parent:
+        pack = op.pooled[0].get_user_of_unique_use()
+        if not isinstance(pack, PackOp) or list(pack.members) != list(op.pooled) or pack.parent is not op.parent:
             return None
         return pack if self._ranks(pack) == self._kernel_ranks(op) else None
 
-    def _update_of_unpack(self, op: UnpackOp) -> KernelOp | None:
+    def _update_of_unpack(self, op: UnpackOp) -> FusedLookupUpdateOp | None:
         """The fused update that is the only reader of every member of an unpack (its gradients,
         in order), on the same ranks and in the same block: it can read the received buffer."""
         if not op.members or any(not m.has_one_use() for m in op.members):
             return None
         kernel = op.members[0].get_user_of_unique_use()
-        if not isinstance(kernel, KernelOp) or kernel.kind.data != "lookup_update" or kernel.parent is not op.parent:
+        if not isinstance(kernel, FusedLookupUpdateOp) or kernel.parent is not op.parent:
             return None
-        if list(kernel.args[self._n_shared(kernel):]) != list(op.members):
+        if list(kernel.grads) != list(op.members):
             return None
         return kernel if self._ranks(op) == self._kernel_ranks(kernel) else None
 
     def _ranks(self, op: PackOp | UnpackOp) -> tuple[int, ...]:
         return (op.rank.value.data,) if op.rank is not None else tuple(range(self.world))
 
-    def _kernel_ranks(self, op: KernelOp) -> tuple[int, ...]:
-        return tuple(op.attributes["placements"].data[0].owner_ranks(self.world))
-
-    @staticmethod
-    def _n_shared(op: KernelOp) -> int:
-        """lengths, indices (and weights): the operands a fused kernel's tables share."""
-        n_tables = len(op.attributes["tables"].data)
-        weighted = (op.kind.data == "lookup" and len(op.args) == 3) or (
-            op.kind.data != "lookup" and len(op.args) - n_tables == 3)
-        return 3 if weighted else 2
+    def _kernel_ranks(self, op: FusedTableOp) -> tuple[int, ...]:
+        return tuple(op.owner_ranks(self.world))
 
     def _layout(self, op: PackOp | UnpackOp) -> str:
         return self.const("LAYOUT", repr(tuple(tuple(seg) for seg in op.layout.segments)))
@@ -429,53 +491,60 @@ class _Emitter:
     def _widths(op: UnpackOp) -> tuple[int, ...]:
         return tuple((m.type.get_shape()[1] if len(m.type.get_shape()) == 2 else 1) for m in op.members)
 
-    def emit_kernel(self, op: KernelOp) -> list[str]:
-        """A fused table kernel: one call for all its tables on the ranks that hold them. A lookup
-        whose results only a pack reads writes into the packed buffer (`packed=`), an update whose
-        gradients only come from an unpack reads the received buffer (`packed_grads=`): the
-        runtime does so without a copy when the layout gives each table the same columns in every
-        segment, and packs or unpacks otherwise."""
+    def _fused_common(self, op: FusedTableOp) -> str:
+        """The arguments every fused call takes: its tables, the shared ids and where the tables'
+        features sit in the received segments."""
         n = self.name
-        tables = op.attributes["tables"].data
-        placements = op.attributes["placements"].data
+        tables = op.table_list
         names = tuple(t.name_str for t in tables)
-        slots = tuple(tuple(sl.get_values()) for sl in op.attributes["slots"].data)
+        slots = tuple(tuple(sl) for sl in op.slot_lists)
         poolings = tuple(str(t.pooling.data) for t in tables)
-        lengths, indices = op.args[0], op.args[1]
-        n_shared = self._n_shared(op)
-        weights = op.args[2] if n_shared == 3 else None
-        served, exchanged = self._served(lengths)
+        served, exchanged = self._served(op.lengths)
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
-        ranks = placements[0].owner_ranks(self.world)
-        common = (
-            f"{names!r}, {n(lengths)}, {n(indices)}, {n(weights)}, slots={slots!r}, "
+        return (
+            f"{names!r}, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, slots={slots!r}, "
             f"features_per_segment={fps}[self.rank], poolings={poolings!r}, "
             f"segment_batches={self._segment_batches(exchanged)}"
         )
-        if op.kind.data == "lookup":
-            pack = self._pack_of_lookup(op)
-            if pack is not None:
-                dtype = _DTYPES.get(str(pack.buffer.type.element_type), "torch.float32")
-                return self._guard(ranks, f"{self.name(pack.buffer)} = rt.fused_lookup(self, {common}, "
-                                   f"packed=({self._layout(pack)}, {dtype}, {self._pack_batch(pack)}))",
-                                   [pack.buffer])
-            outs = self.names_of(op.res)
-            return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup(self, {common})",
-                               list(op.res))
-        grads = self.names_of(op.args[n_shared:])
-        if op.kind.data == "lookup_grad":
-            outs = self.names_of(op.res)
-            return self._guard(ranks, f"{outs}{',' if len(op.res) == 1 else ''} = rt.fused_lookup_grad(self, {common}, "
-                               f"grads=[{grads}])", list(op.res))
-        unpack = op.args[-1].owner if len(op.args) > n_shared else None
+
+    def emit_fused_lookup(self, op: FusedLookupOp) -> list[str]:
+        """One call for all the tables on the ranks that hold them; when only a pack reads the
+        results, the call writes the packed buffer (`packed=`) and the pack is not emitted."""
+        ranks = op.owner_ranks(self.world)
+        common = self._fused_common(op)
+        pack = self._pack_of_lookup(op)
+        if pack is not None:
+            dtype = _DTYPES.get(str(pack.buffer.type.element_type), "torch.float32")
+            return self._guard(
+                ranks,
+                f"{self.name(pack.buffer)} = rt.fused_lookup(self, {common}, "
+                f"packed=({self._layout(pack)}, {dtype}, {self._pack_batch(pack)}))",
+                [pack.buffer],
+            )
+        return self._guard(ranks, assign(self.targets(op.pooled), f"rt.fused_lookup(self, {common})"), list(op.pooled))
+
+    def emit_fused_lookup_grad(self, op: FusedLookupGradOp) -> list[str]:
+        """The replicated tables' gradients in one call (laid out back to back for the all-reduce)."""
+        call = f"rt.fused_lookup_grad(self, {self._fused_common(op)}, grads=[{self.names_of(op.grads)}])"
+        return self._guard(op.owner_ranks(self.world), assign(self.targets(op.table_grads), call), list(op.table_grads))
+
+    def emit_fused_lookup_update(self, op: FusedLookupUpdateOp) -> list[str]:
+        """The tables' fused update in one call; when its gradients are exactly an unpack's
+        members, it reads the received buffer (`packed_grads=`) and the unpack is not emitted.
+        The runtime does either without a copy when the layout gives each table the same columns
+        in every segment, and packs or unpacks otherwise."""
+        common = self._fused_common(op)
+        unpack = op.grads[-1].owner if op.grads else None
         if isinstance(unpack, UnpackOp) and self._update_of_unpack(unpack) is op:
-            grads = (f"packed_grads=({self.name(unpack.buffer)}, {self._layout(unpack)}, {self._widths(unpack)!r}, "
-                     f"{self._pack_batch(unpack)})")
+            grads = (
+                f"packed_grads=({self.name(unpack.buffer)}, {self._layout(unpack)}, {self._widths(unpack)!r}, "
+                f"{self._pack_batch(unpack)})"
+            )
         else:
-            grads = f"grads=[{grads}]"
-        opt = op.attributes["optimizer"]
+            grads = f"grads=[{self.names_of(op.grads)}]"
+        opt = op.optimizer
         return self._guard(
-            ranks,
+            op.owner_ranks(self.world),
             f"rt.fused_lookup_update(self, {common}, {grads}, optimizer={str(opt.kind.data)!r}, "
             f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
             [],
@@ -490,13 +559,13 @@ class _Emitter:
             for inner in lane.block.ops:
                 if isinstance(inner, YieldOp):
                     vals = inner.values
-                    lines.append(f"    return ({self.names_of(vals)}{',' if len(vals) == 1 else ''})")
+                    lines.append(f"    return {as_tuple(self.targets(vals))}")
                 else:
                     lines += ["    " + line for line in self.emit_op(inner)]
         call = f"rt.parallel(self, [{', '.join(f'_lane_{k}' for k in range(len(op.lanes)))}])"
         if not op.res:
             return [*lines, call]
-        return [*lines, f"({self.names_of(op.res)}{',' if len(op.res) == 1 else ''}) = {call}"]
+        return [*lines, assign(self.targets(op.res), call)]
 
     def _fake_spec(self, seg: _Segment):
         """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D
@@ -509,7 +578,7 @@ class _Emitter:
                 str(t.element_type), "float32"
             )
 
-        outs = tuple((v.type.get_shape()[1], dtype(v.type)) for v in seg.outputs)
+        outs = tuple((cast(TensorType, v.type).get_shape()[1], dtype(v.type)) for v in seg.outputs)  # verified
         return batch_input, outs, (*(dtype(v.type) for v in seg.saved), "int64")
 
     def _guard(self, ranks: Sequence[int], line: str, results: Sequence[SSAValue]) -> list[str]:
@@ -527,13 +596,13 @@ class _Emitter:
             source = source.handle.owner
         if isinstance(source, UnpackIdsOp):
             return {r: c for r, c in enumerate(source.features.get_values())}, True
-        exchanged = isinstance(source, AllToAllOp | AllToAllStartOp)
-        if exchanged:
+        if isinstance(source, AllToAllOp | AllToAllStartOp) and source.splits is not None:
             matrix = source.splits.matrix
             return {r: matrix[0][r] for r in range(self.world)}, True
         if isinstance(source, RouteOp):
             return {r: len(source.features) for r in range(self.world)}, False
-        raise EmitError(f"lookup reads lengths from {source.name}; expected sparse.route or coll.all_to_all")
+        what = source.name if isinstance(source, Operation) else "a block argument"
+        raise EmitError(f"lookup reads lengths from {what}; expected sparse.route or coll.all_to_all")
 
     # -- batch sizes: ranks' local batches may differ, so buffers are sized per step and peer ------
     @staticmethod
@@ -547,9 +616,11 @@ class _Emitter:
         holds rank `s`'s samples: pooled outputs sent back, pooled gradients received), this
         rank's own on the samples' side and for local regroups."""
         if isinstance(op, PackOp):
-            to_samples = any(isinstance(reader, ReduceScatterOp)
-                             or (isinstance(reader, AllToAllOp | AllToAllStartOp)
-                                 and "output_pooled" in reader.role.role_list) for reader in self._readers(op.buffer))
+            to_samples = any(
+                isinstance(reader, ReduceScatterOp)
+                or (isinstance(reader, AllToAllOp | AllToAllStartOp) and "output_pooled" in reader.role.role_list)
+                for reader in self._readers(op.buffer)
+            )
             return "batches.ranks" if to_samples else "batches.own"
         source = op.buffer.owner
         if isinstance(source, WaitOp):
@@ -564,8 +635,11 @@ class _Emitter:
         for use in value.uses:
             parallel = use.operation.parent_op()
             if isinstance(use.operation, YieldOp) and isinstance(parallel, ParallelOp):
-                lane = list(parallel.lanes).index(use.operation.parent_region())
-                first = sum(len(r.block.last_op.operands) for r in list(parallel.lanes)[:lane])
+                region = use.operation.parent_region()
+                assert region is not None  # the yield is in a lane of `parallel`
+                lane = list(parallel.lanes).index(region)
+                # Every lane ends with its yield (verified).
+                first = sum(len(cast(YieldOp, r.block.last_op).operands) for r in list(parallel.lanes)[:lane])
                 readers += self._readers(parallel.res[first + use.index])
             else:
                 readers.append(use.operation)
@@ -584,80 +658,103 @@ class _Emitter:
             call = f"rt.all_to_all_dynamic(self, {inputs}, {n(op.send_splits)}, {recv}, role={role!r}"
         if isinstance(op, AllToAllStartOp):
             return [f"{n(op.handle)} = {call}, async_op=True)"]
-        outs = self.names_of(op.outputs)
-        return [f"{outs}{',' if len(op.outputs) == 1 else ''} = {call})"]
+        return [assign(self.targets(op.outputs), f"{call})")]
 
     def emit_op(self, op: Operation) -> list[str]:
-        n = self.name
-        if isinstance(op, RouteOp):
-            placements = {p.table.data: p for p in op.placements.data}
-            feats = []
-            for f in op.features.data:
-                p = placements[f.table.data]
-                feats.append(
-                    f"rt.RouteFeature({f.feature_name.data!r}, {f.table.data!r}, {self.table_rows[f.table.data]}, {str(p.kind.data)!r}, "
-                    f"{tuple(p.rank_list)!r}, {tuple(p.bounds)!r}, {bool(f.weighted.data)!r})"
-                )
-            spec = self.const("ROUTE", "(\n    " + ",\n    ".join(feats) + ",\n)")
-            outs = [op.lengths, op.indices, op.splits, op.routed_weights[0] if op.routed_weights else None]
-            weights = "[" + self.names_of(op.weights) + "]"
-            return [
-                f"{n(outs[0])}, {n(outs[1])}, {n(outs[2])}, {n(outs[3]) if outs[3] is not None else '_'}, "
-                f"{'batches' if op in self.batch_routes else '_'} = rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], {weights}, "
-                f"index_dtype=torch.{'int32' if str(op.indices.type.element_type) == 'i32' else 'int64'})"
-            ]
-        if isinstance(op, AllToAllOp | AllToAllStartOp):
-            return self.emit_exchange(op)
-        if isinstance(op, WaitOp):
-            outs = self.names_of(op.outputs)
-            return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.wait({n(op.handle)})"]
-        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp) and not (
-            isinstance(op, LookupUpdateOp) and op.dense
-        ):
-            return self.emit_lookup(op)
-        if isinstance(op, LookupUpdateOp):  # dense-gradient form
-            opt = op.optimizer
-            return self._guard(
-                op.placement.owner_ranks(self.world),
-                f"rt.dense_update(self, {op.table.name_str!r}, {n(op.grad)}, optimizer={str(opt.kind.data)!r}, "
-                f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
-                [],
+        emit = _EMITTERS.get(type(op))
+        if emit is None:
+            raise EmitError(f"plan-module cannot emit {op.name} yet")
+        return emit(self, op)
+
+    def emit_route(self, op: RouteOp) -> list[str]:
+        placements = {p.table.data: p for p in op.placements.data}
+        feats = []
+        for f in op.features.data:
+            p = placements[f.table.data]
+            feats.append(
+                f"rt.RouteFeature({f.feature_name.data!r}, {f.table.data!r}, {self.table_rows[f.table.data]}, "
+                f"{str(p.kind.data)!r}, {tuple(p.rank_list)!r}, {tuple(p.bounds)!r}, {bool(f.weighted.data)!r})"
             )
-        if isinstance(op, KernelOp):
-            return self.emit_kernel(op)
-        if isinstance(op, ParallelOp):
-            return self.emit_parallel(op)
-        if isinstance(op, PackOp | UnpackOp):
-            return self.emit_pack(op)
-        if isinstance(op, PackIdsOp):
-            features = tuple(op.features.get_values())
-            return [f"{n(op.buffer)}, {n(op.sizes)} = rt.pack_ids(self, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
-                    f"features={features!r}, batch=batches.own)"]
-        if isinstance(op, UnpackIdsOp):
-            features = tuple(op.features.get_values())
-            index_dtype = "torch.int32" if str(op.indices.type.element_type) == "i32" else "torch.int64"
-            outs = [op.lengths, op.indices, *([op.weights] if op.weights is not None else [])]
-            return [f"{self.names_of(outs)} = rt.unpack_ids(self, {n(op.buffer)}, {n(op.sizes)}, features={features!r}, "
-                    f"weighted={op.weights is not None}, index_dtype={index_dtype}, batches=batches.ranks)"]
-        if isinstance(op, PermuteOp):
-            order = list(op.order.get_values())
-            srcs = ", ".join(n(op.inputs[j]) for j in order)
-            return [f"{self.names_of(op.outputs)}{',' if len(order) == 1 else ''} = {srcs}{',' if len(order) == 1 else ''}"]
-        if isinstance(op, ReduceScatterOp):
-            return [f"{n(op.result)} = rt.reduce_scatter(self, {n(op.input)}, reduction={str(op.reduction.data)!r}, "
-                    "batches=batches.ranks)"]
-        if isinstance(op, AllReduceOp):
-            outs = self.names_of(op.outputs)
-            return [f"{outs}{',' if len(op.outputs) == 1 else ''} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
-                    f"reduction={str(op.reduction.data)!r})"]
+        spec = self.const("ROUTE", "(\n    " + ",\n    ".join(feats) + ",\n)")
+        targets = self.targets([op.lengths, op.indices, op.splits])
+        targets += [
+            self.name(op.routed_weights[0]) if op.routed_weights else "_",
+            "batches" if op in self.batch_routes else "_",
+        ]
+        index_dtype = "int32" if str(op.indices.type.element_type) == "i32" else "int64"
+        return [
+            assign(
+                targets,
+                f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], "
+                f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype})",
+            )
+        ]
+
+    def emit_wait(self, op: WaitOp) -> list[str]:
+        return [assign(self.targets(op.outputs), f"rt.wait({self.name(op.handle)})")]
+
+    def emit_update(self, op: LookupUpdateOp) -> list[str]:
+        """A table update: from pooled gradients (per-table, like a lookup) or, for replicated
+        tables, from the all-reduced dense table gradient."""
+        if not op.dense:
+            return self.emit_lookup(op)
+        opt = op.optimizer
+        return self._guard(
+            op.placement.owner_ranks(self.world),
+            f"rt.dense_update(self, {op.table.name_str!r}, {self.name(op.grad)}, optimizer={str(opt.kind.data)!r}, "
+            f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+            [],
+        )
+
+    def emit_pack_ids(self, op: PackIdsOp) -> list[str]:
+        n = self.name
+        features = tuple(op.features.get_values())
+        return [
+            assign(
+                self.targets([op.buffer, op.sizes]),
+                f"rt.pack_ids(self, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
+                f"features={features!r}, batch=batches.own)",
+            )
+        ]
+
+    def emit_unpack_ids(self, op: UnpackIdsOp) -> list[str]:
+        features = tuple(op.features.get_values())
+        index_dtype = "torch.int32" if str(op.indices.type.element_type) == "i32" else "torch.int64"
+        outs = [op.lengths, op.indices, *([op.weights] if op.weights is not None else [])]
+        return [
+            assign(
+                self.targets(outs),
+                f"rt.unpack_ids(self, {self.name(op.buffer)}, {self.name(op.sizes)}, features={features!r}, "
+                f"weighted={op.weights is not None}, index_dtype={index_dtype}, batches=batches.ranks)",
+            )
+        ]
+
+    def emit_permute(self, op: PermuteOp) -> list[str]:
+        """A renaming: result `i` is input `order[i]` (no call)."""
+        order = list(op.order.get_values())
+        srcs = ", ".join(self.name(op.inputs[j]) for j in order)
+        return [assign(self.targets(op.outputs), f"{srcs}{',' if len(order) == 1 else ''}")]
+
+    def emit_reduce_scatter(self, op: ReduceScatterOp) -> list[str]:
+        return [
+            f"{self.name(op.result)} = rt.reduce_scatter(self, {self.name(op.input)}, "
+            f"reduction={str(op.reduction.data)!r}, batches=batches.ranks)"
+        ]
+
+    def emit_all_reduce(self, op: AllReduceOp | AllReduceStartOp) -> list[str]:
+        reduction = str(op.reduction.data)
         if isinstance(op, AllReduceStartOp):
-            return [f"{n(op.handle)} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
-                    f"reduction={str(op.reduction.data)!r}, async_op=True)"]
-        raise EmitError(f"plan-module cannot emit {op.name} yet")
+            return [
+                f"{self.name(op.handle)} = rt.all_reduce(self, [{self.names_of(op.inputs)}], "
+                f"reduction={reduction!r}, async_op=True)"
+            ]
+        targets = self.targets(op.outputs)
+        return [assign(targets, f"rt.all_reduce(self, [{self.names_of(op.inputs)}], reduction={reduction!r})")]
 
     def emit_lookup(self, op: LookupOp | LookupUpdateOp | LookupGradOp) -> list[str]:
         """A per-table lookup, update (pooled-gradient form) or table gradient, on its table's ranks."""
         n = self.name
+        assert op.lengths is not None  # only a dense update reads no ids, and `emit_update` emits it
         served, exchanged = self._served(op.lengths)
         ranks = op.placement.owner_ranks(self.world)
         slots = tuple(op.slots.get_values())
@@ -670,8 +767,9 @@ class _Emitter:
         if isinstance(op, LookupOp):
             return self._guard(ranks, f"{n(op.pooled)} = rt.lookup(self, {common})", [op.pooled])
         if isinstance(op, LookupGradOp):
-            return self._guard(ranks, f"{n(op.table_grad)} = rt.lookup_grad(self, {common}, grad={n(op.grad)})",
-                               [op.table_grad])
+            return self._guard(
+                ranks, f"{n(op.table_grad)} = rt.lookup_grad(self, {common}, grad={n(op.grad)})", [op.table_grad]
+            )
         opt = op.optimizer
         return self._guard(
             ranks,
@@ -684,20 +782,26 @@ class _Emitter:
         """A pack or unpack on its ranks; none where a fused kernel writes or reads the buffer."""
         n = self.name
         ranks = self._ranks(op)
-        dtype = _DTYPES.get(str(op.buffer.type.element_type), "torch.float32")
+        dtype = _DTYPES.get(str(cast(TensorType, op.buffer.type).element_type), "torch.float32")  # verified
         batch = self._pack_batch(op)
         if isinstance(op, PackOp):
             lookup = op.members[0].owner if op.members else None
-            if isinstance(lookup, KernelOp) and self._pack_of_lookup(lookup) is op:
-                return []  # the fused lookup wrote the buffer (emit_kernel)
+            if isinstance(lookup, FusedLookupOp) and self._pack_of_lookup(lookup) is op:
+                return []  # the fused lookup wrote the buffer (emit_fused_lookup)
             layout = self._layout(op)
-            return self._guard(ranks, f"{n(op.buffer)} = rt.pack(self, [{self.names_of(op.members)}], {layout}, "
-                               f"{dtype}, batch={batch})", [op.buffer])
+            return self._guard(
+                ranks,
+                f"{n(op.buffer)} = rt.pack(self, [{self.names_of(op.members)}], {layout}, {dtype}, batch={batch})",
+                [op.buffer],
+            )
         if not op.members or self._update_of_unpack(op) is not None:
-            return []  # nothing to unpack, or the fused update reads the buffer (emit_kernel)
-        outs = self.names_of(op.members)
-        return self._guard(ranks, f"{outs}{',' if len(op.members) == 1 else ''} = rt.unpack(self, {n(op.buffer)}, "
-                           f"{self._layout(op)}, {self._widths(op)!r}, batch={batch})", list(op.members))
+            return []  # nothing to unpack, or the fused update reads the buffer (emit_fused_lookup_update)
+        outs = self.targets(op.members)
+        return self._guard(
+            ranks,
+            assign(outs, f"rt.unpack(self, {n(op.buffer)}, {self._layout(op)}, {self._widths(op)!r}, batch={batch})"),
+            list(op.members),
+        )
 
     def module_text(self, body: list[str], segments: list[_Segment]) -> str:
         ops = [op for op in self.step.walk()]
@@ -716,7 +820,10 @@ class _Emitter:
             "",
             "import torch",
             "",
+            *PLAN_MODULE_IMPORTS,
             "from sparselift.runtime import plan_ops as rt",
+            "",
+            *render_tables(describe_tables(self.step)),
             "",
             f"PLAN_HASH = {plan_hash(module) if isinstance(module, ModuleOp) else ''!r}",
             f"WORLD_SIZE = {self.world}",
@@ -727,16 +834,63 @@ class _Emitter:
         ]
         seg_info = [f"    {s.index}: ({len(s.outputs)}, {len(s.saved) + 1})," for s in segments]  # + batch sizes
         fake_info = [f"    {s.index}: {self._fake_spec(s)!r}," for s in segments]
-        return "\n".join(
-            header
-            + self.consts
-            + ["", "# segment -> (number of outputs, number of saved values)", "SEGMENTS = {", *seg_info, "}", "", "",
-               "# segment -> (index of an offsets input, (width, dtype) per output, dtype per saved value)",
-               "SEGMENT_SHAPES = {", *fake_info, "}", "", "",
-               "class Plan(rt.PlanBase):", f'    """Runs @{self.step.sym_name.data} on one rank."""', "",
-               "    SEGMENTS = SEGMENTS", "    SEGMENT_SHAPES = SEGMENT_SHAPES", "    DENSE_GRAD_OVERLAP = DENSE_GRAD_OVERLAP", ""]
-            + body
-        ) + "\n"
+        return (
+            "\n".join(
+                header
+                + self.consts
+                + [
+                    "",
+                    "# segment -> (number of outputs, number of saved values)",
+                    "SEGMENTS = {",
+                    *seg_info,
+                    "}",
+                    "",
+                    "",
+                    "# segment -> (index of an offsets input, (width, dtype) per output, dtype per saved value)",
+                    "SEGMENT_SHAPES = {",
+                    *fake_info,
+                    "}",
+                    "",
+                    "",
+                    "class Plan(rt.PlanBase):",
+                    f'    """Runs @{self.step.sym_name.data} on one rank."""',
+                    "",
+                    "    SEGMENTS = SEGMENTS",
+                    "    SEGMENT_SHAPES = SEGMENT_SHAPES",
+                    "    DENSE_GRAD_OVERLAP = DENSE_GRAD_OVERLAP",
+                    "    TABLES = TABLES",
+                    "",
+                ]
+                + body
+            )
+            + "\n"
+        )
+
+
+# What `_Emitter.emit_op` writes for each op (by exact type); dense ops and yields are emitted
+# by the structure (`emit`, `emit_segment`, `emit_parallel`).
+# Each emitter takes an op of its key's type: a mapping the type checker cannot relate, hence `...`.
+_EMITTERS: dict[type[Operation], Callable[..., list[str]]] = {
+    RouteOp: _Emitter.emit_route,
+    AllToAllOp: _Emitter.emit_exchange,
+    AllToAllStartOp: _Emitter.emit_exchange,
+    WaitOp: _Emitter.emit_wait,
+    LookupOp: _Emitter.emit_lookup,
+    LookupGradOp: _Emitter.emit_lookup,
+    LookupUpdateOp: _Emitter.emit_update,
+    FusedLookupOp: _Emitter.emit_fused_lookup,
+    FusedLookupUpdateOp: _Emitter.emit_fused_lookup_update,
+    FusedLookupGradOp: _Emitter.emit_fused_lookup_grad,
+    ParallelOp: _Emitter.emit_parallel,
+    PackOp: _Emitter.emit_pack,
+    UnpackOp: _Emitter.emit_pack,
+    PackIdsOp: _Emitter.emit_pack_ids,
+    UnpackIdsOp: _Emitter.emit_unpack_ids,
+    PermuteOp: _Emitter.emit_permute,
+    ReduceScatterOp: _Emitter.emit_reduce_scatter,
+    AllReduceOp: _Emitter.emit_all_reduce,
+    AllReduceStartOp: _Emitter.emit_all_reduce,
+}
 
 
 def emit_plan_module(module: ModuleOp) -> str:

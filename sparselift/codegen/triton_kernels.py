@@ -1,25 +1,19 @@
-"""Triton kernels for the sparse ops on CUDA: pooled lookup forward and fused backward + update.
+"""The `@triton.jit` bodies of the sparse ops on CUDA: pooled lookup and fused backward + update.
 
-Same semantics and signatures as `sparselift.runtime.reference` (`lookup`, `lookup_update`),
-plus `fused_lookup` / `fused_lookup_update` over several tables (one launch per table):
+Kernels only; their launches, input checks and the update's sort are in
+`sparselift.codegen.triton_ops` (call those, not these):
 
-- `_lookup_kernel`: one program per output bag (segment, slot, sample) gathers the bag's rows
+- `lookup_kernel`: one program per output bag (segment, slot, sample) gathers the bag's rows
   `BLOCK_L` ids at a time into a `[BLOCK_L, BLOCK_D]` tile (f32 accumulation, any storage
   dtype), scales by the per-id weight and/or `1 / len` (mean), and writes the pooled row.
-- `_update_kernel`: the call's ids are stably sorted once, for all tables, by the key (table,
-  row, slot index), which leaves each row's occurrences in the reference's order (slot,
-  segment, sample, position) (torch ops, one host sync for the per-table counts). One launch
-  per table, one program per sorted position; the first position of each row sums the
-  pooled-gradient rows of its occurrences (x scale x `grad_scale`) and applies the optimizer
-  once: SGD (`w -= lr * g`) or row-wise Adagrad (`state += mean(g^2)`,
-  `w -= lr * g / (sqrt(state) + eps)`), exactly as the reference aggregates duplicates. No dense
-  or per-id gradient rows are materialized.
+- `update_kernel`: one program per position of the table's ids sorted by (row, slot); the
+  first position of each row (its head) sums the pooled-gradient rows of its occurrences
+  (x scale x `grad_scale`) and applies the optimizer once: SGD (`w -= lr * g`) or row-wise
+  Adagrad (`state += mean(g^2)`, `w -= lr * g / (sqrt(state) + eps)`), exactly as the
+  reference aggregates duplicates. No dense or per-id gradient rows are materialized.
 
-Inputs are validated before any kernel runs (two host syncs per call): bag lengths, and every
-id a table's slots read against that table's rows, so no kernel reads or writes out of bounds.
-
-The module imports on any machine (torch is imported lazily by the wrappers; without triton
-`AVAILABLE` is False). The kernels need CUDA tensors, or CPU tensors when the interpreter is on
+The module imports on any machine (without triton `AVAILABLE` is False and no kernel is
+defined). The kernels need CUDA tensors, or CPU tensors when the interpreter is on
 (`TRITON_INTERPRET=1` set before this module is imported: triton reads it when `@triton.jit`
 decorates the kernels; `INTERPRETED` records what it saw).
 """
@@ -27,7 +21,6 @@ decorates the kernels; `INTERPRETED` records what it saw).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 try:
     import triton
@@ -54,24 +47,27 @@ def _interpret_on() -> bool:
 
 INTERPRETED = _interpret_on()
 
-__all__ = [
-    "AVAILABLE",
-    "INTERPRETED",
-    "usable_for",
-    "lookup",
-    "lookup_update",
-    "fused_lookup",
-    "fused_lookup_update",
-]
+__all__ = ["AVAILABLE", "INTERPRETED", "lookup_kernel", "update_kernel"]
 
 
 if AVAILABLE:
 
     @triton.jit
-    def _lookup_kernel(
-        W, idx, offs, wts, slots, out,
-        F, B, NS, D,
-        HAS_W: tl.constexpr, MEAN: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr,
+    def lookup_kernel(
+        W,
+        idx,
+        offs,
+        wts,
+        slots,
+        out,
+        F,
+        B,
+        NS,
+        D,
+        HAS_W: tl.constexpr,
+        MEAN: tl.constexpr,
+        BLOCK_L: tl.constexpr,
+        BLOCK_D: tl.constexpr,
     ):
         pid = tl.program_id(0).to(tl.int64)
         b = pid % B
@@ -104,10 +100,24 @@ if AVAILABLE:
         tl.store(o, acc.to(out.dtype.element_ty), mask=dmask)
 
     @triton.jit
-    def _update_kernel(
-        W, state, keys, ends, gof, scl, grad,
-        BASE, ROW0, K, D, lr, eps, gs,
-        ADAGRAD: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr,
+    def update_kernel(
+        W,
+        state,
+        keys,
+        ends,
+        gof,
+        scl,
+        grad,
+        BASE,
+        ROW0,
+        K,
+        D,
+        lr,
+        eps,
+        gs,
+        ADAGRAD: tl.constexpr,
+        BLOCK_L: tl.constexpr,
+        BLOCK_D: tl.constexpr,
     ):
         # One program per sorted id position of this table; only the first position of each row
         # (the head) does work: it sums the row's occurrences and updates the row once.
@@ -138,243 +148,3 @@ if AVAILABLE:
         else:
             w = w + (-lr) * g
         tl.store(wp, w.to(W.dtype.element_ty), mask=dmask)
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
-def usable_for(*tensors) -> bool:
-    """Whether these kernels can run on these tensors (CUDA, or CPU under the interpreter)."""
-    if not AVAILABLE:
-        return False
-    ts = [t for t in tensors if t is not None]
-    if all(t.is_cuda for t in ts):
-        return True
-    return INTERPRETED and all(t.device.type == "cpu" for t in ts)
-
-
-def _require(tables, *tensors) -> None:
-    if not AVAILABLE:
-        raise RuntimeError("triton is not installed")
-    if not usable_for(*tables, *tensors):
-        raise RuntimeError("the Triton kernels need CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set "
-                           "before sparselift.codegen.triton_kernels is imported)")
-
-
-class _Geometry:
-    """Checked inputs shared by a call's tables: i64 bag offsets, contiguous ids, f32 weights,
-    the number of segments, and each id's bag (computed once, on the ids' device)."""
-
-    def __init__(self, offs, indices, weights, segments, bag_of_id):
-        self.offs, self.indices, self.weights, self.segments, self.bag_of_id = (
-            offs, indices, weights, segments, bag_of_id)
-
-
-def _geometry(names, lengths, indices, weights, slots_per_table, features_per_segment, batch, tables) -> _Geometry:
-    """Validate a call's lengths, ids and weights (two host syncs in all) before any kernel runs."""
-    import torch
-
-    who = ", ".join(f"'{n}'" for n in names)
-    where = f"lookup of table {who}"
-    if lengths.dim() != 1 or lengths.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{where}: lengths must be a 1-D int32 tensor")
-    if indices.dim() != 1 or indices.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{where}: indices must be a 1-D int32/int64 tensor")
-    if weights is not None and (weights.dim() != 1 or weights.numel() != indices.numel()):
-        raise ValueError(f"{where}: one weight per id expected")
-    f, b = int(features_per_segment), int(batch)
-    nbags, n = lengths.numel(), indices.numel()
-    if f * b == 0:
-        if nbags:
-            raise ValueError(f"{where}: {nbags} bag lengths for {f} features x batch {b}")
-        segments = 0
-    elif nbags % (f * b):
-        raise ValueError(f"{where}: {nbags} bag lengths is not a whole number of segments")
-    else:
-        segments = nbags // (f * b)
-    for name, slots in zip(names, slots_per_table):
-        for s in slots:
-            if not 0 <= int(s) < f:
-                raise ValueError(f"table '{name}': slot {int(s)} is outside the {f} features of a segment")
-    dev = lengths.device
-    lengths64 = lengths.to(torch.int64)
-    offs = torch.zeros(nbags + 1, dtype=torch.int64, device=dev)
-    if nbags:
-        torch.cumsum(lengths64, 0, out=offs[1:])
-        negative, total = torch.stack([(lengths64 < 0).any().to(torch.int64), offs[-1]]).tolist()
-        if negative:
-            bad = int(torch.nonzero(lengths64 < 0)[0])
-            raise ValueError(f"{where}: negative bag length {int(lengths64[bad])} at bag {bad}")
-    else:
-        total = 0
-    if total != n:
-        raise ValueError(f"{where}: bag lengths sum to {total} but there are {n} ids")
-    bag_of_id = torch.repeat_interleave(torch.arange(nbags, device=dev), lengths64, output_size=n)
-    # Every id a table's slots read must lie in [0, rows): one bound per feature slot.
-    limit = [None] * f
-    for slots, t in zip(slots_per_table, tables):
-        for s in slots:
-            rows = int(t.shape[0])
-            limit[int(s)] = rows if limit[int(s)] is None else min(rows, limit[int(s)])
-    if n and segments and any(x is not None for x in limit):
-        bound = torch.tensor([2**62 if x is None else x for x in limit], dtype=torch.int64, device=dev)
-        feature = (bag_of_id % (f * b)) // b
-        bad = (indices < 0) | (indices >= bound[feature])
-        if bool(bad.any()):
-            at = int(torch.nonzero(bad)[0])
-            slot, v = int(feature[at]), int(indices[at])
-            name, rows = next((nm, int(t.shape[0])) for nm, sl, t in zip(names, slots_per_table, tables)
-                              if slot in [int(x) for x in sl] and not 0 <= v < int(t.shape[0]))
-            raise ValueError(f"lookup of table '{name}': id {v} is out of range for a table of {rows} rows")
-    w = weights.to(torch.float32).contiguous() if weights is not None else None
-    return _Geometry(offs, indices.contiguous(), w, segments, bag_of_id)
-
-
-def _slot_tensors(slots_per_table, device) -> list:
-    """Each table's slots as an int32 tensor on `device` (one host-to-device copy for all)."""
-    import torch
-
-    flat = torch.tensor([int(x) for sl in slots_per_table for x in sl], dtype=torch.int32).to(device)
-    return list(flat.split([len(sl) for sl in slots_per_table]))
-
-
-def fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings,
-                 names: Sequence[str] | None = None, block_l: int = 16):
-    """`reference.lookup` for several tables reading the same lengths / indices."""
-    import torch
-
-    tables = list(tables)
-    if isinstance(poolings, str):
-        poolings = [poolings] * len(tables)
-    names = list(names) if names is not None else [f"#{i}" for i in range(len(tables))]
-    _require(tables, lengths, indices, weights)
-    for pooling, name in zip(poolings, names):
-        if pooling not in ("sum", "mean"):
-            raise ValueError(f"lookup of table '{name}': unknown pooling '{pooling}'")
-    geo = _geometry(names, lengths, indices, weights, slots_per_table, features_per_segment, batch, tables)
-    outs = []
-    slot_tensors = _slot_tensors(slots_per_table, indices.device)
-    for t, slots, sl, pooling in zip(tables, slots_per_table, slot_tensors, poolings):
-        t = t.contiguous()
-        dim = t.shape[1]
-        out = torch.zeros(geo.segments * int(batch), dim * len(slots), dtype=t.dtype, device=t.device)
-        n_prog = geo.segments * len(slots) * int(batch)
-        if n_prog and dim:
-            w = geo.weights
-            _lookup_kernel[(n_prog,)](
-                t, geo.indices, geo.offs, w if w is not None else geo.offs, sl, out,
-                int(features_per_segment), int(batch), len(slots), dim,
-                HAS_W=w is not None, MEAN=pooling == "mean", BLOCK_L=block_l, BLOCK_D=_next_pow2(dim),
-            )
-        outs.append(out)
-    return outs
-
-
-def lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling):
-    """Same signature and result as `reference.lookup`."""
-    return fused_lookup([table], lengths, indices, weights, [slots], features_per_segment, batch, [pooling])[0]
-
-
-def _sorted_ids(geo: _Geometry, lengths, tables, slots_per_table, features_per_segment, batch, poolings):
-    """All tables' ids sorted once by (table, row, slot index): within each row, the reference's
-    order (slot, segment, sample, position). Rows are numbered globally (table `t` starts at
-    `row0[t]`), keys are `global_row * K + k`. Returns (keys, ends, gradient offsets, scales, K,
-    row0, per-table [start, count)); ids of slots no table reads sort last. One host sync (the
-    per-table counts)."""
-    import torch
-
-    dev = geo.indices.device
-    f, b = int(features_per_segment), int(batch)
-    bag = geo.bag_of_id
-    seg, feat, sample = bag // (f * b), (bag % (f * b)) // b, bag % b
-    nt = len(tables)
-    kk = max(1, max(len(sl) for sl in slots_per_table))
-    table_of_slot = torch.full((f,), nt, dtype=torch.int64)
-    k_of_slot = torch.zeros(f, dtype=torch.int64)
-    row0, total = [], 0
-    for t, (table, slots) in enumerate(zip(tables, slots_per_table)):
-        row0.append(total)
-        total += int(table.shape[0])
-        for k, s in enumerate(slots):
-            table_of_slot[int(s)], k_of_slot[int(s)] = t, k
-    ld = torch.tensor([int(t.shape[1]) * len(sl) for t, sl in zip(tables, slots_per_table)] + [0], dtype=torch.int64)
-    dims = torch.tensor([int(t.shape[1]) for t in tables] + [0], dtype=torch.int64)
-    tid = table_of_slot.to(dev)[feat]
-    k = k_of_slot.to(dev)[feat]
-    base = torch.tensor(row0 + [total], dtype=torch.int64).to(dev)[tid]
-    keys = torch.where(tid < nt, (base + geo.indices.to(torch.int64)) * kk + k, total * kk)
-    keys, perm = torch.sort(keys, stable=True)
-    grow = keys // kk
-    ends = torch.searchsorted(grow, grow, right=True)
-    gof = ((seg * b + sample) * ld.to(dev)[tid] + k * dims.to(dev)[tid])[perm]
-    scale = geo.weights if geo.weights is not None else torch.ones(bag.numel(), device=dev)
-    if any(p == "mean" for p in poolings):
-        mean = torch.tensor([p == "mean" for p in poolings] + [False]).to(dev)[tid]
-        per_bag = lengths.to(torch.int64).clamp(min=1)[bag].to(torch.float32)
-        scale = torch.where(mean, scale / per_bag, scale)
-    counts = torch.bincount(tid, minlength=nt + 1)[:nt].tolist()
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
-    return keys, ends, gof.contiguous(), scale[perm].to(torch.float32).contiguous(), kk, row0, starts, counts
-
-
-def fused_lookup_update(tables, states, lengths, indices, weights, grads, slots_per_table, features_per_segment,
-                        batch, poolings, kinds, lr, eps, grad_scale=1.0, names: Sequence[str] | None = None,
-                        block_l: int = 16):
-    """`reference.lookup_update` for several tables (all inputs are checked before any update)."""
-    import torch
-
-    tables = list(tables)
-    n = len(tables)
-    if isinstance(poolings, str):
-        poolings = [poolings] * n
-    if isinstance(kinds, str):
-        kinds = [kinds] * n
-    states = list(states) if states is not None else [None] * n
-    names = list(names) if names is not None else [f"#{i}" for i in range(n)]
-    _require(tables, lengths, indices, weights, *grads)
-    geo = _geometry(names, lengths, indices, weights, slots_per_table, features_per_segment, batch, tables)
-    for t, st, g, slots, kind, pooling, name in zip(tables, states, grads, slots_per_table, kinds, poolings, names):
-        if kind not in ("sgd", "rowwise_adagrad"):
-            raise ValueError(f"update of table '{name}': unknown optimizer '{kind}'")
-        if pooling not in ("sum", "mean"):
-            raise ValueError(f"update of table '{name}': unknown pooling '{pooling}'")
-        want = (geo.segments * int(batch), t.shape[1] * len(slots))
-        if tuple(g.shape) != want:
-            raise ValueError(f"update of table '{name}': gradient of shape {tuple(g.shape)}, expected {want}")
-        if kind == "rowwise_adagrad" and (st is None or st.numel() != t.shape[0] or st.dtype != torch.float32):
-            raise ValueError(f"update of table '{name}': row-wise Adagrad needs a float32 state of {t.shape[0]} entries")
-        if not t.is_contiguous():
-            raise ValueError(f"update of table '{name}': the table must be contiguous to be updated in place")
-    if geo.indices.numel() == 0 or geo.segments == 0:
-        return
-    read = [int(x) for sl in slots_per_table for x in sl]
-    if len(read) != len(set(read)):  # a slot read by two tables: one call per table
-        for i in range(n):
-            fused_lookup_update([tables[i]], [states[i]], lengths, indices, weights, [grads[i]], [slots_per_table[i]],
-                                features_per_segment, batch, [poolings[i]], [kinds[i]], lr, eps, grad_scale,
-                                [names[i]], block_l)
-        return
-    keys, ends, gof, scl, kk, row0, starts, counts = _sorted_ids(geo, lengths, tables, slots_per_table,
-                                                                 features_per_segment, batch, poolings)
-    for i, (t, st, g, kind) in enumerate(zip(tables, states, grads, kinds)):
-        if not counts[i] or t.shape[1] == 0:
-            continue
-        adagrad = kind == "rowwise_adagrad"
-        _update_kernel[(counts[i],)](
-            t, st if adagrad else scl, keys, ends, gof, scl, g.to(torch.float32).contiguous(),
-            starts[i], row0[i], kk, t.shape[1], float(lr), float(eps), float(grad_scale),
-            ADAGRAD=adagrad, BLOCK_L=block_l, BLOCK_D=_next_pow2(t.shape[1]),
-        )
-
-
-def lookup_update(table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
-                  kind, lr, eps, grad_scale=1.0):
-    """Same signature and effect as `reference.lookup_update`."""
-    fused_lookup_update([table], [state], lengths, indices, weights, [grad], [slots], features_per_segment, batch,
-                        [pooling], [kind], lr, eps, grad_scale)

@@ -133,9 +133,7 @@ class Batch:
                 raise ValueError(f"feature {f}: id {int(ids.max())} >= cardinality {cardinalities[f]}")
 
     @classmethod
-    def from_one_hot(
-        cls, dense: Tensor, ids: Tensor, labels: Tensor, keys: Sequence[str] | None = None
-    ) -> Batch:
+    def from_one_hot(cls, dense: Tensor, ids: Tensor, labels: Tensor, keys: Sequence[str] | None = None) -> Batch:
         """Build a one-hot batch from ``ids[B, F]`` (exactly one id per bag)."""
         b, nf = ids.shape
         offsets = torch.arange(b + 1, dtype=torch.int64, device=ids.device)

@@ -181,19 +181,13 @@ class SyntheticConfig:
             raise ValueError(f"zipf_alpha must be >= 0, got {self.zipf_alpha}")
         if isinstance(self.pooling, str):
             if self.pooling != "one-hot":
-                raise ValueError(
-                    f"pooling must be 'one-hot' or a list of mean bag sizes, got {self.pooling!r}"
-                )
+                raise ValueError(f"pooling must be 'one-hot' or a list of mean bag sizes, got {self.pooling!r}")
         else:
             if len(self.pooling) != len(self.cardinalities):
-                raise ValueError(
-                    f"pooling has {len(self.pooling)} entries for {len(self.cardinalities)} features"
-                )
+                raise ValueError(f"pooling has {len(self.pooling)} entries for {len(self.cardinalities)} features")
             low = 0.0 if self.allow_empty_bags else 1.0
             if any(m < low for m in self.pooling):
-                raise ValueError(
-                    f"mean bag sizes must be >= {low} (allow_empty_bags={self.allow_empty_bags})"
-                )
+                raise ValueError(f"mean bag sizes must be >= {low} (allow_empty_bags={self.allow_empty_bags})")
         if self.pooling_dist not in ("poisson", "fixed"):
             raise ValueError(f"pooling_dist must be 'poisson' or 'fixed', got {self.pooling_dist!r}")
         if self.num_dense < 0:

@@ -15,11 +15,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    DictionaryAttr,
     FlatSymbolRefAttr,
     IntegerAttr,
     ModuleOp,
@@ -46,11 +48,11 @@ from sparselift.frontend.graph import (
     user_inputs,
 )
 from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, materialize_dense
-from sparselift.frontend.program import FeatureInfo, SparseProgram, TableInfo
+from sparselift.frontend.program import SparseInputs, SparseProgram
 from sparselift.frontend.quiet import debug, export_failure, quietly
 from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp, FeatureAttr, PlacementAttr, TableAttr
-from sparselift.passes.sharding import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
+from sparselift.placement import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
 
 _DTYPES: dict[torch.dtype, Attribute] = {
     torch.float32: f32,
@@ -62,6 +64,9 @@ _DTYPES: dict[torch.dtype, Attribute] = {
     torch.bool: i1,
 }
 SHARDING_CHOICES = ("auto", "table_wise", "row_wise", "data_parallel")
+# Step attribute: table name -> state-dict FQN where that is not "<name>.weight" (read back by
+# sparselift.codegen.table_facts, PARAMS_ATTR).
+TABLE_PARAMS_ATTR = "table_params"
 
 
 def dynamic_shapes(model: nn.Module, example_inputs: tuple) -> Any:
@@ -88,7 +93,10 @@ def _torch_export(model: nn.Module, example_inputs: tuple) -> torch.export.Expor
     # Each attempt is quiet (sparselift.frontend.quiet): a failed one's report is in the error.
     try:
         return quietly(
-            torch.export.export, model, example_inputs, dynamic_shapes=dynamic_shapes(model, example_inputs),
+            torch.export.export,
+            model,
+            example_inputs,
+            dynamic_shapes=dynamic_shapes(model, example_inputs),
             strict=False,
         )
     except Exception as dynamic_error:  # fall back to static shapes, e.g. for size-1 examples
@@ -193,7 +201,7 @@ def _region_operands(gm: fx.GraphModule, region: set[fx.Node], outputs, boundary
     return sorted(operands, key=order.__getitem__)
 
 
-def _feature_names(calls, placeholders, flat_paths, input_objects) -> list[str]:
+def _feature_names(calls, input_objects) -> list[str]:
     names: list[str] = []
     for i, c in enumerate(calls):
         name = _kjt_key(c, input_objects)
@@ -265,7 +273,7 @@ def region_flops(region: fx.GraphModule, batch: int) -> int:
     return total
 
 
-def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], features: Sequence[FeatureInfo]):
+def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], features: Sequence[_Feature]):
     """Pooling factor and id skew per feature, and the batch (which must agree across features)."""
     with torch.no_grad():
         per_feature = sparse_inputs(*flat_args)
@@ -310,6 +318,90 @@ def export(
         example_inputs = (example_inputs,)
     example_inputs = distinct_input_tensors(example_inputs)
     model_name = type(model).__name__
+    traced = _trace(model, example_inputs)
+    calls = _separable_lookups(traced.gm, model_name)
+    regions = _regions(traced, calls)
+    tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects))
+    batch, feature_stats = _workload(traced, regions, features, stats)
+    plan = _resolve_sharding(sharding, _table_stats(tables, features, feature_stats), world_size)
+    module = ModuleOp([_build_step(traced, regions, calls, tables, features, plan, feature_stats, batch, model_name)])
+    if has_meta_parameters(model):
+        materialize_dense(
+            model,
+            {t.param for t in tables.values()},
+            regions.modules,
+            seed=init_seed,
+            device=input_device(example_inputs),
+        )
+    try:
+        module.verify()
+    except Exception as e:  # an importer bug, not a user error: say so plainly
+        raise ExportError(f"internal error: the imported IR for '{model_name}' does not verify: {e}") from e
+    return SparseProgram(
+        module=module,
+        regions=regions.modules,
+        # Not the ExportedProgram: it holds every parameter of the model (the tables too), so
+        # keeping it would keep the user's tables alive after the compiled model took them over.
+        graph_code=traced.ep.graph_module.code,
+        input_paths=[_path_name(p) for p in traced.flat_paths],
+        tensor_inputs=[i for i, v in enumerate(traced.flat_values) if isinstance(v, torch.Tensor)],
+        in_spec=pytree.tree_flatten((example_inputs, {}))[1],
+        out_spec=traced.gm._out_spec if hasattr(traced.gm, "_out_spec") else None,
+    )
+
+
+@attrs.frozen
+class _Table:
+    """A table as the export finds it: what its `#sparse.table` and the placement policy need."""
+
+    name: str  # IR name: the parameter FQN without ".weight"
+    param: str  # parameter FQN in the model's state_dict
+    rows: int
+    dim: int
+    dtype: torch.dtype
+    pooling: str
+    module: str
+
+
+@attrs.frozen
+class _Feature:
+    name: str
+    table: str
+    module: str
+    weighted: bool
+
+
+@attrs.frozen
+class _Traced:
+    """The exported graph and the model inputs as its placeholders see them."""
+
+    ep: torch.export.ExportedProgram
+    gm: fx.GraphModule
+    placeholders: list[fx.Node]
+    flat_paths: list
+    flat_values: list
+    input_objects: dict[fx.Node, tuple[Any, Any]]
+
+    def values_of(self, nodes: Sequence[fx.Node], leaves: Sequence[Any] | None = None) -> list[Any]:
+        """The input leaves (the example's, or `leaves`) that feed graph inputs `nodes`."""
+        leaves = self.flat_values if leaves is None else leaves
+        return [leaves[self.placeholders.index(p)] for p in nodes]
+
+
+@attrs.frozen
+class _Regions:
+    """The torch regions around the lookups, and the graph values at their boundaries."""
+
+    modules: dict[str, nn.Module]
+    sparse_in_inputs: list[fx.Node]
+    pre_inputs: list[fx.Node]
+    pre_outputs: list[fx.Node]
+    post_operands: list[fx.Node]
+    outputs: list[fx.Node]
+
+
+def _trace(model: nn.Module, example_inputs: tuple) -> _Traced:
+    """torch.export the model (meta parameters faked) and pair graph inputs with input leaves."""
     meta = has_meta_parameters(model)
     with fake_meta_parameters(model, input_device(example_inputs)) if meta else contextlib.nullcontext():
         ep = _torch_export(model, example_inputs)
@@ -319,40 +411,71 @@ def export(
     flat_paths = [p for p, _ in flat_with_paths]
     flat_values = [v for _, v in flat_with_paths]
     if len(flat_values) != len(placeholders):
-        raise ExportError(f"model '{model_name}': {len(placeholders)} graph inputs but {len(flat_values)} input leaves")
+        raise ExportError(
+            f"model '{type(model).__name__}': {len(placeholders)} graph inputs but {len(flat_values)} input leaves"
+        )
     input_objects = {n: (p, (example_inputs, {})) for n, p in zip(placeholders, flat_paths)}
+    return _Traced(ep, gm, placeholders, flat_paths, flat_values, input_objects)
 
+
+def _separable_lookups(gm: fx.GraphModule, model_name: str) -> list[LookupCall]:
+    """The embedding-bag lookups, checked separable: no pooled value feeds another lookup's inputs."""
     calls = find_lookups(gm)
     if not calls:
         raise ExportError(f"model '{model_name}' has no embedding-bag lookups: there is no sparse path to compile")
-
-    # The sparse path must be separable: no pooled value may feed another lookup's inputs.
     pooled_nodes = [c.pooled for c in calls]
-    prep_targets = [n for c in calls for n in (c.indices, c.offsets, c.per_sample_weights) if n is not None]
-    prep = ancestors(prep_targets)
-    tangled = prep & descendants(pooled_nodes)
+    tangled = ancestors(_lookup_inputs(calls)) & descendants(pooled_nodes)
     if tangled:
         culprit = next(c for c in calls if c.pooled in ancestors(tangled))
         raise ExportError(
-            f"module '{_group_module_name([culprit]) }', table '{culprit.table_fqn}': its pooled output feeds the "
+            f"module '{_group_module_name([culprit])}', table '{culprit.table_fqn}': its pooled output feeds the "
             "ids of another lookup, so the sparse path cannot be separated from the dense part"
         )
+    return calls
 
-    feature_names = _feature_names(calls, placeholders, flat_paths, input_objects)
 
-    # Region: per-feature ids / offsets / weights from the model inputs.
+def _lookup_inputs(calls: Sequence[LookupCall]) -> list[fx.Node]:
+    return [n for c in calls for n in (c.indices, c.offsets, c.per_sample_weights) if n is not None]
+
+
+def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
+    """The torch regions: `sparse_inputs` (each feature's ids/offsets/weights from the model
+    inputs), `dense_pre` (what the dense part computes before the lookups, if anything) and
+    `dense_post` (the outputs from the pooled values)."""
+    gm, placeholders = traced.gm, traced.placeholders
+    prep_targets = _lookup_inputs(calls)
+    prep = ancestors(prep_targets)
     sparse_in_inputs = [p for p in placeholders if p in prep]
-    sparse_in_gm = extract(gm, sparse_in_inputs, prep_targets, "sparse inputs")
-    from sparselift.frontend.program import SparseInputs
-
     layout = [(c.offsets is not None, c.per_sample_weights is not None, c.include_last_offset) for c in calls]
-    sparse_inputs = SparseInputs(sparse_in_gm, layout)
+    modules: dict[str, nn.Module] = {
+        "sparse_inputs": SparseInputs(extract(gm, sparse_in_inputs, prep_targets, "sparse inputs"), layout)
+    }
 
-    # Tables and features.
-    tables: dict[str, TableInfo] = {}
-    features: list[FeatureInfo] = []
+    pooled_nodes = [c.pooled for c in calls]
+    outputs = output_nodes(gm)
+    post_nodes = descendants(pooled_nodes) - set(pooled_nodes)
+    dense_needed = ancestors(outputs, stop=set(pooled_nodes)) - set(pooled_nodes)
+    pre_nodes = {n for n in dense_needed - post_nodes if n.op not in ("placeholder", "get_attr", "output")}
+    post_operand_nodes = _region_operands(gm, post_nodes, outputs, set(pooled_nodes))
+    pre_outputs = [n for n in post_operand_nodes if n in pre_nodes]
+    post_inputs_direct = [n for n in post_operand_nodes if n.op == "placeholder"]
+    pre_inputs = [p for p in placeholders if p in ancestors(pre_outputs)]
+    if pre_outputs:
+        modules["dense_pre"] = extract(gm, pre_inputs, pre_outputs, "dense_pre")
+    post_operands = pre_outputs + post_inputs_direct + pooled_nodes
+    modules["dense_post"] = extract(gm, post_operands, outputs, "dense_post")
+    return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_operands, outputs)
+
+
+def _tables_and_features(
+    gm: fx.GraphModule, calls: Sequence[LookupCall], feature_names: Sequence[str]
+) -> tuple[dict[str, _Table], list[_Feature]]:
+    """The tables (in the order the lookups first read them) and one feature per lookup."""
+    tables: dict[str, _Table] = {}
+    features: list[_Feature] = []
+    params = dict(gm.named_parameters())
     for name, c in zip(feature_names, calls):
-        param = gm.get_parameter(c.table_fqn) if c.table_fqn in dict(gm.named_parameters()) else getattr(gm, c.table_fqn)
+        param = gm.get_parameter(c.table_fqn) if c.table_fqn in params else getattr(gm, c.table_fqn)
         tname = c.table_fqn.removesuffix(".weight")
         if param.dim() != 2:
             raise ExportError(f"table '{tname}': expected a 2-D weight, got shape {tuple(param.shape)}")
@@ -361,14 +484,25 @@ def export(
         module = _group_module_name([c])
         info = tables.get(tname)
         if info is None:
-            info = tables[tname] = TableInfo(tname, c.table_fqn, int(param.shape[0]), int(param.shape[1]), param.dtype, c.mode, module)
+            info = tables[tname] = _Table(
+                tname, c.table_fqn, int(param.shape[0]), int(param.shape[1]), param.dtype, c.mode, module
+            )
         elif info.pooling != c.mode:
             raise ExportError(f"table '{tname}' is read with both {info.pooling} and {c.mode} pooling")
         elif info.module != module:
             raise ExportError(f"table '{tname}' is read by two embedding modules, '{info.module}' and '{module}'")
-        features.append(FeatureInfo(name, tname, module, c.mode, c.per_sample_weights is not None, c.include_last_offset))
+        features.append(_Feature(name, tname, module, c.per_sample_weights is not None))
+    return tables, features
 
-    batch, feature_stats = _measure_features(sparse_inputs, [flat_values[placeholders.index(p)] for p in sparse_in_inputs], features)
+
+def _workload(
+    traced: _Traced, regions: _Regions, features: Sequence[_Feature], stats: tuple | Mapping[str, float] | None
+) -> tuple[int, dict[str, dict[str, float]]]:
+    """The example batch and each feature's statistics: measured on the example inputs, then
+    overridden by `stats` (pooling factors by feature, or another input sample to measure)."""
+    sparse_inputs = regions.modules["sparse_inputs"]
+    example = traced.values_of(regions.sparse_in_inputs)
+    batch, feature_stats = _measure_features(sparse_inputs, example, features)
     if isinstance(stats, Mapping):
         for k, v in stats.items():
             if k not in feature_stats:
@@ -376,104 +510,177 @@ def export(
             feature_stats[k]["pooling_factor"] = float(v)
     elif stats is not None:
         sample = stats if isinstance(stats, tuple) else (stats,)
-        flat_sample = pytree.tree_leaves((sample, {}))
+        leaves = pytree.tree_leaves((sample, {}))
         _, feature_stats = _measure_features(
-            sparse_inputs, [flat_sample[placeholders.index(p)] for p in sparse_in_inputs], features
+            sparse_inputs, traced.values_of(regions.sparse_in_inputs, leaves), features
         )
+    return batch, feature_stats
 
-    table_stats = [
+
+def _table_stats(
+    tables: Mapping[str, _Table], features: Sequence[_Feature], feature_stats: Mapping[str, Mapping[str, float]]
+) -> list[TableStats]:
+    return [
         TableStats(
-            t.name, t.rows, t.dim, t.dtype.itemsize,
+            t.name,
+            t.rows,
+            t.dim,
+            t.dtype.itemsize,
             sum(feature_stats[f.name]["pooling_factor"] for f in features if f.table == t.name),
             t.pooling,
         )
         for t in tables.values()
     ]
-    plan = _resolve_sharding(sharding, table_stats, world_size)
 
-    # Dense regions around the lookups.
-    outputs = output_nodes(gm)
-    post_nodes = descendants(pooled_nodes) - set(pooled_nodes)
-    dense_needed = ancestors(outputs, stop=set(pooled_nodes)) - set(pooled_nodes)
-    pre_nodes = {n for n in dense_needed - post_nodes if n.op not in ("placeholder", "get_attr", "output")}
-    post_operand_nodes = _region_operands(gm, post_nodes, outputs, set(pooled_nodes))
-    pre_outputs = [n for n in post_operand_nodes if n in pre_nodes]
-    post_inputs_direct = [n for n in post_operand_nodes if n.op == "placeholder"]
-    pre_nodes -= {n for n in pre_nodes if not _is_tensor(n)}
-    pre_inputs = [p for p in placeholders if p in ancestors(pre_outputs)]
 
-    regions: dict[str, fx.GraphModule | nn.Module] = {"sparse_inputs": sparse_inputs}
-    if pre_outputs:
-        regions["dense_pre"] = extract(gm, pre_inputs, pre_outputs, "dense_pre")
-    post_operands = pre_outputs + post_inputs_direct + pooled_nodes
-    regions["dense_post"] = extract(gm, post_operands, outputs, "dense_post")
+def _operands(value_of: Mapping[fx.Node, SSAValue], nodes: Sequence[fx.Node], what: str) -> list[SSAValue]:
+    try:
+        return [value_of[n] for n in nodes]
+    except KeyError as e:
+        raise ExportError(f"{what}: model input '{e.args[0].name}' is not a tensor") from None
 
-    # --- IR ---------------------------------------------------------------------------------
-    arg_types = [tensor_type(v, f"model input {_path_name(p)}") if isinstance(v, torch.Tensor) else None
-                 for p, v in zip(flat_paths, flat_values)]
+
+def _dense_op(
+    callee: str, phase: str, operands: Sequence[SSAValue], result_types: Sequence[Attribute], flops: int | None = None
+) -> DenseOp:
+    return DenseOp.create(
+        operands=list(operands),
+        result_types=list(result_types),
+        properties={"callee": FlatSymbolRefAttr(callee), "phase": StringAttr(phase)},
+        attributes={} if flops is None else {"flops": IntegerAttr(flops, i64)},
+    )
+
+
+def _build_step(
+    traced: _Traced,
+    regions: _Regions,
+    calls: Sequence[LookupCall],
+    tables: Mapping[str, _Table],
+    features: Sequence[_Feature],
+    plan: ShardingPlan,
+    feature_stats,
+    batch: int,
+    model_name: str,
+) -> StepOp:
+    """The `sched.step`: forward (sparse inputs, dense_pre, one opaque EBC per sharding group,
+    dense_post) and backward (the dense regions' adjoints, in reverse)."""
+    arg_types = [
+        tensor_type(v, f"model input {_path_name(p)}") if isinstance(v, torch.Tensor) else None
+        for p, v in zip(traced.flat_paths, traced.flat_values)
+    ]
     tensor_inputs = [i for i, t in enumerate(arg_types) if t is not None]
     fwd = Block(arg_types=[arg_types[i] for i in tensor_inputs])
-    value_of: dict[fx.Node, SSAValue] = {placeholders[i]: fwd.args[k] for k, i in enumerate(tensor_inputs)}
+    value_of: dict[fx.Node, SSAValue] = {traced.placeholders[i]: fwd.args[k] for k, i in enumerate(tensor_inputs)}
+    sparse_values = _add_sparse_inputs(fwd, traced, regions, features, value_of)
+    pre_op = None
+    if regions.pre_outputs:
+        pre_op = _dense_op(
+            "dense_pre",
+            "forward",
+            _operands(value_of, regions.pre_inputs, "dense_pre"),
+            [tensor_type(n.meta["val"], f"value '{n.name}'") for n in regions.pre_outputs],
+            region_flops(regions.modules["dense_pre"], batch),
+        )
+        fwd.add_op(pre_op)
+        value_of.update(zip(regions.pre_outputs, pre_op.res))
+    pooled_of = _add_collections(fwd, tables, features, plan, feature_stats, sparse_values)
+    value_of.update({c.pooled: pooled_of[f.name] for c, f in zip(calls, features)})
+    post_flops = region_flops(regions.modules["dense_post"], batch)
+    post_op = _dense_op(
+        "dense_post",
+        "forward",
+        [value_of[n] for n in regions.post_operands],
+        [tensor_type(n.meta["val"], f"model output '{n.name}'") for n in regions.outputs],
+        post_flops,
+    )
+    fwd.add_op(post_op)
+    fwd.add_op(YieldOp(*post_op.res))
 
-    def operands(nodes: Sequence[fx.Node], what: str) -> list[SSAValue]:
-        try:
-            return [value_of[n] for n in nodes]
-        except KeyError as e:
-            raise ExportError(f"{what}: model input '{e.args[0].name}' is not a tensor") from None
+    bwd = Block(arg_types=[r.type for r in post_op.res])
+    # Backward of a matmul is two matmuls of the same size.
+    post_bwd = _dense_op("dense_post", "backward", list(bwd.args), [v.type for v in post_op.operands], 2 * post_flops)
+    bwd.add_op(post_bwd)
+    if pre_op is not None:
+        bwd.add_op(
+            _dense_op(
+                "dense_pre",
+                "backward",
+                list(post_bwd.res[: len(regions.pre_outputs)]),
+                [v.type for v in pre_op.operands],
+                2 * region_flops(regions.modules["dense_pre"], batch),
+            )
+        )
+    bwd.add_op(YieldOp())
+    step = StepOp("step", plan.world_size, len(regions.outputs), Region(fwd), Region(bwd))
+    step.attributes["batch"] = StringAttr(str(batch))
+    step.attributes["model"] = StringAttr(model_name)
+    params = {t.name: StringAttr(t.param) for t in tables.values() if t.param != f"{t.name}.weight"}
+    if params:  # the state-dict names the IR names do not imply
+        step.attributes[TABLE_PARAMS_ATTR] = DictionaryAttr(params)
+    return step
 
-    # sparse_inputs: ids, offsets (+ weights) per feature.
+
+def _add_sparse_inputs(
+    fwd: Block, traced: _Traced, regions: _Regions, features: Sequence[_Feature], value_of: Mapping[fx.Node, SSAValue]
+) -> dict[str, tuple[SSAValue, SSAValue, SSAValue | None]]:
+    """The `sched.dense @sparse_inputs` op; per feature its (ids, offsets, weights) values."""
     sp_types: list[Attribute] = []
     with torch.no_grad():
-        example_sparse = sparse_inputs(*[flat_values[placeholders.index(p)] for p in sparse_in_inputs])
+        example_sparse = regions.modules["sparse_inputs"](*traced.values_of(regions.sparse_in_inputs))
     for f, (ids, offs, w) in zip(features, example_sparse):
-        sp_types += [tensor_type(ids.reshape(-1), f"ids of feature '{f.name}'"), tensor_type(offs, f"offsets of '{f.name}'")]
+        sp_types += [
+            tensor_type(ids.reshape(-1), f"ids of feature '{f.name}'"),
+            tensor_type(offs, f"offsets of '{f.name}'"),
+        ]
         if w is not None:
             sp_types.append(tensor_type(w.reshape(-1), f"weights of feature '{f.name}'"))
-    sp_op = DenseOp.create(
-        operands=operands(sparse_in_inputs, "sparse inputs"),
-        result_types=sp_types,
-        properties={"callee": FlatSymbolRefAttr("sparse_inputs"), "phase": StringAttr("forward")},
+    sp_op = _dense_op(
+        "sparse_inputs", "forward", _operands(value_of, regions.sparse_in_inputs, "sparse inputs"), sp_types
     )
     fwd.add_op(sp_op)
     results = iter(sp_op.res)
-    ids_v, offs_v, w_v = {}, {}, {}
+    out = {}
     for f in features:
-        ids_v[f.name], offs_v[f.name] = next(results), next(results)
-        if f.weighted:
-            w_v[f.name] = next(results)
+        ids, offs = next(results), next(results)
+        out[f.name] = (ids, offs, next(results) if f.weighted else None)
+    return out
 
-    pre_op = None
-    if pre_outputs:
-        pre_op = DenseOp.create(
-            operands=operands(pre_inputs, "dense_pre"),
-            result_types=[tensor_type(n.meta["val"], f"value '{n.name}'") for n in pre_outputs],
-            properties={"callee": FlatSymbolRefAttr("dense_pre"), "phase": StringAttr("forward")},
-            attributes={"flops": IntegerAttr(region_flops(regions["dense_pre"], batch), i64)},
-        )
-        fwd.add_op(pre_op)
-        value_of.update(zip(pre_outputs, pre_op.res))
 
-    # One opaque EBC per sharding group: (module, placement kind, dtype, and the ranks of a
-    # row-wise table), features in model order.
-    groups: dict[tuple, list[FeatureInfo]] = {}
+def _add_collections(
+    fwd: Block,
+    tables: Mapping[str, _Table],
+    features: Sequence[_Feature],
+    plan: ShardingPlan,
+    feature_stats,
+    sparse_values,
+) -> dict[str, SSAValue]:
+    """One opaque EBC per sharding group (module, placement kind, dtype, and the ranks of a
+    row-wise table), features in model order; each feature's pooled value."""
+    groups: dict[tuple, list[_Feature]] = {}
     for f in features:
         p = plan[f.table]
-        key = (f.module, str(p.kind), str(tables[f.table].dtype).removeprefix("torch."),
-               p.ranks if p.kind == PlacementKind.ROW_WISE else ())
+        key = (
+            f.module,
+            str(p.kind),
+            str(tables[f.table].dtype).removeprefix("torch."),
+            p.ranks if p.kind == PlacementKind.ROW_WISE else (),
+        )
         groups.setdefault(key, []).append(f)
     pooled_of: dict[str, SSAValue] = {}
-    group_names = []
     names_taken: set[str] = set()
     for (module, kind, dtype, ranks), gfeatures in groups.items():
-        gtables = list(dict.fromkeys(f.table for f in gfeatures))
+        gtables = [tables[t] for t in dict.fromkeys(f.table for f in gfeatures)]
         ebc = EmbeddingBagCollectionOp(
             module,
-            [ids_v[f.name] for f in gfeatures],
-            [offs_v[f.name] for f in gfeatures],
-            [w_v[f.name] for f in gfeatures if f.weighted],
-            [TableAttr(t, tables[t].rows, tables[t].dim, _DTYPES[tables[t].dtype], tables[t].pooling) for t in gtables],
-            [FeatureAttr(f.name, f.table, round(feature_stats[f.name]["pooling_factor"], 4), f.weighted) for f in gfeatures],
-            [_placement_attr(t, plan[t]) for t in gtables],
+            [sparse_values[f.name][0] for f in gfeatures],
+            [sparse_values[f.name][1] for f in gfeatures],
+            [sparse_values[f.name][2] for f in gfeatures if f.weighted],
+            [TableAttr(t.name, t.rows, t.dim, _DTYPES[t.dtype], t.pooling) for t in gtables],
+            [
+                FeatureAttr(f.name, f.table, round(feature_stats[f.name]["pooling_factor"], 4), f.weighted)
+                for f in gfeatures
+            ],
+            [_placement_attr(t.name, plan[t.name]) for t in gtables],
         )
         name = f"{module}/{kind}"
         for suffix in (dtype, "ranks" + "_".join(map(str, ranks))):
@@ -481,67 +688,9 @@ def export(
                 name = f"{name}/{suffix}"
         names_taken.add(name)
         ebc.attributes["group"] = StringAttr(name)
-        group_names.append(name)
         fwd.add_op(ebc)
         pooled_of.update({f.name: r for f, r in zip(gfeatures, ebc.pooled)})
-    value_of.update({c.pooled: pooled_of[f.name] for c, f in zip(calls, features)})
-
-    post_op = DenseOp.create(
-        operands=[value_of[n] for n in post_operands],
-        result_types=[tensor_type(n.meta["val"], f"model output '{n.name}'") for n in outputs],
-        properties={"callee": FlatSymbolRefAttr("dense_post"), "phase": StringAttr("forward")},
-        attributes={"flops": IntegerAttr(region_flops(regions["dense_post"], batch), i64)},
-    )
-    fwd.add_op(post_op)
-    fwd.add_op(YieldOp(*post_op.res))
-
-    bwd = Block(arg_types=[r.type for r in post_op.res])
-    post_bwd = DenseOp.create(
-        operands=list(bwd.args),
-        result_types=[v.type for v in post_op.operands],
-        properties={"callee": FlatSymbolRefAttr("dense_post"), "phase": StringAttr("backward")},
-        # Backward of a matmul is two matmuls of the same size.
-        attributes={"flops": IntegerAttr(2 * region_flops(regions["dense_post"], batch), i64)},
-    )
-    bwd.add_op(post_bwd)
-    if pre_op is not None:
-        bwd.add_op(DenseOp.create(
-            operands=list(post_bwd.res[: len(pre_outputs)]),
-            result_types=[v.type for v in pre_op.operands],
-            properties={"callee": FlatSymbolRefAttr("dense_pre"), "phase": StringAttr("backward")},
-            attributes={"flops": IntegerAttr(2 * region_flops(regions["dense_pre"], batch), i64)},
-        ))
-    bwd.add_op(YieldOp())
-    step = StepOp("step", world_size, len(outputs), Region(fwd), Region(bwd))
-    step.attributes["batch"] = StringAttr(str(batch))
-    step.attributes["model"] = StringAttr(model_name)
-    module = ModuleOp([step])
-    if meta:
-        materialize_dense(model, {t.param for t in tables.values()}, regions, seed=init_seed,
-                          device=input_device(example_inputs))
-    try:
-        module.verify()
-    except Exception as e:  # an importer bug, not a user error: say so plainly
-        raise ExportError(f"internal error: the imported IR for '{model_name}' does not verify: {e}") from e
-
-    return SparseProgram(
-        module=module,
-        regions=regions,
-        # Not the ExportedProgram: it holds every parameter of the model (the tables too), so
-        # keeping it would keep the user's tables alive after the compiled model took them over.
-        graph_code=ep.graph_module.code,
-        input_paths=[_path_name(p) for p in flat_paths],
-        tensor_inputs=tensor_inputs,
-        in_spec=pytree.tree_flatten((example_inputs, {}))[1],
-        out_spec=gm._out_spec if hasattr(gm, "_out_spec") else None,
-        tables=list(tables.values()),
-        features=features,
-        sharding=plan,
-        stats=feature_stats,
-        batch=batch,
-        groups=group_names,
-        world_size=world_size,
-    )
+    return pooled_of
 
 
-__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]
+__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES", "TABLE_PARAMS_ATTR"]

@@ -15,7 +15,7 @@ each table's initializer found (TorchRec users build models too big to build who
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import torch
@@ -45,8 +45,9 @@ def fake_meta_parameters(model: nn.Module, device: torch.device | str = "cpu") -
                 if id(t) not in fakes:
                     with mode:
                         fake = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
-                    fakes[id(t)] = nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(
-                        t, nn.Parameter) else fake
+                    fakes[id(t)] = (
+                        nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else fake
+                    )
                 swapped.append((slots, name, t))
                 slots[name] = fakes[id(t)]
     try:
@@ -62,23 +63,33 @@ def _is_fake(t: torch.Tensor) -> bool:
     return isinstance(t, FakeTensor) or isinstance(getattr(t, "data", None), FakeTensor)
 
 
-def materialize_dense(model: nn.Module, table_params: set[str], regions: Mapping[str, nn.Module], *,
-                      seed: int, device: torch.device | str = "cpu") -> None:
+def materialize_dense(
+    model: nn.Module,
+    table_params: set[str],
+    regions: Mapping[str, nn.Module],
+    *,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> None:
     """Materialize every module owning meta parameters or buffers other than the tables, then
     point the exported regions (which hold the fakes export saw) at the real tensors."""
     tables = {id(p) for name, p in model.named_parameters(remove_duplicate=False) if name in table_params}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for mod_name, module in model.named_modules():
-            own = [t for t in (*module._parameters.values(), *module._buffers.values())
-                   if t is not None and t.device.type == "meta" and id(t) not in tables]
+            own = [
+                t
+                for t in (*module._parameters.values(), *module._buffers.values())
+                if t is not None and t.device.type == "meta" and id(t) not in tables
+            ]
             if not own:
                 continue
             if not hasattr(module, "reset_parameters"):
                 raise ExportError(
                     f"module '{mod_name or type(model).__name__}' ({type(module).__name__}) is on the meta device "
                     "and is not an embedding table, but has no reset_parameters() to materialize it with: "
-                    "materialize it before sparselift.compile")
+                    "materialize it before sparselift.compile"
+                )
             module.to_empty(device=device, recurse=False)
             module.reset_parameters()
     real = dict((*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)))
@@ -97,17 +108,22 @@ def _repoint(region: nn.Module, real: Mapping[str, torch.Tensor]) -> None:
                 parts = (f"{prefix}.{name}" if prefix else name).split(".")
                 fqn = next((".".join(parts[i:]) for i in range(len(parts)) if ".".join(parts[i:]) in real), None)
                 if fqn is None or tuple(real[fqn].shape) != tuple(t.shape):
-                    raise ExportError(f"internal error: region tensor '{'.'.join(parts)}' of a meta-device model "
-                                      "could not be matched to the materialized model")
+                    raise ExportError(
+                        f"internal error: region tensor '{'.'.join(parts)}' of a meta-device model "
+                        "could not be matched to the materialized model"
+                    )
                 slots[name] = real[fqn]
 
 
-def table_initializers(model: nn.Module, program, user_init: Callable | None, seed: int) -> dict[str, Callable]:
+def table_initializers(
+    model: nn.Module, tables: Iterable, user_init: Callable | None, seed: int
+) -> dict[str, Callable]:
     """IR table name -> `init(table, shard, row_offset)` for every table on the meta device that
-    has a known initializer (the user's hook first)."""
+    has a known initializer (the user's hook first). `tables`: the IR's table facts (each with
+    `name` and `param`: `sparselift.codegen.table_facts.describe_tables`)."""
     params = dict(model.named_parameters(remove_duplicate=False))
     out: dict[str, Callable] = {}
-    for info in program.tables:
+    for info in tables:
         if params[info.param].device.type != "meta":
             continue
         if user_init is not None:
@@ -124,6 +140,7 @@ def _chunked(init_fn: Callable[[torch.Tensor], object], seed: int, padding_idx: 
         fill_rows(shard, row_offset, init_fn, seed=seed, table=table)
         if padding_idx is not None and row_offset <= padding_idx < row_offset + shard.shape[0]:
             shard[padding_idx - row_offset].zero_()  # as nn.EmbeddingBag.reset_parameters does
+
     return init
 
 
@@ -133,8 +150,11 @@ def _module_init(model: nn.Module, param: str, seed: int) -> Callable | None:
     owner = model.get_submodule(owner_name) if owner_name else model
     parent_name, _, key = owner_name.rpartition(".")
     grandparent_name = parent_name.rpartition(".")[0]
-    configs = getattr(model.get_submodule(grandparent_name) if grandparent_name else model, "_embedding_bag_configs",
-                      None) if parent_name.endswith("embedding_bags") else None
+    configs = (
+        getattr(model.get_submodule(grandparent_name) if grandparent_name else model, "_embedding_bag_configs", None)
+        if parent_name.endswith("embedding_bags")
+        else None
+    )
     if configs is not None:  # TorchRec EmbeddingBagCollection: embedding_bags[<table name>]
         config = next((c for c in configs if c.name == key), None)
         if config is not None and config.init_fn is not None:

@@ -12,29 +12,6 @@ from torch import fx, nn
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
-from sparselift.passes.sharding import ShardingPlan
-
-
-@attrs.frozen
-class TableInfo:
-    name: str  # IR name: the parameter FQN without ".weight"
-    param: str  # parameter FQN in the model's state_dict
-    rows: int
-    dim: int
-    dtype: torch.dtype
-    pooling: str
-    module: str
-
-
-@attrs.frozen
-class FeatureInfo:
-    name: str
-    table: str
-    module: str
-    pooling: str
-    weighted: bool
-    include_last_offset: bool
-
 
 class SparseInputs(nn.Module):
     """Per-feature `(ids, offsets, weights)` from the model inputs, offsets always with B+1 entries.
@@ -68,7 +45,12 @@ class SparseInputs(nn.Module):
 
 @attrs.define
 class SparseProgram:
-    """The imported step (global SPMD view) and everything needed to run it."""
+    """The imported step (global SPMD view) and the torch artifacts needed to run it.
+
+    Tables, features, placements, workload statistics, the batch and the world size are the
+    IR's alone: read them with `sparselift.codegen.table_facts` (`describe_tables`,
+    `describe_features`, `sharding_plan`, ...) on `module`.
+    """
 
     module: ModuleOp
     regions: dict[str, nn.Module]  # symbol of a `sched.dense` op -> the torch region it runs
@@ -77,13 +59,6 @@ class SparseProgram:
     tensor_inputs: list[int]  # flat input index of each forward block argument
     in_spec: Any
     out_spec: Any
-    tables: list[TableInfo]
-    features: list[FeatureInfo]
-    sharding: ShardingPlan
-    stats: dict[str, dict[str, float]]
-    batch: int
-    groups: list[str]
-    world_size: int
 
     @property
     def text(self) -> str:

@@ -99,7 +99,9 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(str(Path(p).resolve()) + os.sep for p in paths)
 
 
-_CALL_SITE = re.compile(r'The following call raised this error:\s*\n\s*(File "[^"]+", line \d+, in \S+)(?:\n[ \t]+(\S.*))?')
+_CALL_SITE = re.compile(
+    r'The following call raised this error:\s*\n\s*(File "[^"]+", line \d+, in \S+)(?:\n[ \t]+(\S.*))?'
+)
 
 
 def user_frame(error: BaseException) -> str | None:
@@ -110,8 +112,11 @@ def user_frame(error: BaseException) -> str | None:
     if match:
         return match.group(1) + (f"\n    {match.group(2).strip()}" if match.group(2) else "")
     libraries = _library_dirs()
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith("<") and not str(Path(f.filename).resolve()).startswith(libraries)]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if not f.filename.startswith("<") and not str(Path(f.filename).resolve()).startswith(libraries)
+    ]
     if not frames:
         return None
     f = frames[-1]

@@ -3,8 +3,8 @@
 A step's `sparse.route` ops (and, before `lift-sparse`, its opaque
 `sparse.embedding_bag_collection` ops) define its sharding groups: which features read which
 table, where each table lives and, per rank, the order of the features in that rank's segment
-of the routed buffers. Lookups, updates and fused kernels name a table, its placement and
-`slots` into that order; id exchanges carry per-segment feature counts; every op may carry a
+of the routed buffers. Lookups, updates and fused table ops (`sparse.fused_*`) name a table,
+its placement and `slots` into that order; id exchanges carry per-segment feature counts; every op may carry a
 `group` label. The verifiers of those ops call the checks here, so that IR which verifies
 cannot name what its step does not route: the plan-module target and the runtime look tables
 up by name and features by slot, and fail far from the cause otherwise.
@@ -21,16 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, StringAttr
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
+
+if TYPE_CHECKING:  # for annotations only: importing the dialects at run time would be a cycle
+    from sparselift.ir.coll import GroupAttr, SplitsAttr
+    from sparselift.ir.sparse_attrs import FeatureAttr, LayoutAttr, PlacementAttr, TableAttr
 
 STEP = "sched.step"
 ROUTE = "sparse.route"
 EBC = "sparse.embedding_bag_collection"
 TABLE_OPS = ("sparse.lookup", "sparse.lookup_update", "sparse.lookup_grad")
-KERNEL = "sched.kernel"
+FUSED_OPS = ("sparse.fused_lookup", "sparse.fused_lookup_update", "sparse.fused_lookup_grad")
 
 
 def enclosing_step(op: Operation) -> Operation | None:
@@ -43,7 +48,7 @@ def enclosing_step(op: Operation) -> Operation | None:
 def enclosing_world_size(op: Operation) -> int | None:
     """The world size of the enclosing `sched.step`, if any."""
     step = enclosing_step(op)
-    return step.properties["world_size"].data if step is not None else None
+    return cast(IntAttr, step.properties["world_size"]).data if step is not None else None
 
 
 def _is(attr: object, name: str) -> bool:
@@ -51,7 +56,7 @@ def _is(attr: object, name: str) -> bool:
     return isinstance(attr, Attribute) and getattr(attr, "name", None) == name
 
 
-def _attrs(op: Operation, key: str, kind: str) -> list:
+def _attrs(op: Operation, key: str, kind: str) -> list[Any]:
     """The `kind` attributes listed in property (or attribute) `key`; [] when malformed."""
     value = op.properties.get(key, op.attributes.get(key))
     if not isinstance(value, ArrayAttr):
@@ -65,7 +70,7 @@ def group_labels(op: Operation) -> list[str]:
     if isinstance(label, StringAttr):
         return label.data.split("+")
     if op.name == EBC and isinstance(op.properties.get("module"), StringAttr):
-        return [op.properties["module"].data]  # lift-sparse labels the group by module then
+        return [cast(StringAttr, op.properties["module"]).data]  # lift-sparse labels the group by module then
     return []
 
 
@@ -74,8 +79,8 @@ class GroupDef:
     """One route (or opaque collection): its features, placements and per-rank segments."""
 
     op: Operation
-    features: list  # FeatureAttr
-    placements: dict[str, Attribute]  # table name -> PlacementAttr
+    features: list[FeatureAttr]
+    placements: dict[str, PlacementAttr]  # by table name
     served: list[list[int]]  # per rank: indices of the features in that rank's segment, in order
 
     @property
@@ -85,7 +90,7 @@ class GroupDef:
 
     def describe(self) -> str:
         if self.op.name == EBC:
-            return f"the {EBC} '{self.op.properties['module'].data}'"
+            return f"the {EBC} '{cast(StringAttr, self.op.properties['module']).data}'"
         return f"the {self.op.name} of group '{self.label}'"
 
     def counts(self) -> list[int]:
@@ -105,7 +110,7 @@ class GroupDef:
 
 def _group_def(op: Operation, world: int) -> GroupDef:
     features = _attrs(op, "features", "sparse.feature")
-    placements: dict[str, Attribute] = {}
+    placements: dict[str, PlacementAttr] = {}
     for p in _attrs(op, "placements", "sparse.placement"):
         placements.setdefault(p.table.data, p)
     served: list[list[int]] = [[] for _ in range(world)]
@@ -124,19 +129,21 @@ class StepRefs:
     step: Operation
     world: int
     groups: dict[Operation, GroupDef] = field(default_factory=dict)
-    table_group: dict[str, GroupDef] = field(default_factory=dict)  # the first group (route or collection) of each table
+    table_group: dict[str, GroupDef] = field(
+        default_factory=dict
+    )  # the first group (route or collection) of each table
     routed: dict[str, GroupDef] = field(default_factory=dict)  # the first route of each table: what lifted ops read
-    declared: dict[str, tuple[Attribute, Operation]] = field(default_factory=dict)  # first TableAttr seen
+    declared: dict[str, tuple[TableAttr, Operation]] = field(default_factory=dict)  # first one seen
     labels: set[str] = field(default_factory=set)
     routes: dict[int, Operation | None] = field(default_factory=dict)  # id(value) -> routed_by(value)
 
     @property
     def where(self) -> str:
-        return f"@{self.step.properties['sym_name'].data}"
+        return f"@{cast(StringAttr, self.step.properties['sym_name']).data}"
 
 
 def _build(step: Operation) -> StepRefs:
-    refs = StepRefs(step, step.properties["world_size"].data)
+    refs = StepRefs(step, cast(IntAttr, step.properties["world_size"]).data)
     for op in step.walk():
         if op.name in (ROUTE, EBC):
             g = _group_def(op, refs.world)
@@ -149,7 +156,7 @@ def _build(step: Operation) -> StepRefs:
             tables = _attrs(op, "tables", "sparse.table")
         elif op.name in TABLE_OPS:
             tables = [t for t in [op.properties.get("table")] if _is(t, "sparse.table")]
-        elif op.name == KERNEL:
+        elif op.name in FUSED_OPS:
             tables = _attrs(op, "tables", "sparse.table")
         else:
             continue
@@ -188,9 +195,9 @@ def step_refs(op: Operation) -> StepRefs | None:
 
 def received_from(value: SSAValue) -> Operation | None:
     """The collective that produced a received value (through its `coll.wait`), if any."""
-    if isinstance(value, BlockArgument):
-        return None
     owner = value.owner
+    if not isinstance(owner, Operation):  # a block argument
+        return None
     if owner.name == "coll.wait" and owner.operands:
         owner = owner.operands[0].owner
         if not isinstance(owner, Operation):
@@ -209,7 +216,7 @@ def routed_by(value: SSAValue, refs: StepRefs) -> Operation | None:
 
 def _trace_route(value: SSAValue, refs: StepRefs) -> Operation | None:
     step = refs.step
-    n_out = step.properties["num_outputs"].data
+    n_out = cast(IntAttr, step.properties["num_outputs"]).data
     for _ in range(32):  # a chain is a few ops long; the bound only guards against cycles
         if isinstance(value, BlockArgument):
             if value.block is not step.regions[1].block or value.index < n_out:
@@ -220,6 +227,8 @@ def _trace_route(value: SSAValue, refs: StepRefs) -> Operation | None:
             value = fwd_yield.operands[value.index]
             continue
         owner = value.owner
+        if not isinstance(owner, Operation):  # a block argument of another block
+            return None
         if owner.name == ROUTE:
             return owner
         collective = received_from(value)
@@ -241,8 +250,15 @@ def _names(group: GroupDef, indices: Sequence[int]) -> str:
     return ("feature " if len(names) == 1 else "features ") + ", ".join(names)
 
 
-def check_table_ref(op: Operation, what: str, table: Attribute, placement: Attribute, slots: Sequence[int],
-                    weighted: bool | None, lengths: SSAValue | None) -> None:
+def check_table_ref(
+    op: Operation,
+    what: str,
+    table: TableAttr,
+    placement: PlacementAttr,
+    slots: Sequence[int],
+    weighted: bool | None,
+    lengths: SSAValue | None,
+) -> None:
     """A table-local op (or one table of a fused kernel) against the group that routes its table:
     the table is routed, its placement and declaration agree, `slots` are where that group puts
     the table's features in the owner's segment, weights are read exactly when a feature is
@@ -292,10 +308,11 @@ def check_group_def(op: Operation) -> None:
     refs = step_refs(op)
     if refs is None:
         return
-    world = op.properties.get("world_size")
+    world: Any = op.properties.get("world_size")  # an IntAttr, or an IntegerAttr holding one
     if world is not None and getattr(world, "value", world).data != refs.world:
         raise VerifyException(
-            f"{op.name}: world_size = {getattr(world, 'value', world).data} but {refs.where} has world_size = {refs.world}"
+            f"{op.name}: world_size = {getattr(world, 'value', world).data} but {refs.where} has world_size = "
+            f"{refs.world}"
         )
     for table in refs.groups[op].placements:
         other = refs.table_group.get(table)
@@ -344,19 +361,19 @@ def check_rank(op: Operation, rank: int) -> None:
         raise VerifyException(f"{op.name}: on_rank {rank} is out of range for world size {world}")
 
 
-def check_unpack_segments(op: Operation, layout: Attribute, rank: int | None, buffer: SSAValue) -> None:
+def check_unpack_segments(op: Operation, layout: LayoutAttr, rank: int | None, buffer: SSAValue) -> None:
     """An unpack of an all-to-all's result reads one segment per peer of the exchange, each as
     wide as that peer sent (column `r` of the static splits, for each rank `r` it runs on)."""
     src = received_from(buffer)
     if src is None or src.name not in ("coll.all_to_all", "coll.all_to_all_start"):
         return
-    ranks = src.properties["group"].rank_list
+    ranks = cast("GroupAttr", src.properties["group"]).rank_list
     if layout.num_segments != len(ranks):
         raise VerifyException(
             f"{op.name}: its layout has {_count(layout.num_segments, 'segment')} but the {src.name} it reads "
             f"exchanges with {len(ranks)} ranks"
         )
-    splits = src.properties.get("splits")
+    splits = cast("SplitsAttr | None", src.properties.get("splits"))
     segments = layout.segments
     if splits is None or any(size < 0 for seg in segments for _, size in seg):  # jagged members: sizes at run time
         return
@@ -373,12 +390,12 @@ def check_unpack_segments(op: Operation, layout: Attribute, rank: int | None, bu
 
 
 def verify_tables_features_placements(
-    op: Operation, tables: Sequence[Attribute], features: Sequence[Attribute], placements: Sequence[Attribute]
+    op: Operation, tables: Sequence[TableAttr], features: Sequence[FeatureAttr], placements: Sequence[PlacementAttr]
 ) -> None:
     """An opaque collection's own declarations: each table once, features read declared tables,
     every table placed once (with row ranges covering it, on ranks of the step)."""
     where = op.name
-    by_name: dict[str, Attribute] = {}
+    by_name: dict[str, TableAttr] = {}
     for t in tables:
         if t.name_str in by_name:
             raise VerifyException(f"{where}: table '{t.name_str}' is declared twice")
@@ -389,9 +406,7 @@ def verify_tables_features_placements(
             raise VerifyException(f"{where}: feature '{f.feature_name.data}' is listed twice")
         seen_features.add(f.feature_name.data)
         if f.table.data not in by_name:
-            raise VerifyException(
-                f"{where}: feature '{f.feature_name.data}' maps to missing table '{f.table.data}'"
-            )
+            raise VerifyException(f"{where}: feature '{f.feature_name.data}' maps to missing table '{f.table.data}'")
     placed: set[str] = set()
     for p in placements:
         name = p.table.data

@@ -49,9 +49,7 @@ def print_int_or_dynamic(printer: Printer, value: int) -> None:
 
 
 def parse_int_list(parser: AttrParser) -> list[int]:
-    return parser.parse_comma_separated_list(
-        parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
-    )
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False))
 
 
 def print_int_list(printer: Printer, values: Sequence[int]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import auto
+from typing import TYPE_CHECKING, cast
 
 from xdsl.dialects.builtin import AnyFloat, ArrayAttr, IntAttr, IntegerType, StringAttr, TensorType
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
@@ -40,6 +41,9 @@ from xdsl.utils.str_enum import StrEnum
 from sparselift.ir._refs import check_group_label, check_segment_counts, enclosing_world_size
 from sparselift.ir._syntax import DYNAMIC, dim, int_array, ints, parse_int_list, print_int_list, tensor_type
 
+if TYPE_CHECKING:  # for annotations only: `sparse` imports this dialect
+    from sparselift.ir.sparse_attrs import LayoutAttr
+
 
 class Role(StrEnum):
     INPUT_SPLITS = auto()
@@ -55,7 +59,9 @@ class Role(StrEnum):
 
 INTEGER_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_PACKED})
 # What moves the ids to the tables (vs. pooled vectors and gradients).
-INPUT_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_WEIGHTS, Role.INPUT_PACKED})
+INPUT_ROLES = frozenset(
+    {Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_WEIGHTS, Role.INPUT_PACKED}
+)
 FLOAT_ROLES = frozenset({Role.INPUT_WEIGHTS, Role.OUTPUT_POOLED, Role.GRAD_POOLED, Role.DENSE_GRAD, Role.SPARSE_GRAD})
 
 
@@ -239,10 +245,11 @@ def _verify_packed_inputs(op: _AllToAllBase) -> None:
         pack = v.owner
         if not isinstance(pack, Operation) or pack.name != "sparse.pack":
             continue
-        layout = pack.properties["layout"]
+        layout = cast("LayoutAttr", pack.properties["layout"])
         if layout.num_segments != g:
             raise VerifyException(
-                f"{op.name}: input {k} is packed in {layout.num_segments} segment{'' if layout.num_segments == 1 else 's'} "
+                f"{op.name}: input {k} is packed in {layout.num_segments} "
+                f"segment{'' if layout.num_segments == 1 else 's'} "
                 f"but the group has {g} ranks"
             )
         segments = layout.segments
@@ -306,14 +313,15 @@ class _AllToAllBase(IRDLOperation):
         if self.splits is not None:
             if self.splits.size.data != g:
                 raise VerifyException(
-                    f"{self.name}: splits are {self.splits.size.data}x{self.splits.size.data} but the group has {g} ranks"
+                    f"{self.name}: splits are {self.splits.size.data}x{self.splits.size.data} but the group "
+                    f"has {g} ranks"
                 )
             if self.recv_splits is not None:
                 raise VerifyException(f"{self.name}: recv_splits only go with dynamic send_splits")
-        for name, v in (("send_splits", self.send_splits), ("recv_splits", self.recv_splits)):
-            if v is None:
+        for name, sizes in (("send_splits", self.send_splits), ("recv_splits", self.recv_splits)):
+            if sizes is None:
                 continue
-            t = tensor_type(v, f"{self.name} {name}")
+            t = tensor_type(sizes, f"{self.name} {name}")
             if len(t.get_shape()) != 1 or not isinstance(t.element_type, IntegerType):
                 raise VerifyException(f"{self.name}: {name} must be a 1-D integer tensor, got {t}")
             if dim(t, 0) not in (DYNAMIC, g):
@@ -330,14 +338,14 @@ class FoldSingleRankCollective(RewritePattern):
                 return
             if op.inputs[0].type != op.outputs[0].type:
                 return
-            rewriter.replace_op(op, [], [op.inputs[0]])
+            rewriter.replace(op, [], [op.inputs[0]])
         elif isinstance(op, AllReduceOp):
             if op.group.size == 1:
-                rewriter.replace_op(op, [], list(op.inputs))
+                rewriter.replace(op, [], list(op.inputs))
         elif isinstance(op, ReduceScatterOp):
             if op.group.size != 1 or op.input.type != op.result.type:
                 return
-            rewriter.replace_op(op, [], [op.input])
+            rewriter.replace(op, [], [op.input])
 
 
 class CollectiveCanonicalization(HasCanonicalizationPatternsTrait):
@@ -412,7 +420,10 @@ class WaitOp(IRDLOperation):
         assert isinstance(self.handle.type, HandleType)
         expected = list(self.handle.type.types.data)
         if [r.type for r in self.outputs] != expected:
-            raise VerifyException(f"coll.wait: results {[str(r.type) for r in self.outputs]} do not match handle {[str(t) for t in expected]}")
+            raise VerifyException(
+                f"coll.wait: results {[str(r.type) for r in self.outputs]} do not match handle "
+                f"{[str(t) for t in expected]}"
+            )
         if not isinstance(self.handle.owner, AllToAllStartOp | AllReduceStartOp):
             raise VerifyException("coll.wait: the handle must come from a collective start op")
 
@@ -426,7 +437,10 @@ class _ReduceBase(IRDLOperation):
 
     traits = traits_def(CollectiveCanonicalization())
 
-    assembly_format = "$input `on` qualified($group) `role` qualified($role) `reduce` $reduction attr-dict `:` type($input) `->` type($result)"
+    assembly_format = (
+        "$input `on` qualified($group) `role` qualified($role) `reduce` $reduction attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
 
     def verify_(self) -> None:
         _verify_group_in_world(self, self.group)
@@ -527,7 +541,7 @@ class ReduceScatterOp(_ReduceBase):
         super().verify_()
         pack = self.input.owner
         if isinstance(pack, Operation) and pack.name == "sparse.pack":  # one segment (chunk) per group rank
-            segments = pack.properties["layout"].num_segments
+            segments = cast("LayoutAttr", pack.properties["layout"]).num_segments
             if segments != self.group.size:
                 raise VerifyException(
                     f"coll.reduce_scatter: its input is packed in {segments} segment{'' if segments == 1 else 's'} "

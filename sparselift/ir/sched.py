@@ -3,8 +3,9 @@
 `sched.step` holds a whole step in the global SPMD view: a forward region (the model inputs as
 block arguments, yielding the outputs and then the values saved for backward) and a backward
 region (block arguments: one gradient per forward output, then the saved values). Dense work is
-opaque (`sched.dense` names a torch submodule); generated fused kernels are `sched.kernel`;
-`sched.parallel` runs its lanes concurrently. `#sched.cost` annotates any op.
+opaque (`sched.dense` names a torch submodule); `sched.parallel` runs its lanes concurrently.
+`#sched.cost` annotates any op. (Generated fused kernels are `sparse.fused_*` ops; this
+dialect needs nothing from `sparse`.)
 """
 
 from __future__ import annotations
@@ -39,21 +40,13 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, SymbolOpInte
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
-from sparselift.ir._refs import check_group_label, check_table_ref, enclosing_world_size, verifying
+from sparselift.ir._refs import verifying
 from sparselift.ir._syntax import check_finite, format_float, parse_float_or_int
 
 
 class Phase(StrEnum):
     FORWARD = auto()
     BACKWARD = auto()
-
-
-class KernelKind(StrEnum):
-    LOOKUP = auto()
-    LOOKUP_UPDATE = auto()
-    LOOKUP_GRAD = auto()
-    PACK = auto()
-    UNPACK = auto()
 
 
 @irdl_attr_definition
@@ -238,7 +231,8 @@ class StepOp(IRDLOperation):
         n_out = self.num_outputs.data
         if n_out > len(fwd_yield.values):
             raise VerifyException(
-                f"sched.step @{self.sym_name.data}: {n_out} outputs declared but forward yields {len(fwd_yield.values)} values"
+                f"sched.step @{self.sym_name.data}: {n_out} outputs declared but forward yields "
+                f"{len(fwd_yield.values)} values"
             )
         expected = [v.type for v in fwd_yield.values]
         got = [a.type for a in self.backward.block.args]
@@ -271,112 +265,6 @@ class DenseOp(IRDLOperation):
             raise VerifyException(f"sched.dense @{self.callee.root_reference.data}: phase must be forward or backward")
 
 
-@irdl_op_definition
-class KernelOp(IRDLOperation):
-    """A call of the generated fused kernel `@callee` (one launch for several tables)."""
-
-    name = "sched.kernel"
-
-    args = var_operand_def()
-    res = var_result_def()
-    callee = prop_def(FlatSymbolRefAttr)
-    kind = prop_def(StringAttr)
-
-    assembly_format = "$callee `(` $args `)` `kind` $kind attr-dict `:` functional-type($args, $res)"
-
-    def verify_(self) -> None:
-        where = f"sched.kernel @{self.callee.root_reference.data}"
-        if self.kind.data not in set(KernelKind):
-            raise VerifyException(f"{where}: unknown kind '{self.kind.data}'; expected one of {', '.join(KernelKind)}")
-        if self.kind.data in (KernelKind.LOOKUP, KernelKind.LOOKUP_UPDATE, KernelKind.LOOKUP_GRAD):
-            self._verify_table_kernel(where)
-
-    def _verify_table_kernel(self, where: str) -> None:
-        """Fused table kernels: lengths, indices[, weights] then (updates) one gradient per table."""
-        from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase
-
-        from sparselift.ir.sparse import OptimizerAttr, PlacementAttr, TableAttr
-
-        tables, placements, slots = (self.attributes.get(k) for k in ("tables", "placements", "slots"))
-        if not (isinstance(tables, ArrayAttr) and isinstance(placements, ArrayAttr) and isinstance(slots, ArrayAttr)):
-            raise VerifyException(f"{where}: a fused table kernel needs 'tables', 'placements' and 'slots' attributes")
-        n = len(tables.data)
-        if not n or len(placements.data) != n or len(slots.data) != n:
-            raise VerifyException(f"{where}: 'tables', 'placements' and 'slots' must list the same tables")
-        if not all(isinstance(t, TableAttr) for t in tables.data) or not all(
-            isinstance(p, PlacementAttr) for p in placements.data
-        ) or not all(isinstance(sl, DenseArrayBase) for sl in slots.data):
-            raise VerifyException(f"{where}: malformed 'tables', 'placements' or 'slots'")
-        for t, p in zip(tables.data, placements.data):
-            if p.table.data != t.name_str:
-                raise VerifyException(f"{where}: placement is for table '{p.table.data}' but the kernel reads '{t.name_str}'")
-        slot_lists = [list(sl.get_values()) for sl in slots.data]
-        self._verify_table_refs(where, tables.data, placements.data, slot_lists)
-        if self.kind.data == KernelKind.LOOKUP:
-            if len(self.res) != n or len(self.args) not in (2, 3):
-                raise VerifyException(f"{where}: a fused lookup takes lengths, indices[, weights] and returns one value per table")
-            for t, sl, r in zip(tables.data, slots.data, self.res):
-                shape = r.type.get_shape()
-                if len(shape) != 2 or (shape[1] >= 0 and shape[1] != t.dim.data * len(sl)):
-                    raise VerifyException(
-                        f"{where}: result for table '{t.name_str}' must be [bags, {t.dim.data * len(sl)}], got {r.type}"
-                    )
-        elif self.kind.data == KernelKind.LOOKUP_GRAD:
-            if len(self.res) != n or len(self.args) - n not in (2, 3):
-                raise VerifyException(f"{where}: a fused table gradient takes lengths, indices[, weights] and one "
-                                      "gradient per table, and returns one table gradient per table")
-            for t, r in zip(tables.data, self.res):
-                if r.type.get_shape() != (t.rows.data, t.dim.data):
-                    raise VerifyException(f"{where}: table gradient of '{t.name_str}' must be "
-                                          f"[{t.rows.data}, {t.dim.data}], got {r.type}")
-        else:
-            if self.res or len(self.args) - n not in (2, 3):
-                raise VerifyException(f"{where}: a fused update takes lengths, indices[, weights] and one gradient per table")
-            if not isinstance(self.attributes.get("optimizer"), OptimizerAttr):
-                raise VerifyException(f"{where}: a fused update needs an 'optimizer' attribute")
-        if self.kind.data != KernelKind.LOOKUP:
-            _kernel_grad_widths(self, where, tables.data, slot_lists)
-        self._verify_step_refs(tables.data, placements.data, slot_lists)
-
-    def _verify_table_refs(self, where: str, tables: Sequence, placements: Sequence, slots: Sequence[list[int]]) -> None:
-        """Slots distinct and non-negative per table; one set of owner ranks for the whole call
-        (the plan runs it on the first placement's ranks)."""
-        for t, sl in zip(tables, slots):
-            if not sl or len(set(sl)) != len(sl) or min(sl) < 0:
-                raise VerifyException(
-                    f"{where}: slots of table '{t.name_str}' must be distinct, non-negative and not empty, got {sl}"
-                )
-        world = enclosing_world_size(self)
-        if world is None:
-            return
-        owners = [p.owner_ranks(world) for p in placements]
-        for t, ranks in zip(tables, owners):
-            if ranks != owners[0]:
-                raise VerifyException(
-                    f"{where}: fuses tables of different ranks: '{tables[0].name_str}' on {owners[0]}, "
-                    f"'{t.name_str}' on {ranks}"
-                )
-
-    def _verify_step_refs(self, tables: Sequence, placements: Sequence, slots: Sequence[list[int]]) -> None:
-        """Each table against the route of the enclosing step, like a per-table op (see _refs)."""
-        where = f"sched.kernel @{self.callee.root_reference.data}"
-        n_shared = len(self.args) - (0 if self.kind.data == KernelKind.LOOKUP else len(tables))
-        for t, p, sl in zip(tables, placements, slots):
-            check_table_ref(self, f"{where}, table '{t.name_str}'", t, p, sl, n_shared == 3, self.args[0])
-        check_group_label(self)
-
-
-def _kernel_grad_widths(op: KernelOp, where: str, tables: Sequence, slots: Sequence[list[int]]) -> None:
-    """A fused update's (or table gradient's) pooled gradients: [bags, dim x slots] per table."""
-    for t, sl, g in zip(tables, slots, op.args[len(op.args) - len(tables):]):
-        shape = g.type.get_shape() if hasattr(g.type, "get_shape") else ()
-        if len(shape) != 2 or (shape[1] >= 0 and shape[1] != t.dim.data * len(sl)):
-            raise VerifyException(
-                f"{where}: gradient for table '{t.name_str}' must be [bags, {t.dim.data * len(sl)}] "
-                f"({len(sl)} slot{'' if len(sl) == 1 else 's'}), got {g.type}"
-            )
-
-
 def values_used_from_outside(op: Operation) -> list[SSAValue]:
     """What `op` reads from outside itself: its operands, then the values ops nested in its
     regions (e.g. `sched.parallel` lanes) read from outside `op`, in order, without repeats."""
@@ -385,7 +273,7 @@ def values_used_from_outside(op: Operation) -> list[SSAValue]:
         if inner is op:
             continue
         for v in inner.operands:
-            node = v.owner if isinstance(v, OpResult) else v.block
+            node = v.owner  # the op of a result, the block of a block argument
             if v not in used and (node is op or not op.is_ancestor(node)):
                 used[v] = None
     return list(used)
@@ -458,7 +346,7 @@ class ParallelOp(IRDLOperation):
 
 Sched = Dialect(
     "sched",
-    [StepOp, DenseOp, KernelOp, ParallelOp, YieldOp],
+    [StepOp, DenseOp, ParallelOp, YieldOp],
     [CostAttr],
 )
 
@@ -467,10 +355,8 @@ __all__ = [
     "CostAttr",
     "StepOp",
     "DenseOp",
-    "KernelOp",
     "ParallelOp",
     "YieldOp",
     "Phase",
-    "KernelKind",
     "values_used_from_outside",
 ]

@@ -104,9 +104,7 @@ class DLRMConfig:
         if self.weighted and self.mode != "sum":
             raise ValueError(f"{self.name}: per_sample_weights need mode='sum' (nn.EmbeddingBag restriction)")
         if self.id_dtype not in _ID_DTYPES:
-            raise ValueError(
-                f"{self.name}: id_dtype must be one of {sorted(_ID_DTYPES)}, got {self.id_dtype!r}"
-            )
+            raise ValueError(f"{self.name}: id_dtype must be one of {sorted(_ID_DTYPES)}, got {self.id_dtype!r}")
         if self.rows_cap is not None and self.rows_cap < 1:
             raise ValueError(f"{self.name}: rows_cap must be >= 1 or None")
 
@@ -232,8 +230,9 @@ class DLRM(nn.Module):
 
     def init_table(self, k: int, shard: Tensor, row_offset: int) -> Tensor:
         """Fill rows `row_offset ..` of table k with its seeded initial values."""
-        return fill_rows(shard, row_offset, uniform_init(self.config.num_rows[k]), seed=self.config.seed,
-                         table=f"emb_l.{k}")
+        return fill_rows(
+            shard, row_offset, uniform_init(self.config.num_rows[k]), seed=self.config.seed, table=f"emb_l.{k}"
+        )
 
     def table_init(self, name: str, shard: Tensor, row_offset: int) -> None:
         """`CompileOptions(table_init=...)` for a meta-device DLRM: table `emb_l.<k>`'s shard."""
@@ -249,9 +248,7 @@ class DLRM(nn.Module):
         per_sample_weights: Sequence[Tensor] | None,
     ) -> list[Tensor]:
         if len(indices) != len(self.emb_l) or len(offsets) != len(self.emb_l):
-            raise ValueError(
-                f"expected {len(self.emb_l)} id/offset tensors, got {len(indices)}/{len(offsets)}"
-            )
+            raise ValueError(f"expected {len(self.emb_l)} id/offset tensors, got {len(indices)}/{len(offsets)}")
         ly = []
         for k, emb in enumerate(self.emb_l):
             psw = per_sample_weights[k] if per_sample_weights is not None else None
@@ -311,8 +308,9 @@ def example_inputs(
     return dense, indices, offsets
 
 
-def build_dlrm(config: DLRMConfig, batch_size: int = 128, seed: int | None = None,
-               device: str | torch.device = "cpu") -> tuple[DLRM, tuple]:
+def build_dlrm(
+    config: DLRMConfig, batch_size: int = 128, seed: int | None = None, device: str | torch.device = "cpu"
+) -> tuple[DLRM, tuple]:
     """Build a seeded :class:`DLRM` and example inputs for it (``seed`` defaults to config.seed);
     ``device="meta"``: tables on the meta device (see :class:`DLRM`)."""
     if seed is not None:

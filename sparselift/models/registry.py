@@ -23,7 +23,8 @@ Factory = Callable[..., tuple[nn.Module, tuple]]
 
 def _dlrm(preset: str) -> Factory:
     def factory(*, rows_cap: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0):
-        from sparselift.models import dlrm
+        # The submodule itself, not the package (`sparselift.models` imports this registry).
+        import sparselift.models.dlrm as dlrm
 
         config = getattr(dlrm, preset)(rows_cap=rows_cap)
         return dlrm.build_dlrm(config, batch_size=batch_size, seed=seed)
@@ -96,9 +97,7 @@ def load_user_factory(spec: str, **kwargs: Any) -> tuple[nn.Module, tuple]:
     factory = getattr(module, attr, None)
     if factory is None:
         public = sorted(n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n]))
-        raise AttributeError(
-            f"{path} has no attribute {attr!r}; callables there: {', '.join(public) or '(none)'}"
-        )
+        raise AttributeError(f"{path} has no attribute {attr!r}; callables there: {', '.join(public) or '(none)'}")
     if not callable(factory):
         raise TypeError(f"{path}:{attr} is not callable (it is a {type(factory).__name__})")
     result = factory(**kwargs)

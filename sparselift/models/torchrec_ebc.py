@@ -40,9 +40,7 @@ TABLES: tuple[tuple[str, int, int, str, tuple[str, ...], int], ...] = (
     ("t_c", 500, 16, "MEAN", ("f_c",), 3),
     ("t_d", 200, 8, "SUM", ("f_d",), 2),
 )
-WEIGHTED_TABLES: tuple[tuple[str, int, int, str, tuple[str, ...], int], ...] = (
-    ("t_w", 300, 8, "SUM", ("f_w",), 5),
-)
+WEIGHTED_TABLES: tuple[tuple[str, int, int, str, tuple[str, ...], int], ...] = (("t_w", 300, 8, "SUM", ("f_w",), 5),)
 KEYS: tuple[str, ...] = tuple(f for t in TABLES + WEIGHTED_TABLES for f in t[4])
 _POOLING = {f: t[5] for t in TABLES + WEIGHTED_TABLES for f in t[4]}
 _ROWS = {f: t[1] for t in TABLES + WEIGHTED_TABLES for f in t[4]}
@@ -74,9 +72,7 @@ class TorchRecEBCModel(nn.Module):
         g = torch.Generator().manual_seed(seed)
         cpu = torch.device("cpu")
         self.ebc = EmbeddingBagCollection(tables=_configs(TABLES), device=cpu)
-        self.weighted_ebc = EmbeddingBagCollection(
-            tables=_configs(WEIGHTED_TABLES), is_weighted=True, device=cpu
-        )
+        self.weighted_ebc = EmbeddingBagCollection(tables=_configs(WEIGHTED_TABLES), is_weighted=True, device=cpu)
         self.dense_arch = nn.Sequential(nn.Linear(DENSE_IN, 32), nn.ReLU(), nn.Linear(32, 16))
         # One pooled vector per feature (f_a and f_b each get one from t_shared).
         sparse_out = sum(dim * len(features) for _, _, dim, _, features, _ in TABLES + WEIGHTED_TABLES)

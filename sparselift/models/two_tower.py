@@ -148,8 +148,6 @@ def example_inputs(
     return ui, uo, uw, ii, io
 
 
-def build_two_tower(
-    rows_cap: int | None = None, seed: int = 0, batch_size: int = 128
-) -> tuple[TwoTower, tuple]:
+def build_two_tower(rows_cap: int | None = None, seed: int = 0, batch_size: int = 128) -> tuple[TwoTower, tuple]:
     """Build a seeded :class:`TwoTower` and example inputs for it."""
     return TwoTower(rows_cap, seed), example_inputs(batch_size, rows_cap, seed)

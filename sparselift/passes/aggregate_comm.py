@@ -25,11 +25,12 @@ the merged buffer under `max-bytes` (per rank: elements per sample x `batch` x e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import networkx as nx
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
-from xdsl.ir import Block, Operation
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -38,18 +39,15 @@ from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
 from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
 from sparselift.passes.merge_inputs import merge_input_exchanges
-from sparselift.passes.srsv import elem_bytes
+from sparselift.passes.remarks import remark
+from sparselift.passes.srsv import elem_bytes, step_batch
 
 # "input": every exchanged group's lengths, ids and weights in one exchange (merge_inputs.py).
 MERGEABLE_ROLES = ("input", "output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
 
 
-def _remark(op: Operation, text: str) -> None:
-    op.attributes["remark"] = StringAttr(f"aggregate-comm: {text}")
-
-
-def _def_use_graph(block: Block) -> nx.DiGraph:
-    graph = nx.DiGraph()
+def _def_use_graph(block: Block) -> nx.DiGraph[Operation]:
+    graph: nx.DiGraph[Operation] = nx.DiGraph()
     ops = list(block.ops)
     graph.add_nodes_from(ops)
     for op in ops:
@@ -79,27 +77,21 @@ class AggregateComm(ModulePass):
                 f"aggregate-comm: cannot aggregate role '{unknown[0]}'; supported: {', '.join(MERGEABLE_ROLES)}"
             )
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
-            batch = self.batch or _step_batch(step)
+            batch = self.batch or step_batch(step) or 1
             if "input" in self.roles:
                 merge_input_exchanges(step, self.max_bytes, batch)
             for region in (step.forward, step.backward):
                 _Merger(region.block, set(self.roles), self.max_bytes, batch).run()
 
 
-def _step_batch(step: StepOp) -> int:
-    attr = step.attributes.get("batch")
-    if isinstance(attr, StringAttr) and attr.data.isdigit():
-        return int(attr.data)
-    return 1
-
-
 class _Merger:
     def __init__(self, block: Block, roles: set[str], max_bytes: int, batch: int):
         self.block, self.roles, self.max_bytes, self.batch = block, roles, max_bytes, batch
 
-    def candidates(self) -> list[Operation]:
+    def candidates(self) -> list[AllReduceOp | AllToAllOp]:
         return [
-            op for op in self.block.ops
+            op
+            for op in self.block.ops
             if isinstance(op, AllReduceOp | AllToAllOp) and set(op.role.role_list) <= self.roles
         ]
 
@@ -115,7 +107,7 @@ class _Merger:
                         continue
                     reason = self.refusal(first, second)
                     if reason is not None:
-                        _remark(second, reason)
+                        remark(second, AggregateComm.name, reason)
                         continue
                     self.merge(first, second)
                     changed = True
@@ -124,22 +116,26 @@ class _Merger:
                     break
 
     # -- feasibility ----------------------------------------------------------------------
-    def refusal(self, a: Operation, b: Operation) -> str | None:
+    def refusal(self, a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> str | None:
+        """Why `b` cannot be folded into `a` (two collectives of the same class), or None."""
         if a.group != b.group:
             return "not merged with an earlier collective: different groups"
         ta, tb = a.inputs[0].type, b.inputs[0].type
         if not isinstance(ta, TensorType) or not isinstance(tb, TensorType) or ta.element_type != tb.element_type:
             return "not merged with an earlier collective: element types differ"
         if isinstance(a, AllToAllOp):
+            assert isinstance(b, AllToAllOp)  # run() pairs collectives of the same class
             reason = _a2a_refusal(a) or _a2a_refusal(b) or _contexts_refusal(a, b)
             if reason is not None:
                 return reason
+            assert a.splits is not None and b.splits is not None  # _a2a_refusal refuses dynamic splits
             elems = max(sum(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a.splits.matrix, b.splits.matrix))
             bytes_ = elems * self.batch * elem_bytes(ta)
         else:
+            assert isinstance(b, AllReduceOp)  # run() pairs collectives of the same class
             if a.reduction != b.reduction:
                 return "not merged with an earlier collective: reductions differ"
-            bytes_ = sum(_static_bytes(v.type) for v in (*a.inputs, *b.inputs))
+            bytes_ = sum(_static_bytes(cast(TensorType, v.type)) for v in (*a.inputs, *b.inputs))  # verified
         if bytes_ > self.max_bytes:
             return f"not merged: the merged buffer would hold {bytes_} bytes, over max-bytes {self.max_bytes}"
         graph = _def_use_graph(self.block)
@@ -162,8 +158,9 @@ class _Merger:
         graph = _def_use_graph(self.block)
         return [op for op in self._between(a, b) if nx.has_path(graph, a, op)]
 
-    def merge(self, a: Operation, b: Operation) -> None:
+    def merge(self, a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> None:
         if isinstance(a, AllToAllOp):
+            assert isinstance(b, AllToAllOp)  # run() pairs collectives of the same class
             self._merge_a2a(a, b)
             return
         dependents = self._dependents_between(a, b)  # before `a`'s uses move to the merged op
@@ -173,7 +170,11 @@ class _Merger:
             properties={"group": a.group, "role": _union_roles(a, b), "reduction": a.reduction},
             attributes={k: v for k, v in a.attributes.items() if k not in ("remark", "group")},
         )
-        groups = [op.attributes["group"].data for op in (a, b) if isinstance(op.attributes.get("group"), StringAttr)]
+        groups = [
+            cast(StringAttr, op.attributes["group"]).data
+            for op in (a, b)
+            if isinstance(op.attributes.get("group"), StringAttr)
+        ]
         if groups:
             merged.attributes["group"] = StringAttr("+".join(dict.fromkeys(g for x in groups for g in x.split("+"))))
         Rewriter.insert_op(merged, InsertPoint.before(b))
@@ -185,23 +186,30 @@ class _Merger:
 
     def _merge_a2a(self, a: AllToAllOp, b: AllToAllOp) -> None:
         g = a.group.size
+        assert a.splits is not None and b.splits is not None  # refusal() refused dynamic splits
         sa, sb = a.splits.matrix, b.splits.matrix
         dependents = self._dependents_between(a, b)
-        packs_a = [v.owner for v in a.inputs]
-        packs_b = [v.owner for v in b.inputs]
+        # refusal() checked that every send buffer is made by a sparse.pack.
+        packs_a = [cast(PackOp, v.owner) for v in a.inputs]
+        packs_b = [cast(PackOp, v.owner) for v in b.inputs]
         per_rank = len(packs_a) > 1 or len(packs_b) > 1
         new_packs = []
-        for r in range(g) if per_rank else [None]:
+        for r in range(g) if per_rank else [0]:
             pa = packs_a[r if len(packs_a) > 1 else 0]
             pb = packs_b[r if len(packs_b) > 1 else 0]
-            props = {"layout": _concat(pa.layout, pb.layout)}
+            props: dict[str, Attribute] = {"layout": _concat(pa.layout, pb.layout)}
             rank_attr = pa.rank if pa.rank is not None else pb.rank
             if rank_attr is not None:
                 props["rank"] = rank_attr
-            pack = PackOp.create(operands=[*pa.members, *pb.members], result_types=[pa.buffer.type],
-                                 properties=props, attributes=_merged_attrs(pa, pb))
+            pack = PackOp.create(
+                operands=[*pa.members, *pb.members],
+                result_types=[pa.buffer.type],
+                properties=props,
+                attributes=_merged_attrs(pa, pb),
+            )
             Rewriter.insert_op(pack, InsertPoint.before(b))
             new_packs.append(pack)
+        segment_sizes = cast(DenseArrayBase, a.properties["operandSegmentSizes"])
         merged = AllToAllOp.create(
             operands=[p.buffer for p in new_packs],
             result_types=[a.outputs[0].type],
@@ -209,9 +217,7 @@ class _Merger:
                 "group": a.group,
                 "role": _union_roles(a, b),
                 "splits": SplitsAttr([[sa[s][p] + sb[s][p] for p in range(g)] for s in range(g)]),
-                "operandSegmentSizes": a.properties["operandSegmentSizes"].from_list(
-                    a.properties["operandSegmentSizes"].elt_type, [len(new_packs), 0, 0]
-                ),
+                "operandSegmentSizes": segment_sizes.from_list(segment_sizes.elt_type, [len(new_packs), 0, 0]),
             },
             attributes=_merged_attrs(a, b),
         )
@@ -222,20 +228,28 @@ class _Merger:
         unpacks_b = _unpacks_by_context(b)
         for ctx in dict.fromkeys([*unpacks_a, *unpacks_b]):
             ua, ub = unpacks_a.get(ctx), unpacks_b.get(ctx)
+            first = ua or ub
+            assert first is not None  # `ctx` is a context of one side at least
             la = ua.layout if ua is not None else _empty_layout(g)
             lb = ub.layout if ub is not None else _empty_layout(g)
             members = [*(ua.members if ua else []), *(ub.members if ub else [])]
-            props = {"layout": _concat(la, lb)} | ({} if ctx is None else {"rank": (ua or ub).rank})
-            unpack = UnpackOp.create(operands=[merged.outputs[0]], result_types=[m.type for m in members],
-                                     properties=props, attributes=_merged_attrs(ua or ub, ub or ua))
+            props = {"layout": _concat(la, lb)}
+            if ctx is not None and first.rank is not None:  # a context other than None is a rank
+                props["rank"] = first.rank
+            unpack = UnpackOp.create(
+                operands=[merged.outputs[0]],
+                result_types=[m.type for m in members],
+                properties=props,
+                attributes=_merged_attrs(first, ub or first),
+            )
             Rewriter.insert_op(unpack, InsertPoint.after(point))
             point = unpack
             for old, new in zip(members, unpack.members):
                 old.replace_all_uses_with(new)
-            for old in (ua, ub):
-                if old is not None:
-                    dependents = [op for op in dependents if op is not old]
-                    Rewriter.erase_op(old)
+            for old_unpack in (ua, ub):
+                if old_unpack is not None:
+                    dependents = [op for op in dependents if op is not old_unpack]
+                    Rewriter.erase_op(old_unpack)
         _move_after(dependents, point)
         Rewriter.erase_op(a)
         Rewriter.erase_op(b)
@@ -253,9 +267,13 @@ def _move_after(ops: list[Operation], anchor: Operation) -> None:
         point = op
 
 
-def _merged_attrs(a: Operation, b: Operation) -> dict:
+def _merged_attrs(a: Operation, b: Operation) -> dict[str, Attribute]:
     attrs = {k: v for k, v in a.attributes.items() if k not in ("remark", "group")}
-    groups = [op.attributes["group"].data for op in (a, b) if isinstance(op.attributes.get("group"), StringAttr)]
+    groups = [
+        cast(StringAttr, op.attributes["group"]).data
+        for op in (a, b)
+        if isinstance(op.attributes.get("group"), StringAttr)
+    ]
     if groups:
         attrs["group"] = StringAttr("+".join(dict.fromkeys(g for x in groups for g in x.split("+"))))
     return attrs
@@ -269,7 +287,7 @@ def _a2a_refusal(op: AllToAllOp) -> str | None:
     if any(len(list(v.uses)) != 1 for v in op.inputs):
         return "not merged: a send buffer has other users (layout mapping not computable)"
     for v in op.inputs:
-        if any(off == DYNAMIC for seg in v.owner.layout.segments for off, _ in seg):
+        if any(off == DYNAMIC for seg in cast(PackOp, v.owner).layout.segments for off, _ in seg):  # a pack: above
             return "not merged: jagged members (layout mapping not computable)"
     if any(not isinstance(u.operation, UnpackOp) for u in op.outputs[0].uses):
         return "not merged: the received buffer is read by something other than sparse.unpack"
@@ -279,10 +297,9 @@ def _a2a_refusal(op: AllToAllOp) -> str | None:
     return None
 
 
-def _unpacks_by_context(op: AllToAllOp) -> dict:
+def _unpacks_by_context(op: AllToAllOp) -> dict[int | None, UnpackOp]:
     return {
-        (u.operation.rank.value.data if u.operation.rank is not None else None): u.operation
-        for u in op.outputs[0].uses
+        (u.operation.rank.value.data if u.operation.rank is not None else None): u.operation for u in op.outputs[0].uses
     }
 
 
@@ -294,6 +311,8 @@ def _contexts_refusal(a: AllToAllOp, b: AllToAllOp) -> str | None:
         return "not merged: received buffers are unpacked per rank on one side and on every rank on the other"
     for ctx in ca ^ cb:
         other = b if ctx in ca else a
+        # Every-rank contexts (None) are on both sides by now; _a2a_refusal refused dynamic splits.
+        assert ctx is not None and other.splits is not None
         if any(row[ctx] for row in other.splits.matrix):
             return f"not merged: rank {ctx} receives data it does not unpack (layout mapping not computable)"
     return None
@@ -312,7 +331,7 @@ def _concat(la: LayoutAttr, lb: LayoutAttr) -> LayoutAttr:
     return LayoutAttr(segments)
 
 
-def _union_roles(a: Operation, b: Operation) -> RoleAttr:
+def _union_roles(a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> RoleAttr:
     roles = list(dict.fromkeys([*a.role.role_list, *b.role.role_list]))
     return RoleAttr(*roles)
 

@@ -21,7 +21,7 @@ option is a built-in profile name or a path to a JSON profile). Per op, on its b
 - `sched.dense`: FLOPs over `flops_per_s`. The IR does not say how many FLOPs a dense region
   has; the pass reads an optional `flops` attribute on the op (an integer, `IntAttr` or an
   integer `StringAttr`, which the frontend is to write) and treats a missing one as 0 FLOPs.
-- `sched.kernel` (a generated fused kernel the IR cannot size): one launch.
+- `sparse.fused_*` (a generated fused kernel the IR cannot size): one launch.
 - everything else (`sched.yield`, `sched.parallel`, ...): zero.
 
 The step itself gets `cost` with the summed `bytes` and `lookups` of its ops and, as `est_us`,
@@ -41,8 +41,16 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from sparselift.ir.coll import AllReduceOp, AllReduceStartOp
-from sparselift.ir.sched import CostAttr, DenseOp, KernelOp, StepOp
-from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, RouteOp, UnpackOp
+from sparselift.ir.sched import CostAttr, DenseOp, StepOp
+from sparselift.ir.sparse import (
+    FusedTableOp,
+    LookupGradOp,
+    LookupOp,
+    LookupUpdateOp,
+    PackOp,
+    RouteOp,
+    UnpackOp,
+)
 from sparselift.passes.profiles import HardwareProfile, load_profile
 from sparselift.passes.srsv import (
     COLLECTIVE_OPS,
@@ -100,11 +108,9 @@ def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -
     if isinstance(op, LookupUpdateOp):
         t = view.table(op.table.name_str)
         if op.dense:
-            nbytes = 3 * t.max_table_bytes
+            nbytes: float = 3 * t.max_table_bytes
             return OpCost(nbytes, t.rows, fixed + 1.5 * p.copy_us(t.max_table_bytes))
-        return OpCost(
-            2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.update_factor * p.gather_us(t.bytes_gathered)
-        )
+        return OpCost(2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.update_factor * p.gather_us(t.bytes_gathered))
     if isinstance(op, LookupGradOp):
         t = view.table(op.table.name_str)
         est = fixed + 0.5 * p.copy_us(t.max_table_bytes) + p.update_factor * p.gather_us(t.bytes_gathered)
@@ -120,7 +126,7 @@ def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -
         return OpCost(nbytes, 0, p.kernel_launch_us + p.copy_us(nbytes / 2))
     if isinstance(op, DenseOp):
         return OpCost(0, 0, p.flops_us(dense_flops(op)))
-    if isinstance(op, KernelOp):
+    if isinstance(op, FusedTableOp):
         return OpCost(0, 0, p.kernel_launch_us)
     return OpCost()
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -51,20 +51,20 @@ from sparselift.ir.coll import (
     HandleType,
     WaitOp,
 )
-from sparselift.ir.sched import DenseOp, KernelOp, StepOp, values_used_from_outside
-from sparselift.ir.sparse import LookupUpdateOp
-from sparselift.passes.srsv import build_srsv, step_batch
+from sparselift.ir.sched import DenseOp, StepOp, values_used_from_outside
+from sparselift.ir.sparse import FusedLookupUpdateOp, LookupUpdateOp
+from sparselift.passes.remarks import remark
+from sparselift.passes.srsv import build_srsv, peak_inflight, step_batch
 
 OUTPUT_ROLES = frozenset({"output_pooled"})
 BACKWARD_ROLES = frozenset({"grad_pooled", "sparse_grad", "dense_grad"})
 
-
-def _remark(op: Operation, text: str) -> None:
-    op.attributes["remark"] = StringAttr(f"hide-latency: {text}")
+_Coll = AllToAllOp | AllReduceOp  # the collectives this pass splits
+_Node = Operation | tuple[str, _Coll]  # a node of the schedule: an op, or ("start" | "wait", collective)
 
 
 def _is_update(op: Operation) -> bool:
-    return isinstance(op, LookupUpdateOp) or (isinstance(op, KernelOp) and op.kind.data == "lookup_update")
+    return isinstance(op, LookupUpdateOp | FusedLookupUpdateOp)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class HideLatency(ModulePass):
         colls = [o for o in step.walk() if isinstance(o, AllToAllOp | AllReduceOp)]
         if step.world_size.data == 1 or not colls:
             for c in colls:
-                _remark(c, "world size 1: nothing travels")
+                remark(c, self.name, "world size 1: nothing travels")
             return
         srsv = build_srsv(step, batch=step_batch(step) or 1)  # without a batch: bytes per sample
         sizes = {}
@@ -108,12 +108,11 @@ class HideLatency(ModulePass):
             regions.append((step.backward.block, BACKWARD_ROLES))
         for block, roles in regions:
             candidates = [
-                c for c in block.ops
-                if isinstance(c, AllToAllOp | AllReduceOp) and set(c.role.role_list) <= roles
+                c for c in block.ops if isinstance(c, AllToAllOp | AllReduceOp) and set(c.role.role_list) <= roles
             ]
             for c in candidates:
                 if c.group.size == 1:
-                    _remark(c, "one-rank group: nothing travels")
+                    remark(c, self.name, "one-rank group: nothing travels")
             candidates = [c for c in candidates if c.group.size > 1]
             if candidates:
                 self._schedule(block, candidates, sizes)
@@ -121,16 +120,20 @@ class HideLatency(ModulePass):
             step.attributes["dense_grad_overlap"] = UnitAttr()
 
     # -- scheduling ---------------------------------------------------------------------------
-    def _schedule(self, block: Block, candidates: list[Operation], sizes: dict[Operation, int]) -> None:
+    def _schedule(self, block: Block, candidates: list[_Coll], sizes: dict[_Coll, int]) -> None:
         split = list(candidates)
         while True:
             order = self._order(block, split)
-            peak, live = _peak_inflight(order, split, sizes)
+            peak, live = peak_inflight((n[0], n[1], sizes[n[1]]) for n in order if isinstance(n, tuple))
             if not self.max_inflight_bytes or peak <= self.max_inflight_bytes or not live:
                 break
             biggest = max(live, key=lambda c: (sizes[c], -list(block.ops).index(c)))
-            _remark(biggest, f"in-flight bytes {peak} would exceed max-inflight-bytes {self.max_inflight_bytes}; "
-                             f"this exchange ({sizes[biggest]} bytes) stays synchronous")
+            remark(
+                biggest,
+                self.name,
+                f"in-flight bytes {peak} would exceed max-inflight-bytes "
+                f"{self.max_inflight_bytes}; this exchange ({sizes[biggest]} bytes) stays synchronous",
+            )
             split.remove(biggest)
         # A start directly followed by its wait hides nothing: keep those synchronous. Input
         # exchanges stay asynchronous regardless: `TrainPipeline` starts them during the
@@ -142,39 +145,42 @@ class HideLatency(ModulePass):
             if not set(c.role.role_list) <= INPUT_ROLES and all(
                 isinstance(n, tuple) and n[0] in ("start", "wait") for n in between
             ):
-                _remark(c, "nothing independent to overlap: the first use follows the exchange")
+                remark(c, self.name, "nothing independent to overlap: the first use follows the exchange")
             else:
                 hidden.append(c)
         if set(hidden) != set(split):
             order = self._order(block, hidden)
         _materialize(block, order)
 
-    def _order(self, block: Block, split: list[Operation]) -> list:
+    def _order(self, block: Block, split: list[_Coll]) -> list[_Node]:
         """A new order of the block's ops; a split collective `c` becomes ("start", c), ("wait", c)."""
         ops = list(block.ops)
         terminator = ops[-1]
         ops = ops[:-1]
         index = {op: i for i, op in enumerate(ops)}
-        node = {op: op for op in ops}
+        node: dict[Operation, _Node] = {op: op for op in ops}
         for c in split:
             node[c] = ("wait", c)  # its results come out of the wait
-        g = nx.DiGraph()
+        g: nx.DiGraph[_Node] = nx.DiGraph()
+        # (`isinstance` first: it tells the type checker what `op in split` implies.)
         for op in ops:
             g.add_node(node[op])
-            if op in split:
+            if isinstance(op, _Coll) and op in split:
                 g.add_node(("start", op))
                 g.add_edge(("start", op), ("wait", op))
         for op in ops:
-            consumer = ("start", op) if op in split else node[op]
+            consumer = ("start", op) if isinstance(op, _Coll) and op in split else node[op]
             for v in values_used_from_outside(op):
                 producer = v.owner
                 if isinstance(producer, Operation) and producer in index:
                     g.add_edge(node[producer], consumer)
         # Program-order chains: collectives (as issued), table updates, dense regions.
-        issue = [("start", op) if op in split else op for op in ops if isinstance(op, AllToAllOp | AllReduceOp)]
+        issue: list[_Node] = [
+            ("start", op) if op in split else op for op in ops if isinstance(op, AllToAllOp | AllReduceOp)
+        ]
         other_colls = [op for op in ops if op.name.startswith("coll.") and not isinstance(op, AllToAllOp | AllReduceOp)]
         for chain in (
-            sorted(issue + other_colls, key=lambda n: index[n[1] if isinstance(n, tuple) else n]),
+            sorted([*issue, *other_colls], key=lambda n: index[n[1] if isinstance(n, tuple) else n]),
             [op for op in ops if _is_update(op)],
             [op for op in ops if isinstance(op, DenseOp)],
         ):
@@ -182,7 +188,7 @@ class HideLatency(ModulePass):
         # Starts go as soon as they can, with what they need (for `overlap=input`, the output
         # exchange does not pull the lookups ahead of the dense regions); waits go last; dense
         # regions run before the input waits (`input`) or after the output exchange starts.
-        before_start = set()
+        before_start: set[_Node] = set()
         for c in split:
             before_start.add(("start", c))
             if not (self.overlap == "input" and set(c.role.role_list) <= OUTPUT_ROLES):
@@ -205,26 +211,11 @@ class HideLatency(ModulePass):
         return [*order, terminator]
 
 
-def _peak_inflight(order: list, split: list[Operation], sizes: dict[Operation, int]) -> tuple[int, list[Operation]]:
-    live: list[Operation] = []
-    peak, at_peak = 0, []
-    for n in order:
-        if isinstance(n, tuple):
-            kind, c = n
-            if kind == "start":
-                live.append(c)
-                total = sum(sizes[x] for x in live)
-                if total > peak:
-                    peak, at_peak = total, list(live)
-            else:
-                live.remove(c)
-    return peak, at_peak
-
-
-def _materialize(block: Block, order: list) -> None:
+def _materialize(block: Block, order: list[_Node]) -> None:
     """Rebuild the block in `order`, turning ("start", c) / ("wait", c) into async ops."""
     terminator = order[-1]
-    starts: dict[Operation, Operation] = {}
+    assert isinstance(terminator, Operation)  # `_order` ends with the block's terminator
+    starts: dict[_Coll, AllToAllStartOp | AllReduceStartOp] = {}
     for n in order[:-1]:
         if isinstance(n, tuple):
             kind, c = n
@@ -243,13 +234,16 @@ def _materialize(block: Block, order: list) -> None:
             Rewriter.insert_op(n, InsertPoint.before(terminator))
 
 
-def _start_op(c: Operation) -> Operation:
+def _start_op(c: _Coll) -> AllToAllStartOp | AllReduceStartOp:
     attributes = {k: v for k, v in c.attributes.items() if k != "remark"}
     types = [r.type for r in c.results]
     if isinstance(c, AllToAllOp):
         return AllToAllStartOp.create(
-            operands=[*c.inputs, *([c.send_splits] if c.send_splits is not None else []),
-                      *([c.recv_splits] if c.recv_splits is not None else [])],
+            operands=[
+                *c.inputs,
+                *([c.send_splits] if c.send_splits is not None else []),
+                *([c.recv_splits] if c.recv_splits is not None else []),
+            ],
             result_types=[HandleType(types)],
             properties=dict(c.properties),
             attributes=attributes,

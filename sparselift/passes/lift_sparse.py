@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
@@ -60,6 +61,8 @@ from sparselift.ir.sparse import (
     UnpackOp,
 )
 
+_OpT = TypeVar("_OpT", bound=Operation)
+
 
 def _t(shape: Sequence[int], elt: Attribute) -> TensorType:
     return TensorType(elt, [DYNAMIC_INDEX if d < 0 else d for d in shape])
@@ -97,14 +100,14 @@ class _GroupLifter:
             raise PassFailedException(f"lift-sparse: module '{ebc.module.data}' mixes table dtypes in one group")
         self.dtype = dtypes.pop()
         self.weighted = any(f.is_weighted for f in self.features)
-        id_types = {v.type.element_type for v in ebc.ids}
+        id_types = {cast(TensorType, v.type).element_type for v in ebc.ids}  # verified: tensors
         self.index_type = i32 if id_types == {i32} and all(t.rows.data < 2**31 for t in self.tables.values()) else i64
         self.group = GroupAttr(list(range(self.world)))
         self.fwd_point = InsertPoint.before(ebc)
         self._bwd_cursor: InsertPoint | None = None
 
     # -- helpers ---------------------------------------------------------------------------
-    def _insert(self, op: Operation, point: InsertPoint) -> Operation:
+    def _insert(self, op: _OpT, point: InsertPoint) -> _OpT:
         op.attributes["group"] = self.group_name
         Rewriter.insert_op(op, point)
         if self._bwd_cursor is point:  # backward ops go one after another
@@ -113,6 +116,7 @@ class _GroupLifter:
 
     def _next(self) -> InsertPoint:
         """Insertion point after the last op inserted in backward."""
+        assert self._bwd_cursor is not None  # set when `_lift_backward` starts
         return self._bwd_cursor
 
     def _table_features(self, table: str) -> list[int]:
@@ -135,7 +139,7 @@ class _GroupLifter:
         return self._insert(op, point)
 
     def _pack(self, point, members, layout_segments, rank=None) -> PackOp:
-        props = {"layout": LayoutAttr(layout_segments)}
+        props: dict[str, Attribute] = {"layout": LayoutAttr(layout_segments)}
         if rank is not None:
             props["rank"] = IntegerAttr(rank, i64)
         return self._insert(
@@ -143,7 +147,7 @@ class _GroupLifter:
         )
 
     def _unpack(self, point, buffer, types, layout_segments, rank=None) -> UnpackOp:
-        props = {"layout": LayoutAttr(layout_segments)}
+        props: dict[str, Attribute] = {"layout": LayoutAttr(layout_segments)}
         if rank is not None:
             props["rank"] = IntegerAttr(rank, i64)
         return self._insert(UnpackOp.create(operands=[buffer], result_types=list(types), properties=props), point)
@@ -159,7 +163,9 @@ class _GroupLifter:
         )
 
     @staticmethod
-    def _layout(members_per_segment: Sequence[Sequence[tuple[int, int] | None]], n_members: int):
+    def _layout(
+        members_per_segment: Sequence[Sequence[tuple[int, int]]], n_members: int
+    ) -> list[list[tuple[int, int]]]:
         """Per segment, the (member index, width) pairs placed contiguously in that order."""
         segments = []
         for placed in members_per_segment:
@@ -213,7 +219,7 @@ class _GroupLifter:
             use_weights = weights is not None and any(self.features[i].is_weighted for i in self._table_features(name))
             lookups[name] = self._insert(
                 LookupOp.create(
-                    operands=[lengths, indices, *([weights] if use_weights else [])],
+                    operands=[lengths, indices, *([weights] if use_weights and weights is not None else [])],
                     result_types=[_t([-1, self._width(name)], self.dtype)],
                     properties={
                         "table": table,
@@ -266,24 +272,34 @@ class _GroupLifter:
                 packs.append(
                     self._pack(point, [lookups[n].pooled for n in owned], self._layout([seg] * W, len(owned)), rank)
                 )
-            width = [sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)]
+            width = [
+                sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)
+            ]
             sent = self._a2a(point, [p.buffer for p in packs], "output_pooled", [[width[r]] * W for r in range(W)])
             per_segment = [[(m, feature_width[m]) for m, (r, _, _) in enumerate(order) if r == p] for p in range(W)]
             members = self._unpack(point, sent.outputs[0], member_types, self._layout(per_segment, len(order))).members
         else:
             seg = [(i, self._width(n)) for i, n in enumerate(self.table_order)]
             if W > 1 and self.kind == "row_wise":
-                pack = self._pack(point, [lookups[n].pooled for n in self.table_order], self._layout([seg] * W, len(seg)))
+                pack = self._pack(
+                    point, [lookups[n].pooled for n in self.table_order], self._layout([seg] * W, len(seg))
+                )
                 buffer = self._insert(
                     ReduceScatterOp.create(
                         operands=[pack.buffer],
                         result_types=[_t([-1], self.dtype)],
-                        properties={"group": self.group, "role": RoleAttr("output_pooled"), "reduction": StringAttr("sum")},
+                        properties={
+                            "group": self.group,
+                            "role": RoleAttr("output_pooled"),
+                            "reduction": StringAttr("sum"),
+                        },
                     ),
                     point,
                 ).result
             else:
-                buffer = self._pack(point, [lookups[n].pooled for n in self.table_order], self._layout([seg], len(seg))).buffer
+                buffer = self._pack(
+                    point, [lookups[n].pooled for n in self.table_order], self._layout([seg], len(seg))
+                ).buffer
             whole = [[(m, feature_width[m]) for m in range(len(order))]]
             members = self._unpack(point, buffer, member_types, self._layout(whole, len(order))).members
         position = {feature: m for m, (_, _, feature) in enumerate(order)}
@@ -300,7 +316,7 @@ class _GroupLifter:
             for op in bwd.ops
             if isinstance(op, DenseOp) and op.phase.data == "backward"
         }
-        grads = []
+        grads: list[SSAValue] = []
         for f, value in zip(self.features, pooled):
             uses = list(value.uses)
             where = f"lift-sparse: feature '{f.feature_name.data}' of module '{self.ebc.module.data}'"
@@ -337,16 +353,23 @@ class _GroupLifter:
         if W > 1 and self.kind == "table_wise":
             per_owner = [[(m, feature_width[m]) for m, (r, _, _) in enumerate(order) if r == p] for p in range(W)]
             pack = self._pack(self._next(), by_packing, self._layout(per_owner, len(order)))
-            width = [sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)]
+            width = [
+                sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)
+            ]
             sent = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[width[p] for p in range(W)]] * W)
-            table_grads = {}
+            table_grads: dict[str, SSAValue] = {}
             for rank in range(W):
                 owned = [n for n in self.table_order if self.placements[n].rank_list == [rank]]
                 if not owned:
                     continue
                 seg = [(i, self._width(n)) for i, n in enumerate(owned)]
-                unpack = self._unpack(self._next(), sent.outputs[0], [table_types[n] for n in owned],
-                                      self._layout([seg] * W, len(owned)), rank)
+                unpack = self._unpack(
+                    self._next(),
+                    sent.outputs[0],
+                    [table_types[n] for n in owned],
+                    self._layout([seg] * W, len(owned)),
+                    rank,
+                )
                 table_grads.update(zip(owned, unpack.members))
         else:
             segments = W if (W > 1 and self.kind == "row_wise") else 1
@@ -357,50 +380,74 @@ class _GroupLifter:
                 total = sum(feature_width)
                 buffer = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[total] * W] * W).outputs[0]
             seg = [(i, self._width(n)) for i, n in enumerate(self.table_order)]
-            unpack = self._unpack(self._next(), buffer, [table_types[n] for n in self.table_order],
-                                  self._layout([seg] * segments, len(seg)))
+            unpack = self._unpack(
+                self._next(),
+                buffer,
+                [table_types[n] for n in self.table_order],
+                self._layout([seg] * segments, len(seg)),
+            )
             table_grads = dict(zip(self.table_order, unpack.members))
 
         dense_grads: dict[str, SSAValue] = {}
         for name in self.table_order:
             lookup = lookups[name]
             use_weights = lookup.weights is not None
-            operands = [saved_lengths, saved_indices, *([saved_weights] if use_weights else []), table_grads[name]]
+            weights = [saved_weights] if use_weights and saved_weights is not None else []
+            operands = [saved_lengths, saved_indices, *weights, table_grads[name]]
             common = {"table": lookup.table, "placement": lookup.placement, "slots": lookup.slots}
             if W > 1 and self.kind == "data_parallel":
                 table = self.tables[name]
                 dense_type = TensorType(self.dtype, [table.rows.data, table.dim.data])
-                dense_grads[name] = self._insert(LookupGradOp.create(
-                    operands=operands, result_types=[dense_type],
-                    properties=common | {"operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
-                ), self._next()).table_grad
+                dense_grads[name] = self._insert(
+                    LookupGradOp.create(
+                        operands=operands,
+                        result_types=[dense_type],
+                        properties=common | {"operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
+                    ),
+                    self._next(),
+                ).table_grad
             else:
-                self._insert(LookupUpdateOp.create(
-                    operands=operands,
-                    properties=common | {"optimizer": self.optimizer,
-                                         "operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
-                ), self._next())
+                self._insert(
+                    LookupUpdateOp.create(
+                        operands=operands,
+                        properties=common
+                        | {"optimizer": self.optimizer, "operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
+                    ),
+                    self._next(),
+                )
         if dense_grads:
             # Replicated tables: one all-reduce for the whole group's dense gradients, then the updates.
-            reduced = self._insert(AllReduceOp.create(
-                operands=list(dense_grads.values()), result_types=[v.type for v in dense_grads.values()],
-                properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
-            ), self._next())
+            reduced = self._insert(
+                AllReduceOp.create(
+                    operands=list(dense_grads.values()),
+                    result_types=[v.type for v in dense_grads.values()],
+                    properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
+                ),
+                self._next(),
+            )
             for name, grad in zip(dense_grads, reduced.outputs):
                 lookup = lookups[name]
-                self._insert(LookupUpdateOp.create(
-                    operands=[grad],
-                    properties={"table": lookup.table, "placement": lookup.placement, "slots": lookup.slots,
-                                "optimizer": self.optimizer, "operandSegmentSizes": _segments(0, 0, 0, 1)},
-                ), self._next())
-
+                self._insert(
+                    LookupUpdateOp.create(
+                        operands=[grad],
+                        properties={
+                            "table": lookup.table,
+                            "placement": lookup.placement,
+                            "slots": lookup.slots,
+                            "optimizer": self.optimizer,
+                            "operandSegmentSizes": _segments(0, 0, 0, 1),
+                        },
+                    ),
+                    self._next(),
+                )
 
     def _save_received(self) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """Thread the received lengths/indices/weights from forward to backward as saved values."""
         fwd_yield = self.step.forward.block.last_op
+        assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
         bwd = self.step.backward.block
-        out = []
-        extra = []
+        out: list[SSAValue | None] = []
+        extra: list[SSAValue] = []
         for value in self.received:
             if value is None:
                 out.append(None)
@@ -409,7 +456,9 @@ class _GroupLifter:
             out.append(bwd.insert_arg(value.type, len(bwd.args)))
         new_yield = YieldOp(*fwd_yield.values, *extra)
         Rewriter.replace_op(fwd_yield, new_yield)
-        return out[0], out[1], out[2]
+        lengths, indices, weights = out
+        assert lengths is not None and indices is not None  # only the weights may be absent
+        return lengths, indices, weights
 
 
 def verify_lifted(module: ModuleOp) -> None:
@@ -422,7 +471,8 @@ def verify_lifted(module: ModuleOp) -> None:
         for op in step.walk():
             if isinstance(op, EmbeddingBagCollectionOp):
                 raise PassFailedException(
-                    f"lift-sparse: an opaque sparse.embedding_bag_collection ('{op.module.data}') is left in @{step.sym_name.data}"
+                    f"lift-sparse: an opaque sparse.embedding_bag_collection ('{op.module.data}') is left in "
+                    f"@{step.sym_name.data}"
                 )
             if isinstance(op, LookupOp):
                 looked[op.table.name_str] = looked.get(op.table.name_str, 0) + 1

@@ -32,8 +32,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from sparselift.ir.coll import AllToAllOp, RoleAttr
-from sparselift.ir.sched import KernelOp, StepOp
+from sparselift.ir.sched import StepOp, YieldOp
 from sparselift.ir.sparse import (
+    FusedTableOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -42,13 +43,13 @@ from sparselift.ir.sparse import (
     RouteOp,
     UnpackIdsOp,
 )
+from sparselift.passes.remarks import remark
 from sparselift.passes.srsv import _served, elem_bytes
 
 INPUT_ROLES = ("input_lengths", "input_indices", "input_weights")
 
 
-def _remark(op: Operation, text: str) -> None:
-    op.attributes["remark"] = StringAttr(f"aggregate-comm: {text}")
+PASS_NAME = "aggregate-comm"  # whose remarks these are: the input merging is part of aggregate-comm
 
 
 @attrs.frozen
@@ -67,7 +68,9 @@ class _Exchanged:
     @property
     def served(self) -> list[int]:
         """Features this group's route sends to each rank per sample (static lengths splits)."""
-        return list(self.lengths.splits.matrix[0])
+        splits = self.lengths.splits
+        assert splits is not None  # `_exchanged_routes` keeps only lengths exchanges with static splits
+        return list(splits.matrix[0])
 
 
 def _exchange_of(value: SSAValue, role: str) -> AllToAllOp | None:
@@ -94,18 +97,20 @@ def _exchanged_routes(block: Block) -> list[_Exchanged]:
     return found
 
 
-def _table_readers(value: SSAValue) -> list[Operation]:
+_TableReader = LookupOp | LookupUpdateOp | LookupGradOp | FusedTableOp
+
+
+def _table_readers(value: SSAValue) -> list[_TableReader]:
     """Ops that read `value` as their lengths: lookups, updates, gradients, fused kernels."""
     return [
-        u.operation for u in value.uses
-        if isinstance(u.operation, LookupOp | LookupUpdateOp | LookupGradOp | KernelOp) and u.index == 0
+        u.operation
+        for u in value.uses
+        if isinstance(u.operation, LookupOp | LookupUpdateOp | LookupGradOp | FusedTableOp) and u.index == 0
     ]
 
 
-def _owner_ranks(op: Operation, world: int) -> list[list[int]]:
-    placements: Sequence[PlacementAttr] = (
-        op.attributes["placements"].data if isinstance(op, KernelOp) else [op.placement]
-    )
+def _owner_ranks(op: _TableReader, world: int) -> list[list[int]]:
+    placements: Sequence[PlacementAttr] = op.placements.data if isinstance(op, FusedTableOp) else [op.placement]
     return [p.owner_ranks(world) for p in placements]
 
 
@@ -122,15 +127,18 @@ def merge_input_exchanges(step: StepOp, max_bytes: int, batch: int) -> None:
     for g in groups:
         reason = _refusal(g, accepted, world, saved_args)
         if reason is not None:
-            _remark(g.lengths, reason)
+            remark(g.lengths, PASS_NAME, reason)
         else:
             accepted.append(g)
     if not accepted:
         return
     estimate = _packed_bytes(accepted, world, batch)
     if estimate > max_bytes:
-        _remark(accepted[0].lengths, f"input exchanges not merged: the packed buffer would hold {estimate} bytes, "
-                                     f"over max-bytes {max_bytes}")
+        remark(
+            accepted[0].lengths,
+            PASS_NAME,
+            f"input exchanges not merged: the packed buffer would hold {estimate} bytes, over max-bytes {max_bytes}",
+        )
         return
     _rewrite(step, accepted, world, saved_args)
 
@@ -139,13 +147,14 @@ def _saved_args(step: StepOp) -> dict[SSAValue, list[SSAValue]]:
     """Forward value -> the backward block arguments it is saved as."""
     n_out = step.num_outputs.data
     fwd_yield = step.forward.block.last_op
+    assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
     out: dict[SSAValue, list[SSAValue]] = {}
     for value, arg in zip(list(fwd_yield.operands)[n_out:], list(step.backward.block.args)[n_out:]):
         out.setdefault(value, []).append(arg)
     return out
 
 
-def _readers(value: SSAValue, saved_args: dict[SSAValue, list[SSAValue]]) -> list[Operation]:
+def _readers(value: SSAValue, saved_args: dict[SSAValue, list[SSAValue]]) -> list[_TableReader]:
     ops = _table_readers(value)
     for arg in saved_args.get(value, []):
         ops += _table_readers(arg)
@@ -163,12 +172,16 @@ def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) 
     ta, tb = g.route.indices.type, first.route.indices.type
     if not isinstance(ta, TensorType) or not isinstance(tb, TensorType) or ta.element_type != tb.element_type:
         return "input exchanges not merged: index dtypes differ"
-    anchor = min((a.route for a in accepted), key=lambda r: list(r.parent_block().ops).index(r))
-    order = list(anchor.parent_block().ops)
+    block = g.route.parent_block()
+    assert block is not None  # every candidate route is an op of the step's forward block
+    order = list(block.ops)
+    anchor = min((a.route for a in accepted), key=order.index)
     for v in g.route.operands:
         if isinstance(v.owner, Operation) and v.owner in order and order.index(v.owner) > order.index(anchor):
-            return (f"input exchanges not merged: the ids of group '{_group(g.route)}' are computed after "
-                    f"the route of group '{_group(anchor)}'")
+            return (
+                f"input exchanges not merged: the ids of group '{_group(g.route)}' are computed after "
+                f"the route of group '{_group(anchor)}'"
+            )
     shift = [sum(a.served[r] for a in accepted) for r in range(world)]
     return _shift_refusal(g, shift, world, saved_args)
 
@@ -177,8 +190,10 @@ def _shift_refusal(g: _Exchanged, shift: list[int], world: int, saved_args) -> s
     for op in _readers(g.lengths.outputs[0], saved_args):
         for ranks in _owner_ranks(op, world):
             if len({shift[r] for r in ranks}) > 1:
-                return (f"input exchanges not merged: a table of group '{_group(g.route)}' is served by ranks "
-                        f"{ranks}, which would shift its feature slots by different counts {[shift[r] for r in ranks]}")
+                return (
+                    f"input exchanges not merged: a table of group '{_group(g.route)}' is served by ranks "
+                    f"{ranks}, which would shift its feature slots by different counts {[shift[r] for r in ranks]}"
+                )
     return None
 
 
@@ -212,17 +227,29 @@ def _rewrite(step: StepOp, groups: list[_Exchanged], world: int, saved_args) -> 
     weighted = any(r.routed_weights for r in routes)
     index_type = routes[0].indices.type
     route = RouteOp.create(
-        operands=[*[v for r in routes for v in r.ids], *[v for r in routes for v in r.offsets],
-                  *[v for r in routes for v in r.weights]],
-        result_types=[routes[0].lengths.type, index_type, routes[0].splits.type,
-                      *([next(r.routed_weights[0].type for r in routes if r.routed_weights)] if weighted else [])],
+        operands=[
+            *[v for r in routes for v in r.ids],
+            *[v for r in routes for v in r.offsets],
+            *[v for r in routes for v in r.weights],
+        ],
+        result_types=[
+            routes[0].lengths.type,
+            index_type,
+            routes[0].splits.type,
+            *([next(r.routed_weights[0].type for r in routes if r.routed_weights)] if weighted else []),
+        ],
         properties={
             "world_size": routes[0].world_size,
             "features": ArrayAttr(features),
             "placements": ArrayAttr(list(placements.values())),
             "operandSegmentSizes": DenseArrayBase.from_list(
-                i32, [sum(len(r.ids) for r in routes), sum(len(r.offsets) for r in routes),
-                      sum(len(r.weights) for r in routes)]),
+                i32,
+                [
+                    sum(len(r.ids) for r in routes),
+                    sum(len(r.offsets) for r in routes),
+                    sum(len(r.weights) for r in routes),
+                ],
+            ),
         },
         attributes={"group": StringAttr("+".join(_group(r) for r in routes))},
     )
@@ -245,12 +272,15 @@ def _rewrite(step: StepOp, groups: list[_Exchanged], world: int, saved_args) -> 
     )
     unpack = UnpackIdsOp.create(
         operands=[exchange.results[0], exchange.results[1]],
-        result_types=[groups[0].lengths.outputs[0].type, groups[0].indices.outputs[0].type,
-                      *([route.routed_weights[0].type] if weighted else [])],
+        result_types=[
+            groups[0].lengths.outputs[0].type,
+            groups[0].indices.outputs[0].type,
+            *([route.routed_weights[0].type] if weighted else []),
+        ],
         properties={"features": served_attr},
     )
-    for op in (route, pack, exchange, unpack):
-        Rewriter.insert_op(op, InsertPoint.before(anchor))
+    for new_op in (route, pack, exchange, unpack):
+        Rewriter.insert_op(new_op, InsertPoint.before(anchor))
     shift = [0] * world
     for g in groups:
         # Feature slots move past the earlier groups' features on the table's ranks.
@@ -260,23 +290,22 @@ def _rewrite(step: StepOp, groups: list[_Exchanged], world: int, saved_args) -> 
         g.lengths.outputs[0].replace_all_uses_with(unpack.lengths)
         g.indices.outputs[0].replace_all_uses_with(unpack.indices)
         if g.weights is not None:
+            assert unpack.weights is not None  # a weighted group makes the merged exchange weighted
             g.weights.outputs[0].replace_all_uses_with(unpack.weights)
-        for r in range(world):
-            shift[r] += g.served[r]
+        for rank in range(world):
+            shift[rank] += g.served[rank]
     for g in groups:
-        for op in reversed(g.exchanges):
-            Rewriter.erase_op(op)
+        for exchanged in reversed(g.exchanges):
+            Rewriter.erase_op(exchanged)
         Rewriter.erase_op(g.route)
     _dedupe_saved(step)
 
 
-def _shift_slots(op: Operation, by: int) -> None:
+def _shift_slots(op: _TableReader, by: int) -> None:
     if not by:
         return
-    if isinstance(op, KernelOp):
-        op.attributes["slots"] = ArrayAttr(
-            [DenseArrayBase.from_list(i64, [s + by for s in sl.get_values()]) for sl in op.attributes["slots"].data]
-        )
+    if isinstance(op, FusedTableOp):
+        op.slots = ArrayAttr([DenseArrayBase.from_list(i64, [s + by for s in sl]) for sl in op.slot_lists])
     else:
         op.properties["slots"] = DenseArrayBase.from_list(i64, [s + by for s in op.slots.get_values()])
 
@@ -285,6 +314,7 @@ def _dedupe_saved(step: StepOp) -> None:
     """One saved value per forward value: later duplicates' backward arguments are folded."""
     n_out = step.num_outputs.data
     fwd_yield = step.forward.block.last_op
+    assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
     bwd = step.backward.block
     values = list(fwd_yield.operands)
     seen: dict[SSAValue, SSAValue] = {}

@@ -1,7 +1,7 @@
 """`parallelize-tables{groups=2 max-workspace-bytes=... backend=cpu}`: table-local ops in lanes.
 
 In each region of a `sched.step`, table-local ops (`sparse.lookup`, `sparse.lookup_update`,
-`sparse.lookup_grad`, fused `sched.kernel`s of kind lookup / lookup_update, `sparse.pack`) that
+`sparse.lookup_grad`, `sparse.fused_lookup`, `sparse.fused_lookup_update`, `sparse.pack`) that
 do not depend on each other become one `sched.parallel` of up to `groups` lanes. Each lane holds
 its ops in program order and yields their results; users read the `sched.parallel`'s results.
 The plan module runs the lanes concurrently (`rt.parallel`: a persistent thread pool on CPU,
@@ -36,14 +36,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp
 from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from sparselift.ir.coll import WaitOp
-from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp, YieldOp
-from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp
+from sparselift.ir.sched import DenseOp, ParallelOp, StepOp, YieldOp
+from sparselift.ir.sparse import (
+    FusedLookupOp,
+    FusedLookupUpdateOp,
+    FusedTableOp,
+    LookupGradOp,
+    LookupOp,
+    LookupUpdateOp,
+    PackOp,
+    PlacementAttr,
+    TableAttr,
+)
+from sparselift.passes.remarks import remark
 from sparselift.passes.srsv import (
     COLLECTIVE_OPS,
     SRSV,
@@ -58,8 +69,7 @@ BACKENDS = ("cpu", "cuda")
 """Backends whose runtime runs `sched.parallel` lanes concurrently."""
 
 
-def _remark(op: Operation, text: str) -> None:
-    op.attributes["remark"] = StringAttr(f"parallelize-tables: {text}")
+PASS_NAME = "parallelize-tables"  # whose remarks these are
 
 
 @dataclass(frozen=True)
@@ -76,11 +86,15 @@ class ParallelizeTables(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             if self.groups < 2:
-                _remark(step, f"nothing to do: groups={self.groups}, at least 2 lanes are needed (lanes)")
+                remark(step, PASS_NAME, f"nothing to do: groups={self.groups}, at least 2 lanes are needed (lanes)")
                 continue
             if self.backend not in BACKENDS:
-                _remark(step, f"not parallelized: backend '{self.backend}' cannot run lanes concurrently; "
-                              f"supported: {', '.join(BACKENDS)} (backend)")
+                remark(
+                    step,
+                    PASS_NAME,
+                    f"not parallelized: backend '{self.backend}' cannot run lanes concurrently; "
+                    f"supported: {', '.join(BACKENDS)} (backend)",
+                )
                 continue
             view = build_srsv(step, self.batch or step_batch(step) or 1)
             sizes = _Sizes(step, view)
@@ -95,28 +109,24 @@ class ParallelizeTables(ModulePass):
 class _TableView:
     """What `_table_entry` reads of a per-table op, for one table of a fused kernel."""
 
-    table: Attribute
-    placement: Attribute
-    slots: Attribute
-    attributes: dict
+    table: TableAttr
+    placement: PlacementAttr
+    slots: DenseArrayBase
+    attributes: dict[str, Attribute]
 
 
 def _tables(op: Operation) -> list[tuple]:
     """(table, placement, slots) of every table `op` touches."""
-    if isinstance(op, KernelOp):
-        attrs = [op.attributes.get(k) for k in ("tables", "placements", "slots")]
-        if all(isinstance(a, ArrayAttr) for a in attrs):
-            return list(zip(*(a.data for a in attrs)))
-        return []
+    if isinstance(op, FusedTableOp):
+        return list(zip(op.tables.data, op.placements.data, op.slots.data))
     if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
         return [(op.table, op.placement, op.slots)]
     return []
 
 
 def is_candidate(op: Operation) -> bool:
-    if isinstance(op, KernelOp):
-        return op.kind.data in ("lookup", "lookup_update") and bool(_tables(op))
-    return isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp | PackOp)
+    # A fused table gradient stays where generate-kernels put it (before its all-reduce).
+    return isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp | PackOp | FusedLookupOp | FusedLookupUpdateOp)
 
 
 class _Sizes:
@@ -234,15 +244,17 @@ class _Grouper:
                 return f"not parallelized with the ops before it: it depends on {_describe(m)} (independence)"
             shared = mine & {t.name_str for t, _, _ in _tables(m)}
             if shared:
-                return (f"not parallelized with the ops before it: {_describe(m)} also touches table "
-                        f"'{sorted(shared)[0]}' (independence)")
+                return (
+                    f"not parallelized with the ops before it: {_describe(m)} also touches table "
+                    f"'{sorted(shared)[0]}' (independence)"
+                )
         return None
 
     def flush(self, group: list[Operation]) -> None:
         if len(group) < 2:
             for op in group:
                 if op in self.blocked:
-                    _remark(op, self.blocked[op])
+                    remark(op, PASS_NAME, self.blocked[op])
             return
         per_rank: dict[int, int] = {}
         for op in group:
@@ -250,8 +262,12 @@ class _Grouper:
                 per_rank[r] = per_rank.get(r, 0) + 1
         busiest = max(per_rank.values(), default=0)
         if busiest < 2:
-            _remark(group[0], f"not parallelized: {len(group)} independent ops, but no rank runs more than one "
-                              "of them (independence)")
+            remark(
+                group[0],
+                PASS_NAME,
+                f"not parallelized: {len(group)} independent ops, but no rank runs more "
+                "than one of them (independence)",
+            )
             return
         loads = {op: self.sizes.load(op) for op in group}
         outputs = {op: self.sizes.output(op) for op in group}
@@ -264,13 +280,21 @@ class _Grouper:
                 par = _wrap(group, partition)
                 if tried:
                     _, r0, b0 = tried[0]
-                    _remark(par, f"{lanes} lanes instead of {wanted}: {wanted} would hold {b0} bytes of outputs at "
-                                 f"once on rank {r0}, over max-workspace-bytes {self.max_workspace} (workspace)")
+                    remark(
+                        par,
+                        PASS_NAME,
+                        f"{lanes} lanes instead of {wanted}: {wanted} would hold {b0} bytes of "
+                        f"outputs at once on rank {r0}, over max-workspace-bytes {self.max_workspace} (workspace)",
+                    )
                 return
             tried.append((lanes, rank, held))
         _, rank, held = tried[-1]
-        _remark(group[0], f"not parallelized: 2 concurrent lanes would hold {held} bytes of outputs at once on rank "
-                          f"{rank}, over max-workspace-bytes {self.max_workspace} (workspace)")
+        remark(
+            group[0],
+            PASS_NAME,
+            f"not parallelized: 2 concurrent lanes would hold {held} bytes of outputs at "
+            f"once on rank {rank}, over max-workspace-bytes {self.max_workspace} (workspace)",
+        )
 
 
 def _workspace(partition: list[list[Operation]], outputs: dict) -> tuple[int, int]:

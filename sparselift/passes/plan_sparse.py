@@ -30,7 +30,7 @@ object with a `pipeline` list of specs) it applies exactly those specs, which is
 plan is replayed. Either way the module gets a `plan` attribute (the applied specs) and, when
 planning, `plan_rejected` (one "label: reason" string per rejected candidate).
 
-`annotate-cost` sizes a `sched.kernel` as one launch (the IR does not say what it gathers); the
+`annotate-cost` sizes a fused `sparse.fused_*` op as one launch (the IR does not say what it gathers); the
 predictions here charge a fused kernel one launch plus its tables' gathers (sizes from the
 unoptimized step's SRSV), so a fused kernel saves launches, not the gathers themselves.
 
@@ -40,27 +40,53 @@ No torch here: the runtime planner and `sparselift-opt` share this module.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass, PassPipeline
+from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import PassFailedException
 
 from sparselift.ir.coll import AllReduceOp, AllReduceStartOp, AllToAllStartOp, WaitOp
-from sparselift.ir.sched import DenseOp, KernelOp, ParallelOp, StepOp
-from sparselift.ir.sparse import LookupGradOp, LookupOp, LookupUpdateOp, PackOp, RouteOp, UnpackOp
+from sparselift.ir.sched import DenseOp, ParallelOp, StepOp
+from sparselift.ir.sparse import (
+    FusedLookupGradOp,
+    FusedLookupUpdateOp,
+    FusedTableOp,
+    LookupGradOp,
+    LookupOp,
+    LookupUpdateOp,
+    PackOp,
+    RouteOp,
+    UnpackOp,
+)
 from sparselift.passes.annotate_cost import annotate_step, collective_cost
+from sparselift.passes.pipeline import (
+    format_spec,
+    join_pipeline,
+    load_decisions,
+    pass_name,
+    spec_options,
+    split_pipeline,
+)
+from sparselift.passes.pipeline import run_pipeline as run_specs
 from sparselift.passes.profiles import HardwareProfile, load_profile
-from sparselift.passes.srsv import COLLECTIVE_OPS, SRSV, Sizer, TableEntry, build_srsv, steps_of
+from sparselift.passes.registry import plan_passes
+from sparselift.passes.srsv import (
+    COLLECTIVE_OPS,
+    SRSV,
+    Sizer,
+    TableEntry,
+    build_srsv,
+    peak_inflight,
+    steps_of,
+    table_names,
+)
 
 FAMILIES = ("codegen", "aggregation", "parallelism", "latency-hiding")
 """The optimization families, in the order the planner decides them: code generation first (it
@@ -80,7 +106,6 @@ PASS_ORDER = tuple(PASS_OF.values())
 CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "other")
 
 _EPS_US = 1e-6
-RECORD_FORMAT = 1
 
 
 # --------------------------------------------------------------------------------------
@@ -169,160 +194,9 @@ class Decision:
         return cls(**data)
 
 
-@attrs.frozen
-class Measurement:
-    """The step time of one plan: F (max over ranks of each rank's minimum) and this rank's samples."""
-
-    spec: str
-    f_us: float
-    noise_us: float
-    observations_us: tuple[float, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec, "f_us": self.f_us, "noise_us": self.noise_us,
-                "observations_us": list(self.observations_us)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(data["spec"], data["f_us"], data["noise_us"], tuple(data.get("observations_us", ())))
-
-
-@attrs.frozen
-class PlanRecord:
-    """A chosen plan with everything needed to reuse and explain it (persisted as JSON)."""
-
-    key: str
-    key_fields: dict[str, str] = attrs.field(factory=dict)
-    pipeline: tuple[str, ...] = ()  # pass specs after lift-sparse
-    kernels: str = "reference"  # runtime kernels: "generated" exactly when generate-kernels is planned
-    sharding: str | None = None  # a sharding plan (JSON) the planner chose over "auto"; None: as exported
-    decisions: tuple[Decision, ...] = ()
-    measurements: tuple[Measurement, ...] = ()
-    fit: dict[str, Any] = attrs.field(factory=dict)
-    calibration_s: float = 0.0
-    spent: dict[str, float] = attrs.field(factory=dict, eq=False)  # where calibration went (rank 0)
-    budget_s: float = 0.0
-    budget_exhausted: bool = False
-    mode: str = "measured"  # measured (lookahead on real batches) | analytic (cost model only)
-    incumbent_us: float | None = None  # F(T0)
-    final_us: float | None = None  # F(chosen plan)
-    format: int = RECORD_FORMAT
-    created: str = attrs.field(default="", eq=False)
-
-    @property
-    def spec(self) -> str:
-        return join_pipeline(self.pipeline)
-
-    def accepted(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if d.accepted)
-
-    def rejected(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if not d.accepted)
-
-    # -- JSON -------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        d = attrs.asdict(self, recurse=False)
-        d["pipeline"] = list(self.pipeline)
-        d["decisions"] = [x.to_dict() for x in self.decisions]
-        d["measurements"] = [x.to_dict() for x in self.measurements]
-        return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "plan record") -> PlanRecord:
-        if not isinstance(data, dict) or "pipeline" not in data or "key" not in data:
-            raise ValueError(f"{where}: not a plan record (expected a JSON object with 'key' and 'pipeline')")
-        if data.get("format", RECORD_FORMAT) != RECORD_FORMAT:
-            raise ValueError(f"{where}: plan record format {data.get('format')} is not {RECORD_FORMAT}")
-        known = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown fields {', '.join(unknown)}")
-        values = dict(data)
-        values["pipeline"] = tuple(values["pipeline"])
-        values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
-        values["measurements"] = tuple(Measurement.from_dict(x) for x in values.get("measurements", ()))
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text: str, where: str = "plan record") -> PlanRecord:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not valid JSON: {e}") from None
-        return cls.from_dict(data, where)
-
-    @classmethod
-    def load(cls, path: str | Path) -> PlanRecord:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise ValueError(f"plan record {path}: cannot read it: {e}") from None
-        return cls.from_json(text, where=f"plan record {path}")
-
-    # -- explain ----------------------------------------------------------------------------
-    def explain(self) -> str:
-        return explain_record(self)
-
-
 # --------------------------------------------------------------------------------------
 # Pass specs
 # --------------------------------------------------------------------------------------
-
-
-def split_pipeline(text: str) -> list[str]:
-    """`"a{x=1,2 y=3},b"` -> `["a{x=1,2 y=3}", "b"]` (commas inside braces stay)."""
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            if "".join(cur).strip():
-                out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
-
-
-def join_pipeline(specs: Sequence[str]) -> str:
-    return ",".join(specs)
-
-
-def pass_name(spec: str) -> str:
-    return spec.split("{", 1)[0].strip()
-
-
-def spec_options(spec: str) -> dict[str, str]:
-    """The `key=value` options of a spec, as written (`roles=a,b` stays `"a,b"`)."""
-    m = re.search(r"\{(.*)\}\s*$", spec)
-    if not m:
-        return {}
-    out = {}
-    for item in m.group(1).split():
-        key, _, value = item.partition("=")
-        out[key.replace("_", "-")] = value
-    return out
-
-
-def format_spec(name: str, options: dict[str, Any] | None = None) -> str:
-    items = []
-    for k, v in (options or {}).items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, list | tuple):
-            v = ",".join(map(str, v))
-        items.append(f"{k}={v}")
-    return f"{name}{{{' '.join(items)}}}" if items else name
 
 
 def with_change(incumbent: Sequence[str], change: str) -> tuple[str, ...]:
@@ -333,38 +207,14 @@ def with_change(incumbent: Sequence[str], change: str) -> tuple[str, ...]:
     return tuple(sorted(specs, key=lambda s: rank.get(pass_name(s), len(rank))))
 
 
-def load_decisions(path: str | Path) -> tuple[str, ...]:
-    """The pass specs of a decisions file: a plan record, `{"pipeline": [...]}` or a JSON list."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise ValueError(f"decisions {path}: cannot read it: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"decisions {path}: not valid JSON: {e}") from None
-    specs = data.get("pipeline") if isinstance(data, dict) else data
-    if isinstance(specs, str):
-        specs = split_pipeline(specs)
-    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
-        raise ValueError(f"decisions {path}: expected a list of pass specs under 'pipeline'")
-    return tuple(specs)
-
-
 def registered_passes() -> dict:
-    from sparselift.passes import get_all_passes
-
-    return get_all_passes()
+    """The passes a plan may name: every pass but `plan-sparse` (a plan never plans again)."""
+    return plan_passes()
 
 
 def run_pipeline(module: ModuleOp, specs: Sequence[str], ctx: Context | None = None) -> None:
-    """Apply `specs` to `module` in place."""
-    if not specs:
-        return
-    if ctx is None:
-        from sparselift.ir import make_context
-
-        ctx = make_context()
-    PassPipeline.parse_spec(registered_passes(), join_pipeline(specs)).apply(ctx, module)
+    """Apply `specs` (passes of `registered_passes`) to `module` in place."""
+    run_specs(module, specs, ctx, registered_passes())
 
 
 # --------------------------------------------------------------------------------------
@@ -377,19 +227,14 @@ def _cap_option(options: PlanOptions, key: str) -> dict[str, int]:
 
 
 def _table_count(module: ModuleOp) -> int:
-    names = set()
-    for op in module.walk():
-        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
-            names.add(op.table.name_str)
-        elif isinstance(op, KernelOp) and "tables" in op.attributes:
-            names.update(t.name_str for t in op.attributes["tables"].data)
-    return len(names)
+    return len(table_names(module.walk()))
 
 
 def _unavailable(family: str, incumbent: Sequence[str]) -> Candidate:
     name = PASS_OF[family]
-    return Candidate(family, name, name, tuple(incumbent), available=False,
-                     reason=f"unavailable: pass '{name}' is not registered")
+    return Candidate(
+        family, name, name, tuple(incumbent), available=False, reason=f"unavailable: pass '{name}' is not registered"
+    )
 
 
 def enumerate_candidates(
@@ -422,7 +267,9 @@ def enumerate_candidates(
                 if role in have:
                     continue
                 roles = [r for r in MERGEABLE_ROLES if r in have or r == role]
-                add(family, f"aggregate {role}", format_spec(name, {"roles": roles} | _cap_option(options, "max-bytes")))
+                add(
+                    family, f"aggregate {role}", format_spec(name, {"roles": roles} | _cap_option(options, "max-bytes"))
+                )
         elif family == "parallelism":
             if name in current:
                 continue
@@ -431,16 +278,27 @@ def enumerate_candidates(
             for g in groups:
                 change = format_spec(name, {"groups": g} | _cap_option(options, "max-workspace-bytes"))
                 if g > options.max_lanes:
-                    add(family, f"G={g}", change, available=False, lanes=g,
-                        reason=f"lane limit: {g} lanes > max-lanes {options.max_lanes}")
+                    add(
+                        family,
+                        f"G={g}",
+                        change,
+                        available=False,
+                        lanes=g,
+                        reason=f"lane limit: {g} lanes > max-lanes {options.max_lanes}",
+                    )
                 else:
                     add(family, f"G={g}", change, lanes=g)
         elif family == "codegen":
             if name in current:
                 continue
             if not options.allow_generated:
-                add(family, "generated kernels", name, available=False,
-                    reason="disabled: reference kernels requested (kernels='reference')")
+                add(
+                    family,
+                    "generated kernels",
+                    name,
+                    available=False,
+                    reason="disabled: reference kernels requested (kernels='reference')",
+                )
             else:
                 add(family, "generated kernels", name)
         elif family == "latency-hiding":
@@ -449,12 +307,22 @@ def enumerate_candidates(
             # The last schedule hides both directions' sparse exchanges but keeps the dense
             # gradients to one all-reduce after backward: whether overlapping that all-reduce
             # with backward pays depends on spare cores the model does not see, so it is measured.
-            for fwd, bwd, dense, label in ((True, False, True, "forward"), (False, True, True, "backward"),
-                                           (True, True, True, "forward+backward"),
-                                           (True, True, False, "forward+backward, dense grads after backward")):
-                add(family, f"hide {label}", format_spec(
-                    name, {"forward": fwd, "backward": bwd} | ({} if dense else {"dense-grads": False})
-                    | _cap_option(options, "max-inflight-bytes")))
+            for fwd, bwd, dense, label in (
+                (True, False, True, "forward"),
+                (False, True, True, "backward"),
+                (True, True, True, "forward+backward"),
+                (True, True, False, "forward+backward, dense grads after backward"),
+            ):
+                add(
+                    family,
+                    f"hide {label}",
+                    format_spec(
+                        name,
+                        {"forward": fwd, "backward": bwd}
+                        | ({} if dense else {"dense-grads": False})
+                        | _cap_option(options, "max-inflight-bytes"),
+                    ),
+                )
         else:
             raise ValueError(f"unknown optimization family '{family}'; known: {', '.join(FAMILIES)}")
     return out
@@ -486,8 +354,11 @@ def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer
         return {"fixed": fixed, "update": p.update_factor * p.gather_us(t.bytes_gathered)}
     if isinstance(op, LookupGradOp):
         t = view.table(op.table.name_str)
-        return {"fixed": fixed, "copy": 0.5 * p.copy_us(t.max_table_bytes),
-                "update": p.update_factor * p.gather_us(t.bytes_gathered)}
+        return {
+            "fixed": fixed,
+            "copy": 0.5 * p.copy_us(t.max_table_bytes),
+            "update": p.update_factor * p.gather_us(t.bytes_gathered),
+        }
     if isinstance(op, COLLECTIVE_OPS):
         entry = view.collective(op)
         total = collective_cost(entry, p).est_us
@@ -503,16 +374,16 @@ def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer
     return {}
 
 
-def kernel_terms(op: KernelOp, tables: dict[str, TableEntry], profile: HardwareProfile) -> dict[str, float]:
-    """A fused `sched.kernel`: one launch and one overhead, plus every table's gathers (updates;
+def kernel_terms(op: FusedTableOp, tables: dict[str, TableEntry], profile: HardwareProfile) -> dict[str, float]:
+    """A fused table op: one launch and one overhead, plus every table's gathers (updates;
     for table gradients, updates and zeroing the tables' gradient buffer)."""
     p = profile
-    names = [t.name_str for t in op.attributes["tables"].data] if "tables" in op.attributes else []
+    names = [t.name_str for t in op.tables.data]
     gathered = sum(tables[n].bytes_gathered for n in names if n in tables)
     terms = {"fixed": p.kernel_launch_us + (p.lookup_overhead_us if names else 0.0)}
-    if op.kind.data == "lookup_update":
+    if isinstance(op, FusedLookupUpdateOp):
         terms["update"] = p.update_factor * p.gather_us(gathered)
-    elif op.kind.data == "lookup_grad":
+    elif isinstance(op, FusedLookupGradOp):
         table_bytes = sum(tables[n].max_table_bytes for n in names if n in tables)
         terms["copy"] = 0.5 * p.copy_us(table_bytes)
         terms["update"] = p.update_factor * p.gather_us(gathered)
@@ -558,15 +429,15 @@ def _inflight_bytes(step: StepOp, sizer: Sizer) -> int:
     """Most bytes held at once by async collectives between their start and their wait."""
     worst = 0
     for region in (step.forward, step.backward):
-        outstanding: dict[int, float] = {}
+        events = []
         for op in region.block.ops:
             if isinstance(op, AllToAllStartOp | AllReduceStartOp):
                 wait = _wait_of(op)
                 sizes = [sizer.value_bytes(v) for v in (wait.outputs if wait is not None else op.inputs)]
-                outstanding[id(wait)] = sum(s or 0.0 for s in sizes)
+                events.append(("start", id(wait), sum(s or 0.0 for s in sizes)))
             elif isinstance(op, WaitOp):
-                outstanding.pop(id(op), None)
-            worst = max(worst, round(sum(outstanding.values())))
+                events.append(("wait", id(op), 0.0))
+        worst = max(worst, round(peak_inflight(events)[0]))
     return worst
 
 
@@ -577,12 +448,7 @@ def _parallel_usage(step: StepOp, tables: dict[str, TableEntry]) -> tuple[int, i
         if not isinstance(op, ParallelOp):
             continue
         lanes = max(lanes, len(op.lanes))
-        names = set()
-        for inner in op.walk():
-            if isinstance(inner, LookupOp | LookupUpdateOp | LookupGradOp):
-                names.add(inner.table.name_str)
-            elif isinstance(inner, KernelOp) and "tables" in inner.attributes:
-                names.update(t.name_str for t in inner.attributes["tables"].data)
+        names = table_names(op.walk())
         workspace = max(workspace, sum(tables[n].workspace_bytes for n in names if n in tables))
     return lanes, workspace
 
@@ -621,8 +487,9 @@ class Predictor:
                 self._applied[spec] = _Applied(None, "", (), f"{type(e).__name__}: {e}".strip())
             else:
                 text = _canonical_text(clone)
-                self._applied[spec] = _Applied(clone, hashlib.sha256(text.encode()).hexdigest()[:16],
-                                               _remarks(clone), "")
+                self._applied[spec] = _Applied(
+                    clone, hashlib.sha256(text.encode()).hexdigest()[:16], _remarks(clone), ""
+                )
         return self._applied[spec]
 
     def predict(self, pipeline: Sequence[str], profile: HardwareProfile | str = "cpu-gloo") -> Prediction:
@@ -641,6 +508,7 @@ class Predictor:
         return pred
 
     def _cost(self, spec: str, applied: _Applied, profile: HardwareProfile) -> Prediction:
+        assert applied.module is not None  # only pipelines that applied are costed
         total = 0.0
         breakdown = dict.fromkeys(CATEGORIES, 0.0)
         lanes = workspace = inflight = 0
@@ -650,7 +518,7 @@ class Predictor:
             sizer = Sizer(view.world_size, view.batch)
             terms: dict[Operation, dict[str, float]] = {}
             for op in view.graph.nodes:
-                if isinstance(op, KernelOp):
+                if isinstance(op, FusedTableOp):
                     t = kernel_terms(op, self.tables, profile)
                 else:
                     t = cost_terms(op, view, profile, sizer)
@@ -668,8 +536,15 @@ class Predictor:
             lanes, workspace = max(lanes, lanes_s), max(workspace, work_s)
             inflight = max(inflight, _inflight_bytes(step, sizer))
         return Prediction(
-            spec, round(total, 3), tuple((k, round(v, 3)) for k, v in breakdown.items()), applied.text_hash,
-            applied.remarks, "", lanes, workspace, inflight,
+            spec,
+            round(total, 3),
+            tuple((k, round(v, 3)) for k, v in breakdown.items()),
+            applied.text_hash,
+            applied.remarks,
+            "",
+            lanes,
+            workspace,
+            inflight,
         )
 
 
@@ -716,7 +591,10 @@ class Confirmer(Protocol):
         ...
 
     def confirm(
-        self, family: str, incumbent: tuple[str, ...], variants: list[tuple[Candidate, Prediction]],
+        self,
+        family: str,
+        incumbent: tuple[str, ...],
+        variants: list[tuple[Candidate, Prediction]],
         incumbent_prediction: Prediction,
     ) -> list[Decision]:
         """One decision per variant, at most one accepted."""
@@ -724,8 +602,16 @@ class Confirmer(Protocol):
 
 
 def decision(candidate: Candidate, accepted: bool, reason: str, predicted: float | None = None, **kw) -> Decision:
-    return Decision(candidate.family, candidate.label, candidate.change, candidate.pipeline, accepted, reason,
-                    None if predicted is None else round(predicted, 3), **kw)
+    return Decision(
+        candidate.family,
+        candidate.label,
+        candidate.change,
+        candidate.pipeline,
+        accepted,
+        reason,
+        None if predicted is None else round(predicted, 3),
+        **kw,
+    )
 
 
 class AnalyticConfirmer:
@@ -781,11 +667,14 @@ def search(
         while True:
             profile = confirmer.profile(profile)
             base = predictor.predict(current, profile)
-            cands = [c for c in enumerate_candidates(predictor.module, options, current)
-                     if c.family == family and c.label not in tried]
+            cands = [
+                c
+                for c in enumerate_candidates(predictor.module, options, current)
+                if c.family == family and c.label not in tried
+            ]
             if not cands:
                 break
-            feasible = []
+            feasible: list[tuple[Candidate, Prediction]] = []
             for cand in cands:
                 pred = predictor.predict(cand.pipeline, profile) if cand.available else None
                 reason = check_candidate(cand, pred, base, options) if pred is not None else cand.reason
@@ -794,6 +683,7 @@ def search(
                     decisions.append(decision(cand, False, reason, inc))
                     tried.add(cand.label)
                 else:
+                    assert pred is not None  # without a prediction, `reason` is the candidate's own (a str)
                     feasible.append((cand, pred))
             if not feasible:
                 break
@@ -811,54 +701,6 @@ def search(
             if family != "aggregation" or exhausted:
                 break
     return SearchResult(current, tuple(decisions), confirmer.profile(profile))
-
-
-# --------------------------------------------------------------------------------------
-# Explain
-# --------------------------------------------------------------------------------------
-
-
-def _ms(us: float | None, digits: int = 3) -> str:
-    return "-" if us is None else f"{us / 1e3:+.{digits}f}"
-
-
-def explain_record(record: PlanRecord) -> str:
-    """The chosen strategies, each decision's predicted vs measured increment, the rejected
-    candidates with their reason, and the calibration time."""
-    lines = [f"plan record {record.key} ({record.mode})"]
-    lines.append(f"  pipeline: {record.spec or '(lifted plan, no optimization)'}")
-    chosen = [f"{d.family}: {d.label}" for d in record.accepted()]
-    lines.append(f"  chosen strategies: {', '.join(chosen) if chosen else 'none (T0 kept)'}; kernels: {record.kernels}")
-    if record.sharding:
-        lines.append("  sharding: chosen by the planner over 'auto' (see the sharding plan above)")
-    if record.incumbent_us is not None and record.final_us is not None:
-        lines.append(f"  step time F (max over ranks of each rank's min): T0 {record.incumbent_us / 1e3:.2f} ms"
-                     f" -> chosen {record.final_us / 1e3:.2f} ms")
-    budget = f" of a {record.budget_s:g} s budget" if record.budget_s else ""
-    exhausted = " (budget exhausted: later candidates not tried)" if record.budget_exhausted else ""
-    lines.append(f"  calibration: {record.calibration_s:.2f} s{budget}{exhausted}")
-    if record.spent:
-        sp = record.spent
-        parts = [f"building candidate plans {sp.get('build_s', 0.0):.2f} s",
-                 f"{int(sp.get('steps', 0))} timed steps {sp.get('steps_s', 0.0):.2f} s"]
-        if sp.get("export_s"):
-            parts.append(f"sharding exports {sp['export_s']:.2f} s")
-        parts.append(f"analysis and waiting {sp.get('analysis_s', 0.0):.2f} s")
-        lines.append(f"    spent on rank 0: {', '.join(parts)}")
-    lines.append("  decisions (increments in ms, negative is faster; predicted | measured):")
-    for d in record.decisions:
-        mark = "accepted" if d.accepted else "rejected"
-        measured = "not measured" if d.measured_us is None else f"{_ms(d.measured_us, 2)}"
-        noise = "" if d.noise_us is None else f" (noise {d.noise_us / 1e3:.2f})"
-        lines.append(f"    [{mark}] {d.family:<14} {d.label:<24} predicted {_ms(d.predicted_us)} | "
-                     f"measured {measured}{noise}")
-        lines.append(f"        {d.change}: {d.reason}")
-    if record.fit:
-        fit = record.fit
-        parts = [f"{k} {v:.4g}" for k, v in fit.get("fitted", {}).items()]
-        lines.append(f"  cost-model fit from {fit.get('points', 0)} measured plans"
-                     f" (residual {fit.get('residual_us', 0.0) / 1e3:.2f} ms): {', '.join(parts)}")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------
@@ -894,8 +736,9 @@ class PlanSparse(ModulePass):
             unknown = [f for f in self.optimizations if f not in FAMILIES]
             if unknown:
                 raise ValueError(f"unknown optimization '{unknown[0]}'; known: {', '.join(FAMILIES)}")
-            options = PlanOptions(self.profile, self.memory_cap_bytes, self.max_lanes,
-                                  families=tuple(self.optimizations))
+            options = PlanOptions(
+                self.profile, self.memory_cap_bytes, self.max_lanes, families=tuple(self.optimizations)
+            )
             options.hardware()
         except ValueError as e:
             raise PassFailedException(f"plan-sparse: {e}") from None
@@ -918,8 +761,6 @@ __all__ = [
     "Candidate",
     "Prediction",
     "Decision",
-    "Measurement",
-    "PlanRecord",
     "Predictor",
     "Confirmer",
     "AnalyticConfirmer",
@@ -930,11 +771,8 @@ __all__ = [
     "search",
     "cost_terms",
     "kernel_terms",
-    "explain_record",
-    "load_decisions",
-    "split_pipeline",
-    "join_pipeline",
+    "registered_passes",
+    "run_pipeline",
     "with_change",
-    "format_spec",
     "PlanSparse",
 ]

@@ -105,8 +105,13 @@ class HardwareProfile:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "hardware profile", default_name: str = "custom",
-                  base: HardwareProfile | None = None) -> HardwareProfile:
+    def from_dict(
+        cls,
+        data: Any,
+        where: str = "hardware profile",
+        default_name: str = "custom",
+        base: HardwareProfile | None = None,
+    ) -> HardwareProfile:
         """A profile from a mapping of field names; missing fields take their value in `base`
         (default `cpu-gloo`)."""
         if not isinstance(data, dict):

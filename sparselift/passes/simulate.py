@@ -1,4 +1,6 @@
-"""`sparselift simulate`: an analytic projection of the per-rank step time at large world sizes.
+"""The analytic step-time model behind `sparselift simulate`: the per-rank step at large world sizes.
+
+(What the command parses and prints is `sparselift.tools.simulate_cli`.)
 
 Nothing here runs or builds IR at the projected world size (its split matrices would be N x N):
 the model is exported once at a small world size, `workload_from_module` reads the tables,
@@ -81,21 +83,18 @@ pessimistic at thousands of ranks, where NCCL switches to trees). World size 1 h
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp
 from sparselift.passes.profiles import HardwareProfile
-from sparselift.passes.sharding import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
 from sparselift.passes.srsv import attr_int, elem_bytes, step_batch, steps_of
+from sparselift.placement import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
 
 STAGES: tuple[str, ...] = ("sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other")
 SHARDINGS: tuple[str, ...] = ("auto", "table_wise", "row_wise", "data_parallel")  # as `export` offers them
@@ -152,7 +151,8 @@ class Workload:
 
     model: str
     batch: int = attrs.field(validator=_at_least(1))  # samples per rank per step (weak scaling)
-    tables: tuple[SimTable, ...] = attrs.field(converter=tuple)
+    # `tuple[X, ...]` converters: mypy's attrs plugin cannot type a bare generic `tuple`.
+    tables: tuple[SimTable, ...] = attrs.field(converter=tuple[SimTable, ...])
     dense_fwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))
     dense_bwd_flops_per_sample: float = attrs.field(default=0.0, validator=_at_least(0))
     # Forward FLOPs that do not read embeddings (e.g. DLRM's bottom MLP): they can hide exchanges.
@@ -236,9 +236,7 @@ def workload_from_module(module: ModuleOp, *, dense_param_bytes: int = 0, model:
         raise ValueError("the step has no positive 'batch' attribute (export writes it)")
     ebcs = [op for op in step.walk() if isinstance(op, EmbeddingBagCollectionOp)]
     if not ebcs:
-        raise ValueError(
-            "the step has no sparse.embedding_bag_collection: give the exported IR, before lift-sparse"
-        )
+        raise ValueError("the step has no sparse.embedding_bag_collection: give the exported IR, before lift-sparse")
     tables: list[SimTable] = []
     for ebc in ebcs:
         ids_bytes = {f.feature_name.data: elem_bytes(v.type) for f, v in zip(ebc.features.data, ebc.ids)}
@@ -282,7 +280,9 @@ def workload_from_module(module: ModuleOp, *, dense_param_bytes: int = 0, model:
             bwd_regions += 1
             if op.callee.root_reference.data in pre_callees:
                 pre_bwd += flops
-    name = model or (step.attributes["model"].data if "model" in step.attributes else step.sym_name.data)
+    name = model or (
+        cast(StringAttr, step.attributes["model"]).data if "model" in step.attributes else step.sym_name.data
+    )
     return Workload(
         model=name,
         batch=batch,
@@ -310,66 +310,6 @@ def calibrated(profile: HardwareProfile, overrides: Mapping[str, Any], where: st
     if not isinstance(overrides, Mapping):
         raise ValueError(f"{where}: expected a JSON object of profile fields, got {type(overrides).__name__}")
     return HardwareProfile.from_dict(dict(overrides), where, base=profile)
-
-
-def load_calibration(path: str | Path) -> dict[str, Any]:
-    """The fitted values in a calibration JSON file: an object of profile fields, or a planner
-    plan record (or its fit report), whose `fit.profile` (`profile`) object is taken."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"calibration {path}: cannot read it: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"calibration {path}: not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"calibration {path}: expected a JSON object of profile fields, got {type(data).__name__}")
-    if isinstance(data.get("fit"), dict) and isinstance(data["fit"].get("profile"), dict):
-        return dict(data["fit"]["profile"])  # a plan record
-    if isinstance(data.get("profile"), dict):
-        return dict(data["profile"])  # a fit report
-    return data
-
-
-def parse_world_sizes(text: str) -> tuple[int, ...]:
-    """World sizes from `8,16,64` or a geometric run `8,16,...,4096` (`8,...,4096` doubles).
-
-    Sorted and deduplicated. Raises `ValueError` with a message on anything else.
-    """
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(not p for p in parts):
-        raise ValueError(f"bad sweep '{text}': expected comma-separated world sizes, e.g. 8,64,512 or 8,16,...,4096")
-    sizes: list[int] = []
-    i = 0
-    while i < len(parts):
-        p = parts[i]
-        if p == "...":
-            if not sizes or i + 1 >= len(parts) or parts[i + 1] == "...":
-                raise ValueError(f"bad sweep '{text}': '...' needs a world size before and after it")
-            end = _world_size(parts[i + 1], text)
-            start = sizes[-1]
-            ratio = sizes[-1] // sizes[-2] if len(sizes) >= 2 and sizes[-2] > 0 else 2
-            if len(sizes) >= 2 and (ratio < 2 or sizes[-2] * ratio != sizes[-1]):
-                raise ValueError(
-                    f"bad sweep '{text}': '...' continues a geometric run, but {sizes[-2]},{sizes[-1]} "
-                    "has no integer ratio >= 2"
-                )
-            n = start
-            while n < end:
-                n *= ratio
-                sizes.append(n)
-            if n != end:
-                raise ValueError(f"bad sweep '{text}': the run from {start} by x{ratio} does not reach {end}")
-            i += 2
-            continue
-        sizes.append(_world_size(p, text))
-        i += 1
-    return tuple(sorted(set(sizes)))
-
-
-def _world_size(token: str, text: str) -> int:
-    if not re.fullmatch(r"[0-9]+", token):
-        raise ValueError(f"bad sweep '{text}': '{token}' is not a world size (a positive integer)")
-    return check_world_size(int(token))
 
 
 def check_world_size(n: int) -> int:
@@ -403,6 +343,11 @@ class Breakdown:
         return {k: round(getattr(self, k), 6) for k in STAGES}
 
 
+def _own_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """A row's own copy of its per-kind counts (a typed converter for mypy's attrs plugin)."""
+    return dict(counts)
+
+
 @attrs.frozen
 class SimRow:
     """The projected step at one world size."""
@@ -416,7 +361,7 @@ class SimRow:
     hidden_ms: float  # communication hidden behind compute by latency hiding
     dense_allreduce_ms: float  # the dense gradient all-reduce before hiding
     max_exchange_bytes: float  # per step, summed over sparse exchanges: what the busiest sender sends
-    placements: Mapping[str, int] = attrs.field(converter=dict)  # placement kind -> tables
+    placements: Mapping[str, int] = attrs.field(converter=_own_counts)  # placement kind -> tables
     forward_overlap: str = "none"  # what the embedding-free forward hides: input | output | none
 
     @property
@@ -530,6 +475,49 @@ def _groups(workload: Workload, plan: ShardingPlan) -> list[_Group]:
     return [_Group(key[1], tuple(tables)) for key, tables in groups.items()]
 
 
+@attrs.define
+class _SparseTimes:
+    """The sparse path of one step (us), summed over the groups as `_StepModel` prices them."""
+
+    fwd: float = 0.0  # compute between the forward collectives (busiest rank per group)
+    bwd: float = 0.0
+    t_len: float = 0.0  # exchanges: lengths, ids (and weights), pooled outputs, pooled gradients
+    t_ids: float = 0.0
+    t_pooled: float = 0.0
+    t_grad: float = 0.0
+    t_dp: float = 0.0  # replicated tables' gradient all-reduces
+    max_bytes: float = 0.0  # what the busiest sender sends, summed over the exchanges
+    # With aggregation: the same-role exchanges of every group, priced once after the groups.
+    merged_pooled: _Exchange | None = None
+    merged_grad: _Exchange | None = None
+    dp_bytes_merged: float = 0.0
+
+
+@attrs.frozen
+class _DenseTimes:
+    """Dense compute of one step (us): forward, backward, the embedding-free forward, the
+    optimizer, and the dense gradient all-reduce (all buckets; the last one alone)."""
+
+    fwd: float
+    bwd: float
+    pre: float
+    opt: float
+    t_ar: float
+    t_last: float
+
+
+@attrs.frozen
+class _HiddenTimes:
+    """Communication (us) latency hiding takes off the step, and what the forward overlaps."""
+
+    grad: float = 0.0
+    allreduce: float = 0.0
+    lengths: float = 0.0
+    ids: float = 0.0
+    pooled: float = 0.0
+    overlap: str = "none"  # input | output | none
+
+
 class _StepModel:
     """Prices one step of `workload` at `world` ranks (see the module docstring, items 1-8)."""
 
@@ -572,131 +560,18 @@ class _StepModel:
 
     # -- the step --------------------------------------------------------------------------
     def run(self) -> SimRow:
-        p, N, B = self.p, self.N, self.B
-        distributed = N > 1
-        fwd_sparse = bwd_sparse = 0.0
-        t_len = t_ids = t_pooled = t_grad = t_dp = 0.0
-        max_bytes = 0.0
-        merged_pooled: _Exchange | None = None
-        merged_grad: _Exchange | None = None
-        dp_bytes_merged = 0.0
-
-        def run_exchange(ex: _Exchange) -> float:
-            nonlocal max_bytes
-            us, sent = self.net.exchange(ex)
-            max_bytes += sent
-            return us
-
-        for g in self.groups:
-            width = g.pooled_bytes
-            ids_ps = sum(t.pooling_factor for t in g.tables)
-            wids_ps = sum(t.weighted_pooling_factor for t in g.tables)
-            feats = sum(t.features for t in g.tables)
-            route = self._copy_op_us(B * (ids_ps * g.index_bytes + feats * LENGTH_BYTES + wids_ps * WEIGHT_BYTES))
-            lookups = self._per_rank(g, self._lookup_us)
-            if g.kind == PlacementKind.DATA_PARALLEL:
-                # Local lookups; backward: dense table gradients, all-reduced, then applied.
-                fwd_sparse += route + max(lookups) + 2 * self._copy_op_us(B * width)
-                grads = self._per_rank(
-                    g,
-                    lambda t, s: self._lookup_us(t, s, p.update_factor)
-                    + p.copy_us(t.table_bytes) / 2  # zero-fill the table-sized gradient
-                    + p.kernel_launch_us + p.lookup_overhead_us + 1.5 * p.copy_us(t.table_bytes),  # apply it
-                )
-                bwd_sparse += 2 * self._copy_op_us(B * width) + max(grads)
-                if distributed:
-                    table_bytes = float(sum(t.table_bytes for t in g.tables))
-                    if self.o.aggregate_comm:
-                        dp_bytes_merged += table_bytes
-                    else:
-                        t_dp += self.net.ring_all_reduce(table_bytes)
-                    max_bytes += 2 * (N - 1) / N * table_bytes  # what a ring sends per rank
-                continue
-
-            own_width = self._per_rank(g, lambda t, s: t.pooled_bytes)  # table-wise: pooled bytes owned
-            updates = self._per_rank(g, lambda t, s: self._lookup_us(t, s, p.update_factor))
-            if g.kind == PlacementKind.ROW_WISE:
-                fwd_pack = [self._copy_op_us(N * B * width)] * N
-                bwd_copy = 2 * self._copy_op_us(N * B * width)  # pack N segments, unpack N segments
-                # Reading the N partial pools the reduce-scatter sums.
-                reduce = p.copy_us(N * B * width) / 2 if distributed else 0.0
-                bwd_sparse += bwd_copy + max(updates)
-                pooled = _Exchange(u=(B * width,) * N)
-                grad = _Exchange(u=(B * width,) * N)
-            else:
-                fwd_pack = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
-                reduce = 0.0
-                unpack_bwd = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
-                bwd_sparse += self._copy_op_us(B * width) + max(a + b for a, b in zip(unpack_bwd, updates))
-                pooled = _Exchange(u=tuple(B * w for w in own_width))
-                grad = _Exchange(v=tuple(B * w for w in own_width))
-            fwd_sparse += route + max(a + b for a, b in zip(lookups, fwd_pack)) + self._copy_op_us(B * width) + reduce
-            if not distributed:
-                continue
-            t_len += run_exchange(_Exchange(v=tuple(B * LENGTH_BYTES * x for x in self._per_rank(g, lambda t, s: t.features))))
-            t_ids += run_exchange(
-                _Exchange(v=tuple(B * g.index_bytes * x for x in self._per_rank(g, lambda t, s: t.pooling_factor * s)))
-            )
-            if wids_ps:
-                t_ids += run_exchange(
-                    _Exchange(
-                        v=tuple(B * WEIGHT_BYTES * x for x in self._per_rank(g, lambda t, s: t.weighted_pooling_factor * s))
-                    )
-                )
-            # Table-wise pooled outputs are all-to-alls (mergeable); row-wise ones reduce-scatters.
-            if self.o.aggregate_comm and g.kind == PlacementKind.TABLE_WISE:
-                merged_pooled = pooled if merged_pooled is None else merged_pooled.plus(pooled)
-            else:
-                t_pooled += run_exchange(pooled)
-            if self.o.aggregate_comm:
-                merged_grad = grad if merged_grad is None else merged_grad.plus(grad)
-            else:
-                t_grad += run_exchange(grad)
-        if merged_pooled is not None:
-            t_pooled += run_exchange(merged_pooled)
-        if merged_grad is not None:
-            t_grad += run_exchange(merged_grad)
-        if dp_bytes_merged:
-            t_dp += self.net.ring_all_reduce(dp_bytes_merged)
-
-        # Dense compute and the dense gradient all-reduce.
-        w = self.w
-        dense_fwd = p.flops_us(B * w.dense_fwd_flops_per_sample) + p.kernel_launch_us * w.dense_fwd_regions
-        dense_bwd = p.flops_us(B * w.dense_bwd_flops_per_sample) + p.kernel_launch_us * w.dense_bwd_regions
-        dense_pre = p.flops_us(B * w.dense_pre_fwd_flops_per_sample)
-        opt = p.kernel_launch_us + 1.5 * p.copy_us(w.dense_param_bytes) if w.dense_param_bytes else 0.0
-        t_ar = t_last = 0.0
-        if distributed and w.dense_param_bytes:
-            bucket = self.o.grad_bucket_bytes
-            full, rest = divmod(w.dense_param_bytes, bucket)
-            sizes = [bucket] * full + ([rest] if rest else [])
-            t_ar = sum(self.net.ring_all_reduce(s) for s in sizes)
-            t_last = self.net.ring_all_reduce(sizes[-1])  # the bucket backward fills last
-
-        hidden_grad = hidden_ar = hidden_len = hidden_ids = hidden_pooled = 0.0
-        overlap = "none"
-        if self.o.latency_hiding and distributed:
-            pre_bwd = p.flops_us(B * w.dense_pre_bwd_flops_per_sample)
-            window_bwd = dense_bwd + bwd_sparse
-            hidden_grad = min(t_grad + t_dp, pre_bwd)
-            hidden_ar = min(t_ar - t_last, window_bwd - hidden_grad)
-            hidden_len = min(t_len, window_bwd - hidden_grad - hidden_ar)
-            # The schedule overlaps the embedding-free forward with the ids or the pooled outputs.
-            ids_in, pooled_in = min(t_ids, opt + dense_pre), 0.0
-            ids_out, pooled_out = min(t_ids, opt), min(t_pooled, dense_pre)
-            if ids_out + pooled_out > ids_in + pooled_in:
-                overlap, hidden_ids, hidden_pooled = "output", ids_out, pooled_out
-            else:
-                overlap, hidden_ids, hidden_pooled = "input", ids_in, pooled_in
-
-        exposed_fwd = (t_pooled - hidden_pooled) + (t_len - hidden_len) + (t_ids - hidden_ids)
-        exposed_bwd = t_grad + t_dp - hidden_grad
+        N, B = self.N, self.B
+        sparse = self._sparse_path()
+        dense = self._dense()
+        hidden = self._hidden(sparse, dense)
+        exposed_fwd = (sparse.t_pooled - hidden.pooled) + (sparse.t_len - hidden.lengths) + (sparse.t_ids - hidden.ids)
+        exposed_bwd = sparse.t_grad + sparse.t_dp - hidden.grad
         breakdown = Breakdown(
-            sparse_fwd=(fwd_sparse + exposed_fwd) / 1e3,
-            other_fwd=dense_fwd / 1e3,
-            sparse_bwd=(bwd_sparse + exposed_bwd) / 1e3,
-            other_bwd=(dense_bwd + t_ar - hidden_ar) / 1e3,
-            other=opt / 1e3,
+            sparse_fwd=(sparse.fwd + exposed_fwd) / 1e3,
+            other_fwd=dense.fwd / 1e3,
+            sparse_bwd=(sparse.bwd + exposed_bwd) / 1e3,
+            other_bwd=(dense.bwd + dense.t_ar - hidden.allreduce) / 1e3,
+            other=dense.opt / 1e3,
         )
         step_ms = breakdown.total
         placements = {str(k): 0 for k in PlacementKind}
@@ -709,12 +584,143 @@ class _StepModel:
             breakdown=breakdown,
             samples_per_s=N * B / (step_ms / 1e3) if step_ms > 0 else 0.0,
             exchange_ms=(exposed_fwd + exposed_bwd) / 1e3,
-            hidden_ms=(hidden_grad + hidden_ar + hidden_len + hidden_ids + hidden_pooled) / 1e3,
-            forward_overlap=overlap,
-            dense_allreduce_ms=t_ar / 1e3,
-            max_exchange_bytes=max_bytes,
+            hidden_ms=(hidden.grad + hidden.allreduce + hidden.lengths + hidden.ids + hidden.pooled) / 1e3,
+            forward_overlap=hidden.overlap,
+            dense_allreduce_ms=dense.t_ar / 1e3,
+            max_exchange_bytes=sparse.max_bytes,
             placements=placements,
         )
+
+    # -- the sparse path (items 1-4, 6) ----------------------------------------------------
+    def _sparse_path(self) -> _SparseTimes:
+        """Every group's compute and exchanges; with aggregation, the merged exchanges last."""
+        sp = _SparseTimes()
+        for g in self.groups:
+            ids_ps = sum(t.pooling_factor for t in g.tables)
+            wids_ps = sum(t.weighted_pooling_factor for t in g.tables)
+            feats = sum(t.features for t in g.tables)
+            route = self._copy_op_us(self.B * (ids_ps * g.index_bytes + feats * LENGTH_BYTES + wids_ps * WEIGHT_BYTES))
+            lookups = self._per_rank(g, self._lookup_us)
+            if g.kind == PlacementKind.DATA_PARALLEL:
+                self._replicated_group(g, sp, route, lookups)
+            else:
+                self._sharded_group(g, sp, route, lookups, wids_ps)
+        if sp.merged_pooled is not None:
+            sp.t_pooled += self._exchange(sp, sp.merged_pooled)
+        if sp.merged_grad is not None:
+            sp.t_grad += self._exchange(sp, sp.merged_grad)
+        if sp.dp_bytes_merged:
+            sp.t_dp += self.net.ring_all_reduce(sp.dp_bytes_merged)
+        return sp
+
+    def _exchange(self, sp: _SparseTimes, ex: _Exchange) -> float:
+        us, sent = self.net.exchange(ex)
+        sp.max_bytes += sent
+        return us
+
+    def _replicated_group(self, g: _Group, sp: _SparseTimes, route: float, lookups: list[float]) -> None:
+        """Local lookups; backward: dense table gradients, all-reduced, then applied."""
+        p, N, B, width = self.p, self.N, self.B, g.pooled_bytes
+        sp.fwd += route + max(lookups) + 2 * self._copy_op_us(B * width)
+        grads = self._per_rank(
+            g,
+            lambda t, s: (
+                self._lookup_us(t, s, p.update_factor)
+                + p.copy_us(t.table_bytes) / 2  # zero-fill the table-sized gradient
+                + p.kernel_launch_us
+                + p.lookup_overhead_us
+                + 1.5 * p.copy_us(t.table_bytes)
+            ),  # apply it
+        )
+        sp.bwd += 2 * self._copy_op_us(B * width) + max(grads)
+        if N > 1:
+            table_bytes = float(sum(t.table_bytes for t in g.tables))
+            if self.o.aggregate_comm:
+                sp.dp_bytes_merged += table_bytes
+            else:
+                sp.t_dp += self.net.ring_all_reduce(table_bytes)
+            sp.max_bytes += 2 * (N - 1) / N * table_bytes  # what a ring sends per rank
+
+    def _sharded_group(self, g: _Group, sp: _SparseTimes, route: float, lookups: list[float], wids_ps: float) -> None:
+        """Table-wise or row-wise tables: packs and unpacks around the ids, pooled outputs and
+        pooled gradients exchanges."""
+        p, N, B, width = self.p, self.N, self.B, g.pooled_bytes
+        distributed = N > 1
+        own_width = self._per_rank(g, lambda t, s: t.pooled_bytes)  # table-wise: pooled bytes owned
+        updates = self._per_rank(g, lambda t, s: self._lookup_us(t, s, p.update_factor))
+        if g.kind == PlacementKind.ROW_WISE:
+            fwd_pack = [self._copy_op_us(N * B * width)] * N
+            bwd_copy = 2 * self._copy_op_us(N * B * width)  # pack N segments, unpack N segments
+            # Reading the N partial pools the reduce-scatter sums.
+            reduce = p.copy_us(N * B * width) / 2 if distributed else 0.0
+            sp.bwd += bwd_copy + max(updates)
+            pooled = _Exchange(u=(B * width,) * N)
+            grad = _Exchange(u=(B * width,) * N)
+        else:
+            fwd_pack = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
+            reduce = 0.0
+            unpack_bwd = [self._copy_op_us(N * B * w) if w else 0.0 for w in own_width]
+            sp.bwd += self._copy_op_us(B * width) + max(a + b for a, b in zip(unpack_bwd, updates))
+            pooled = _Exchange(u=tuple(B * w for w in own_width))
+            grad = _Exchange(v=tuple(B * w for w in own_width))
+        sp.fwd += route + max(a + b for a, b in zip(lookups, fwd_pack)) + self._copy_op_us(B * width) + reduce
+        if not distributed:
+            return
+        sp.t_len += self._exchange(
+            sp, _Exchange(v=tuple(B * LENGTH_BYTES * x for x in self._per_rank(g, lambda t, s: t.features)))
+        )
+        sp.t_ids += self._exchange(
+            sp, _Exchange(v=tuple(B * g.index_bytes * x for x in self._per_rank(g, lambda t, s: t.pooling_factor * s)))
+        )
+        if wids_ps:
+            sp.t_ids += self._exchange(
+                sp,
+                _Exchange(
+                    v=tuple(B * WEIGHT_BYTES * x for x in self._per_rank(g, lambda t, s: t.weighted_pooling_factor * s))
+                ),
+            )
+        # Table-wise pooled outputs are all-to-alls (mergeable); row-wise ones reduce-scatters.
+        if self.o.aggregate_comm and g.kind == PlacementKind.TABLE_WISE:
+            sp.merged_pooled = pooled if sp.merged_pooled is None else sp.merged_pooled.plus(pooled)
+        else:
+            sp.t_pooled += self._exchange(sp, pooled)
+        if self.o.aggregate_comm:
+            sp.merged_grad = grad if sp.merged_grad is None else sp.merged_grad.plus(grad)
+        else:
+            sp.t_grad += self._exchange(sp, grad)
+
+    # -- dense compute and latency hiding (items 4, 5, 7) ----------------------------------
+    def _dense(self) -> _DenseTimes:
+        """Dense compute, the dense optimizer and the dense gradient all-reduce."""
+        p, B, w = self.p, self.B, self.w
+        dense_fwd = p.flops_us(B * w.dense_fwd_flops_per_sample) + p.kernel_launch_us * w.dense_fwd_regions
+        dense_bwd = p.flops_us(B * w.dense_bwd_flops_per_sample) + p.kernel_launch_us * w.dense_bwd_regions
+        dense_pre = p.flops_us(B * w.dense_pre_fwd_flops_per_sample)
+        opt = p.kernel_launch_us + 1.5 * p.copy_us(w.dense_param_bytes) if w.dense_param_bytes else 0.0
+        t_ar = t_last = 0.0
+        if self.N > 1 and w.dense_param_bytes:
+            bucket = self.o.grad_bucket_bytes
+            full, rest = divmod(w.dense_param_bytes, bucket)
+            sizes = [bucket] * full + ([rest] if rest else [])
+            t_ar = sum(self.net.ring_all_reduce(s) for s in sizes)
+            t_last = self.net.ring_all_reduce(sizes[-1])  # the bucket backward fills last
+        return _DenseTimes(dense_fwd, dense_bwd, dense_pre, opt, t_ar, t_last)
+
+    def _hidden(self, sp: _SparseTimes, dense: _DenseTimes) -> _HiddenTimes:
+        """What latency hiding takes off the exposed communication (nothing without it)."""
+        if not (self.o.latency_hiding and self.N > 1):
+            return _HiddenTimes()
+        pre_bwd = self.p.flops_us(self.B * self.w.dense_pre_bwd_flops_per_sample)
+        window_bwd = dense.bwd + sp.bwd
+        grad = min(sp.t_grad + sp.t_dp, pre_bwd)
+        allreduce = min(dense.t_ar - dense.t_last, window_bwd - grad)
+        lengths = min(sp.t_len, window_bwd - grad - allreduce)
+        # The schedule overlaps the embedding-free forward with the ids or the pooled outputs.
+        ids_in, pooled_in = min(sp.t_ids, dense.opt + dense.pre), 0.0
+        ids_out, pooled_out = min(sp.t_ids, dense.opt), min(sp.t_pooled, dense.pre)
+        if ids_out + pooled_out > ids_in + pooled_in:
+            return _HiddenTimes(grad, allreduce, lengths, ids_out, pooled_out, "output")
+        return _HiddenTimes(grad, allreduce, lengths, ids_in, pooled_in, "input")
 
 
 def simulate(
@@ -732,9 +738,9 @@ class SimResult:
     workload: Workload
     profile: HardwareProfile
     options: SimOptions
-    rows: tuple[SimRow, ...] = attrs.field(converter=tuple)
+    rows: tuple[SimRow, ...] = attrs.field(converter=tuple[SimRow, ...])
     cost_source: str  # where the per-op costs come from, in words
-    calibrated_fields: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    calibrated_fields: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     notes: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)  # extra context for the JSON
 
     def to_json(self) -> dict[str, Any]:
@@ -753,40 +759,6 @@ class SimResult:
             **dict(self.notes),
             "rows": [r.to_json() for r in self.rows],
         }
-
-    def to_table(self) -> str:
-        w, p = self.workload, self.profile
-        lines = [
-            f"SIMULATED step time (analytic projection, not a measurement): {w.model} on {p.name}",
-            f"  weak scaling: batch {w.batch} per rank; {p.ranks_per_node} ranks per node; "
-            f"{len(w.tables)} tables, {self.options.sharding} sharding at each world size",
-            f"  plan: latency hiding {'on' if self.options.latency_hiding else 'off'}, "
-            f"aggregate-comm {'on' if self.options.aggregate_comm else 'off'}",
-            f"  per-op costs: {self.cost_source}",
-            *(
-                [f"  model built with every table capped at {self.notes['rows_cap']} rows (placement depends on sizes)"]
-                if self.notes.get("rows_cap")
-                else []
-            ),
-            "  stage columns in ms per step (the paper's five; they add up to step_ms)",
-        ]
-        header = ["world", "nodes", "step_ms", *STAGES, "exch_%", "samples/s", "tw/rw/dp"]
-        rows = [
-            [
-                str(r.world_size),
-                str(r.nodes),
-                f"{r.step_ms:.3f}",
-                *(f"{getattr(r.breakdown, k):.3f}" for k in STAGES),
-                f"{100 * r.exchange_share:.1f}",
-                f"{r.samples_per_s:,.0f}",
-                "/".join(str(r.placements.get(k, 0)) for k in ("table_wise", "row_wise", "data_parallel")),
-            ]
-            for r in self.rows
-        ]
-        widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            lines.append("  " + "  ".join(c.rjust(wd) for c, wd in zip(row, widths)))
-        return "\n".join(lines) + "\n"
 
 
 def sweep(
@@ -814,8 +786,6 @@ __all__ = [
     "Workload",
     "calibrated",
     "check_world_size",
-    "load_calibration",
-    "parse_world_sizes",
     "simulate",
     "sweep",
     "workload_from_module",

@@ -33,14 +33,16 @@ Step terminators (`sched.yield`) are not nodes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar, cast
 
 import attrs
 import networkx as nx
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     AnyFloat,
+    DenseArrayBase,
     IntAttr,
     IntegerAttr,
     IntegerType,
@@ -63,6 +65,7 @@ from sparselift.ir.coll import (
 from sparselift.ir.sched import CostAttr, DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     FeatureAttr,
+    FusedTableOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -79,6 +82,10 @@ COLLECTIVE_OPS = (AllToAllOp, AllToAllStartOp, AllReduceOp, AllReduceStartOp, Re
 """Ops that every rank of their group must issue, in the same order."""
 
 TABLE_OPS = (LookupOp, LookupUpdateOp, LookupGradOp)
+
+# The same two sets as types, for annotations.
+CollectiveOp = AllToAllOp | AllToAllStartOp | AllReduceOp | AllReduceStartOp | ReduceScatterOp
+TableOp = LookupOp | LookupUpdateOp | LookupGradOp
 
 
 # --------------------------------------------------------------------------------------
@@ -225,6 +232,7 @@ class SRSV:
         order, except async collectives in flight and the lanes of a `sched.parallel`, which is
         how a step executes on a CPU rank.
         """
+        cost: Callable[[Operation], float]
         if weight is None:
             cost = _default_cost
         elif callable(weight):
@@ -236,11 +244,12 @@ class SRSV:
         # Node costs as edge weights: every edge weighs its source's cost, and a virtual sink
         # charges the last op of the path.
         source, sink = _Terminal("source"), _Terminal("sink")
-        h = nx.DiGraph()
+        h: nx.DiGraph[Operation | _Terminal] = nx.DiGraph()
         h.add_edges_from((u, v, {"w": costs[u]}) for u, v in self.graph.edges)
         if serial:
             stream = [
-                op for op in sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["index"])
+                op
+                for op in sorted(self.graph.nodes, key=lambda n: self.graph.nodes[n]["index"])
                 if not isinstance(op, AllToAllStartOp | AllReduceStartOp) and not isinstance(op.parent_op(), ParallelOp)
             ]
             h.add_edges_from((u, v, {"w": costs[u]}) for u, v in zip(stream, stream[1:]) if not h.has_edge(u, v))
@@ -248,7 +257,7 @@ class SRSV:
         h.add_edges_from((n, sink, {"w": costs[n]}) for n in self.graph.nodes)
         if not self.graph.nodes:
             return 0.0, []
-        path = [n for n in nx.dag_longest_path(h, weight="w", default_weight=0.0) if not isinstance(n, _Terminal)]
+        path = [n for n in nx.dag_longest_path(h, weight="w", default_weight=0) if not isinstance(n, _Terminal)]
         return sum(costs[n] for n in path), path
 
     # -- printing -----------------------------------------------------------------------------
@@ -275,8 +284,22 @@ class SRSV:
             for t in self.tables
         ]
         lines += _columns(
-            ["table", "group", "placement", "owners", "rows", "dim", "dtype", "pool", "features", "pf",
-             "lookups", "gathered_B", "table_B", "workspace_B"],
+            [
+                "table",
+                "group",
+                "placement",
+                "owners",
+                "rows",
+                "dim",
+                "dtype",
+                "pool",
+                "features",
+                "pf",
+                "lookups",
+                "gathered_B",
+                "table_B",
+                "workspace_B",
+            ],
             rows,
             right={4, 5, 9, 10, 11, 12, 13},
         )
@@ -295,9 +318,7 @@ class SRSV:
                 c.dtype,
                 c.sizing,
                 str(c.total_bytes),
-                " ".join(
-                    f"s{c.group_ranks[s]}->[{', '.join(map(str, row))}]" for s, row in enumerate(c.bytes_matrix)
-                ),
+                " ".join(f"s{c.group_ranks[s]}->[{', '.join(map(str, row))}]" for s, row in enumerate(c.bytes_matrix)),
             ]
             for c in self.collectives
         ]
@@ -356,11 +377,48 @@ def attr_int(value: Attribute | None) -> int | None:
 
 
 def step_batch(step: StepOp) -> int | None:
-    """The local batch `B` the frontend wrote on the step (`batch = "128"`), if any."""
+    """The local batch `B` the frontend wrote on the step (`batch = "128"`), if any.
+
+    Passes that size buffers without one use `step_batch(step) or 1` (bytes per sample)."""
     return attr_int(step.attributes.get("batch"))
 
 
-def _group_name(op: Operation) -> str:
+def table_names(ops: Iterable[Operation]) -> set[str]:
+    """The tables `ops` look up, update or take gradients of: per-table lookups, updates and
+    gradients, and fused table kernels (all their tables)."""
+    names: set[str] = set()
+    for op in ops:
+        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
+            names.add(op.table.name_str)
+        elif isinstance(op, FusedTableOp):
+            names.update(t.name_str for t in op.tables.data)
+    return names
+
+
+_Key = TypeVar("_Key", bound=Hashable)  # what identifies an exchange in flight
+
+
+def peak_inflight(events: Iterable[tuple[str, _Key, float]]) -> tuple[float, list[_Key]]:
+    """Most bytes outstanding at once over `("start", key, bytes)` / `("wait", key, _)` events in
+    issue order, and the keys outstanding at that peak (a key started again replaces its bytes).
+
+    What async collectives hold between their start and their wait: `hide-latency` caps it,
+    the planner checks it against the memory cap."""
+    outstanding: dict[_Key, float] = {}
+    peak: float = 0  # stays an int when the sizes are (hide-latency prints it)
+    at_peak: list[_Key] = []
+    for kind, key, nbytes in events:
+        if kind == "start":
+            outstanding[key] = nbytes
+            total = sum(outstanding.values())
+            if total > peak:
+                peak, at_peak = total, list(outstanding)
+        else:
+            outstanding.pop(key, None)
+    return peak, at_peak
+
+
+def _group_name(op: Operation | TableOpView) -> str:
     g = op.attributes.get("group")
     return g.data if isinstance(g, StringAttr) else ""
 
@@ -406,16 +464,17 @@ class Sizer:
                 return ids
             return None  # the splits themselves
         if isinstance(op, PackIdsOp) and value is op.buffer:
-            lengths, ids = self.elems(op.lengths), self.elems(op.indices)
-            if lengths is None or ids is None:
+            length_elems, id_elems = self.elems(op.lengths), self.elems(op.indices)
+            if length_elems is None or id_elems is None:
                 return None
             per_id = 2 if op.weights is not None else 1
-            return [[a + b * per_id for a, b in zip(ra, rb)] for ra, rb in zip(lengths, ids)]
+            return [[a + b * per_id for a, b in zip(ra, rb)] for ra, rb in zip(length_elems, id_elems)]
         if isinstance(op, PackOp):
             layout = op.layout
             rows = []
-            jagged = {m: self.elems(op.members[m]) for m in range(len(op.members)) if layout.member_is_dynamic(m)}
-            if any(v is None for v in jagged.values()):
+            member_elems = {m: self.elems(op.members[m]) for m in range(len(op.members)) if layout.member_is_dynamic(m)}
+            jagged = {m: v for m, v in member_elems.items() if v is not None}
+            if len(jagged) < len(member_elems):
                 return None
             for s in range(W):
                 row = []
@@ -432,8 +491,8 @@ class Sizer:
     def a2a_elems(self, op: AllToAllOp | AllToAllStartOp) -> tuple[list[list[float]] | None, str]:
         if op.splits is not None:
             return [[float(v) for v in row] for row in op.splits.matrix], "static"
-        per_input = [self.elems(v) for v in op.inputs]
-        if any(m is None for m in per_input):
+        per_input = [m for m in (self.elems(v) for v in op.inputs) if m is not None]
+        if len(per_input) < len(op.inputs):
             return None, "unknown"
         g = op.group.size
 
@@ -481,8 +540,8 @@ class Sizer:
                 return None
             return pick([max(row[p] for row in m) for p in range(len(m[0]))]) * B * eb
         if isinstance(op, AllReduceOp):
-            sizes = [self.value_bytes(v, rank) for v in op.inputs]
-            return None if any(b is None for b in sizes) else sum(sizes)
+            sizes = [b for b in (self.value_bytes(v, rank) for v in op.inputs) if b is not None]
+            return None if len(sizes) < len(op.inputs) else sum(sizes)
         return None
 
     def buffer_bytes(self, op: PackOp | UnpackOp) -> float:
@@ -493,7 +552,9 @@ class Sizer:
         if known is not None:
             return known
         layout = op.layout
-        return float(sum(layout.static_width(p) for p in range(layout.num_segments)) * self.batch * elem_bytes(buffer.type))
+        return float(
+            sum(layout.static_width(p) for p in range(layout.num_segments)) * self.batch * elem_bytes(buffer.type)
+        )
 
     def route_bytes(self, op: RouteOp) -> float:
         """Bytes a route reads (ids, offsets, weights) and writes (lengths, indices, weights)."""
@@ -546,8 +607,22 @@ def _table_features(step: StepOp) -> dict[str, list[FeatureAttr]]:
     return features
 
 
+class TableOpView(Protocol):
+    """What `_table_entry` reads of a table op: a lookup, update or gradient, or one table of a
+    fused kernel (`parallelize_tables._TableView`)."""
+
+    @property
+    def table(self) -> TableAttr: ...
+    @property
+    def placement(self) -> PlacementAttr: ...
+    @property
+    def slots(self) -> DenseArrayBase: ...
+    @property
+    def attributes(self) -> dict[str, Attribute]: ...
+
+
 def _table_entry(
-    op: LookupOp | LookupUpdateOp | LookupGradOp,
+    op: TableOpView,
     features: Sequence[FeatureAttr],
     world: int,
     batch: int,
@@ -597,7 +672,7 @@ def value_label(value: SSAValue) -> str:
     op = value.owner
     if isinstance(value, BlockArgument):
         return f"arg{value.index}"
-    assert isinstance(value, OpResult)
+    assert isinstance(value, OpResult) and isinstance(op, Operation)
     if isinstance(op, TABLE_OPS):
         return f"{op.name.split('.')[-1]}:{op.table.name_str}"
     if isinstance(op, DenseOp):
@@ -608,7 +683,7 @@ def value_label(value: SSAValue) -> str:
     return f"{op.name}[{value.index}]"
 
 
-def _layout_slots(op: Operation) -> tuple[LayoutSlot, ...]:
+def _layout_slots(op: CollectiveOp) -> tuple[LayoutSlot, ...]:
     inputs = op.inputs if isinstance(op, AllToAllOp | AllToAllStartOp | AllReduceOp | AllReduceStartOp) else [op.input]
     slots: list[LayoutSlot] = []
     for value in inputs:
@@ -625,7 +700,7 @@ def _layout_slots(op: Operation) -> tuple[LayoutSlot, ...]:
     return tuple(slots)
 
 
-def _collective_entry(op: Operation, index: int, phase: str, sizer: Sizer) -> CollectiveEntry:
+def _collective_entry(op: CollectiveOp, index: int, phase: str, sizer: Sizer) -> CollectiveEntry:
     group = op.group.rank_list
     g = len(group)
     B = sizer.batch
@@ -643,11 +718,12 @@ def _collective_entry(op: Operation, index: int, phase: str, sizer: Sizer) -> Co
         eb = elem_bytes(data_type)
         matrix = [[0] * g for _ in range(g)]
         elems = sizer.elems(inputs[0]) if len(inputs) == 1 else None
-        sizes = [sizer.value_bytes(v) for v in inputs]
-        total = None if any(b is None for b in sizes) else sum(sizes)
-        static_shape = all(d >= 0 for v in inputs for d in v.type.get_shape())
+        sizes = [b for b in (sizer.value_bytes(v) for v in inputs) if b is not None]
+        total = None if len(sizes) < len(inputs) else sum(sizes)
+        static_shape = all(d >= 0 for v in inputs for d in cast(TensorType, v.type).get_shape())  # verified
         sizing = (
-            "static" if static_shape or (total is not None and not any(_is_estimate(v) for v in inputs))
+            "static"
+            if static_shape or (total is not None and not any(_is_estimate(v) for v in inputs))
             else "estimated"
         )
         if total is None:
@@ -669,7 +745,7 @@ def _collective_entry(op: Operation, index: int, phase: str, sizer: Sizer) -> Co
         roles=roles,
         group=_group_name(op),
         group_ranks=tuple(group),
-        dtype=str(data_type.element_type),
+        dtype=str(cast(TensorType, data_type).element_type),  # collectives exchange tensors (verified)
         elem_bytes=eb,
         phase=phase,
         bytes_matrix=tuple(tuple(row) for row in matrix),
@@ -693,8 +769,8 @@ def _producer(value: SSAValue, step: StepOp) -> tuple[Operation | None, str]:
     return None, ""
 
 
-def _build_graph(step: StepOp, phases: dict[Operation, str]) -> nx.DiGraph:
-    graph = nx.DiGraph()
+def _build_graph(step: StepOp, phases: dict[Operation, str]) -> nx.DiGraph[Operation]:
+    graph: nx.DiGraph[Operation] = nx.DiGraph()
     nodes = [op for op in phases if _is_node(op, step)]
     for i, op in enumerate(nodes):
         label = op.name
@@ -749,7 +825,7 @@ def build_srsv(step: StepOp, batch: int | None = None) -> SRSV:
 
     # One entry per table, from its lookup (whose slots say how many features it serves), or
     # from its update or gradient op when a later pass fused the lookup away.
-    first: dict[str, Operation] = {}
+    first: dict[str, TableOp] = {}
     for op in phases:
         if isinstance(op, TABLE_OPS):
             name = op.table.name_str
@@ -798,6 +874,8 @@ __all__ = [
     "SRSV",
     "build_srsv",
     "step_batch",
+    "table_names",
+    "peak_inflight",
     "step_ops",
     "steps_of",
     "value_label",

@@ -25,10 +25,29 @@ import torch.distributed as dist
 
 _AGREED = "_sparselift_agreed"  # set on an error every rank raises already: no second agreement
 _STANDARD = (
-    "ValueError", "RuntimeError", "KeyError", "TypeError", "IndexError", "LookupError", "NotImplementedError",
-    "AssertionError", "AttributeError", "ArithmeticError", "ZeroDivisionError", "OverflowError",
-    "FileNotFoundError", "FileExistsError", "PermissionError", "IsADirectoryError", "NotADirectoryError",
-    "TimeoutError", "ConnectionError", "OSError", "MemoryError", "ImportError", "ModuleNotFoundError",
+    "ValueError",
+    "RuntimeError",
+    "KeyError",
+    "TypeError",
+    "IndexError",
+    "LookupError",
+    "NotImplementedError",
+    "AssertionError",
+    "AttributeError",
+    "ArithmeticError",
+    "ZeroDivisionError",
+    "OverflowError",
+    "FileNotFoundError",
+    "FileExistsError",
+    "PermissionError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "TimeoutError",
+    "ConnectionError",
+    "OSError",
+    "MemoryError",
+    "ImportError",
+    "ModuleNotFoundError",
 )
 _KNOWN: dict[str, type[Exception]] = {f"builtins.{name}": getattr(builtins, name) for name in _STANDARD}
 
@@ -91,8 +110,9 @@ def raise_if_any_failed(error: Exception | None, group, world: int) -> None:
     if first == world:
         return
     payload = [_describe(error) if rank == first else None]
-    dist.broadcast_object_list(payload, src=dist.get_global_rank(group, first) if group is not None else first,
-                               group=group)
+    dist.broadcast_object_list(
+        payload, src=dist.get_global_rank(group, first) if group is not None else first, group=group
+    )
     agreed = _rebuild(*payload[0], first)
     if rank == first:  # the same error as the others raise, with this rank's traceback
         raise agreed.with_traceback(error.__traceback__) from error.__cause__

@@ -15,7 +15,6 @@ TorchRec's semantics (embedding gradients summed over ranks).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,8 +26,9 @@ import torch.distributed as dist
 import torch.utils._pytree as pytree
 from torch import nn
 
-from sparselift.passes.sharding import PlacementKind
-from sparselift.runtime.tables import LocalTables, TableInit, shard_rows
+from sparselift import cache as cache_files
+from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
+from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
 
@@ -61,9 +61,7 @@ class CompileOptions:
     max_lanes: int | None = None  # concurrent lanes per rank; None: torch's intra-op threads (CPU), 4 (CUDA)
     # Optimization families the planner may choose (None: all): aggregation, parallelism,
     # codegen, latency-hiding, sharding.
-    optimizations: tuple[str, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple)
-    )
+    optimizations: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
     profile: str = "auto"  # cost-model profile: auto (cpu-gloo, or h100/h200-nccl by device), a name or a JSON path
     # Tables on the meta device: `table_init(table, shard, row_offset)` fills this rank's shard
     # (rows row_offset..) of IR table `table` in place; None: the module's own initializer
@@ -74,9 +72,8 @@ class CompileOptions:
 
 
 def cache_dir(options: CompileOptions) -> Path:
-    path = Path(options.cache_dir or os.environ.get("SPARSELIFT_CACHE_DIR") or Path.home() / ".cache" / "sparselift")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The plans' cache directory (created): `options.cache_dir`, else `sparselift.cache`'s default."""
+    return cache_files.cache_dir(options.cache_dir)
 
 
 @attrs.define
@@ -88,18 +85,19 @@ class Plan:
     path: Path
     hash: str  # the optimized IR's hash: the "plan hash" of the module's header and of the file name
     program: Any  # sparselift.frontend.program.SparseProgram
-    record: Any = None  # sparselift.passes.plan_sparse.PlanRecord; None when not planned
+    record: Any = None  # sparselift.plan_record.PlanRecord; None when not planned
     reused: bool = False  # the record came from the plan cache (or a file): no calibration
     calibration_s: float = 0.0  # calibration this compile spent (0 when reused)
     planning: str = ""  # why the planner planned, or where the reused plan came from
 
     def explain(self) -> str:
-        lines = [f"plan hash: {self.hash} ({self.path})", self.program.sharding.describe()]
-        lines += [f"groups: {', '.join(self.program.groups)}"]
+        lines = [f"plan hash: {self.hash} ({self.path})", sharding_plan(self.program.module).describe()]
+        lines += [f"groups: {', '.join(group_names(self.program.module))}"]
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
-            lines.append(f"calibration this compile: {self.calibration_s:.2f} s"
-                         + (" (plan reused)" if self.reused else ""))
+            lines.append(
+                f"calibration this compile: {self.calibration_s:.2f} s" + (" (plan reused)" if self.reused else "")
+            )
             lines.append(self.record.explain())
         return "\n".join(lines)
 
@@ -118,8 +116,7 @@ class _GradBuckets:
     down (the measured A/B is in bench/RESULTS.md, "Dense gradients in one all-reduce").
     """
 
-    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20,
-                 overlap: bool = True):
+    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20, overlap: bool = True):
         self.pg, self.world, self.overlap = pg, world, overlap
         self.buckets: list[list[nn.Parameter]] = [[]]
         size = 0
@@ -174,8 +171,18 @@ class _GradBuckets:
 class CompiledModel(nn.Module):
     """One rank's view of a compiled model."""
 
-    def __init__(self, program, plan: Plan, plan_cls, rank: int, world: int, pg, optimizer,
-                 options: CompileOptions, local: LocalTables):
+    def __init__(
+        self,
+        program,
+        plan: Plan,
+        plan_cls,
+        rank: int,
+        world: int,
+        pg,
+        optimizer,
+        options: CompileOptions,
+        local: LocalTables,
+    ):
         super().__init__()
         self.program = program
         self.plan = plan
@@ -187,33 +194,40 @@ class CompiledModel(nn.Module):
         self.local = local
         tables, states = local.tables, local.states
         self.tables, self.states = tables, states
-        self.kernels = self._build_kernels(program, tables, optimizer, options)
+        # Every table fact (shards, checkpoint keys, kernel specs) is the plan's, read from its IR.
+        self.table_facts: tuple[TableFact, ...] = tuple(plan_cls.TABLES)
+        check_storage(self.table_facts, local, rank)
+        self.kernels = self._build_kernels(self.table_facts, tables, options)
         self.runner = plan_cls(
-            rank=rank, world_size=world, regions=dict(self.regions), tables=tables, states=states,
-            process_group=pg, grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
+            rank=rank,
+            world_size=world,
+            regions=dict(self.regions),
+            tables=tables,
+            states=states,
+            process_group=pg,
+            grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
             kernels=self.kernels,
         )
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP)
-            if world > 1 and options.dense_sync else None
+            if world > 1 and options.dense_sync
+            else None
         )
         self._sync_queued = False
         self._backward_start = 0.0
         self.stage_times: list[dict[str, float]] = []  # benchmark mode: seconds per stage, per step
 
     @staticmethod
-    def _build_kernels(program, tables, optimizer, options: CompileOptions):
-        """Generated kernels specialized to this rank's tables, or None for the reference lowering."""
+    def _build_kernels(facts: tuple[TableFact, ...], tables, options: CompileOptions):
+        """Generated kernels for the plan's kernel specs of this rank's tables, or None for the
+        reference lowering."""
         if options.kernels == "reference" or not tables:
             return None
         from sparselift.runtime.kernels import GeneratedKernels
 
-        pooling = {t.name: t.pooling for t in program.tables if t.name in tables}
-        weighted = {t: any(f.weighted for f in program.features if f.table == t) for t in tables}
-        return GeneratedKernels.for_tables(
-            tables, pooling=pooling, weighted=weighted, optimizer=optimizer.kind, cache=options.cache_dir
-        )
+        specs = {f.kernel_spec for f in facts if f.name in tables and f.kernel_spec is not None}
+        return GeneratedKernels(specs, table_names=tables, cache=options.cache_dir)
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, *inputs):
@@ -284,8 +298,8 @@ class CompiledModel(nn.Module):
         if gather_to not in ("all", "rank0"):
             raise ValueError(f"state_dict(gather_to={gather_to!r}): use 'all' or 'rank0'")
         out = {name: p.detach().clone() for name, p in self.dense_named_parameters()}
-        for info in self.program.tables:
-            table = self._gather_table(info, self.tables, (info.dim,), info.dtype, gather_to)
+        for info in self.table_facts:
+            table = self._gather_table(info, self.tables, (info.dim,), torch_dtype(info), gather_to)
             if table is not None:
                 out[info.param] = table
             if self.optimizer.kind == "rowwise_adagrad":
@@ -302,14 +316,10 @@ class CompiledModel(nn.Module):
         are the live storage: `dcp.load(compiled.sharded_state_dict(), ...)` restores in place.
         """
         out = {name: p.detach() for name, p in self.dense_named_parameters()}
-        for info in self.program.tables:
+        for info in self.table_facts:
             if info.name not in self.tables:
                 continue
-            placement = self.program.sharding[info.name]
-            lo, hi = 0, info.rows
-            if placement.kind == PlacementKind.ROW_WISE:
-                i = placement.ranks.index(self.rank)
-                lo, hi = placement.row_bounds[i], placement.row_bounds[i + 1]
+            lo, hi = info.shard_rows(self.rank)
             out[f"{info.param}#rows={lo}-{hi}"] = self.tables[info.name]
             if info.name in self.states:
                 out[f"{info.param}.momentum#rows={lo}-{hi}"] = self.states[info.name]
@@ -318,8 +328,8 @@ class CompiledModel(nn.Module):
     def state_keys(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Every key `state_dict()` returns, with its full shape and dtype."""
         keys = {name: (tuple(p.shape), p.dtype) for name, p in self.dense_named_parameters()}
-        for info in self.program.tables:
-            keys[info.param] = ((info.rows, info.dim), info.dtype)
+        for info in self.table_facts:
+            keys[info.param] = ((info.rows, info.dim), torch_dtype(info))
             if self.optimizer.kind == "rowwise_adagrad":
                 keys[f"{info.param}.momentum"] = ((info.rows,), torch.float32)
         return keys
@@ -331,22 +341,29 @@ class CompiledModel(nn.Module):
         missing = [k for k in expected if k not in state_dict]
         unexpected = [k for k in state_dict if k not in expected]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
-                           + (" (the optimizer state of row-wise Adagrad is '<table>.momentum')"
-                              if any(k.endswith(".momentum") for k in missing + unexpected) else ""))
+            raise KeyError(
+                f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
+                + (
+                    " (the optimizer state of row-wise Adagrad is '<table>.momentum')"
+                    if any(k.endswith(".momentum") for k in missing + unexpected)
+                    else ""
+                )
+            )
         for key, (shape, dtype) in expected.items():
             got = state_dict.get(key)
             if got is not None and (tuple(got.shape) != shape or got.dtype != dtype):
-                raise ValueError(f"load_state_dict: '{key}' has shape {tuple(got.shape)} and dtype {got.dtype}; "
-                                 f"the compiled model's is {shape}, {dtype}")
+                raise ValueError(
+                    f"load_state_dict: '{key}' has shape {tuple(got.shape)} and dtype {got.dtype}; "
+                    f"the compiled model's is {shape}, {dtype}"
+                )
         with torch.no_grad():
             for name, p in self.dense_named_parameters():
                 if name in state_dict:
                     p.copy_(state_dict[name])
-            for info in self.program.tables:
+            for info in self.table_facts:
                 if info.name not in self.tables:
                     continue
-                lo, hi = shard_rows(self.program.sharding[info.name], self.rank, info.rows)
+                lo, hi = info.shard_rows(self.rank)
                 if info.param in state_dict:
                     self.tables[info.name].copy_(state_dict[info.param][lo:hi])
                 momentum = state_dict.get(f"{info.param}.momentum")
@@ -354,19 +371,23 @@ class CompiledModel(nn.Module):
                     self.states[info.name].copy_(momentum[lo:hi])
         return nn.modules.module._IncompatibleKeys(missing, unexpected)
 
-    def _gather_table(self, info, shards: Mapping[str, torch.Tensor], row_shape: tuple[int, ...],
-                      dtype: torch.dtype, gather_to: str = "all") -> torch.Tensor | None:
+    def _gather_table(
+        self,
+        info: TableFact,
+        shards: Mapping[str, torch.Tensor],
+        row_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        gather_to: str = "all",
+    ) -> torch.Tensor | None:
         """Table `info` (or its optimizer state, from `shards`) whole, on every rank ("all") or on
         rank 0 only ("rank0"; None elsewhere): one broadcast (or send) per shard, from its owner."""
-        placement = self.program.sharding[info.name]
         receives = gather_to == "all" or self.rank == 0
         local = shards.get(info.name)
-        if self.world == 1 or placement.kind == PlacementKind.DATA_PARALLEL:
+        if self.world == 1 or info.placement == "data_parallel":
             return local.detach().clone() if receives else None
         device = local.device if local is not None else self._device()
         full = torch.empty((info.rows, *row_shape), dtype=dtype, device=device) if receives else None
-        for owner in placement.owners(self.world):
-            lo, hi = shard_rows(placement, owner, info.rows)
+        for owner, lo, hi in info.shards:
             if self.rank == owner and full is not None:
                 full[lo:hi].copy_(local)
             if gather_to == "all":
@@ -382,12 +403,14 @@ class CompiledModel(nn.Module):
         return dist.get_global_rank(self.pg, rank) if self.pg is not None else rank
 
     def _device(self) -> torch.device:
-        return next((t.device for t in self.tables.values()), next(
-            (p.device for _, p in self.dense_named_parameters()), torch.device("cpu")))
+        return next(
+            (t.device for t in self.tables.values()),
+            next((p.device for _, p in self.dense_named_parameters()), torch.device("cpu")),
+        )
 
     def table(self, name: str) -> torch.Tensor:
         """The whole table `name` (IR name or parameter FQN), gathered from its shards (collective)."""
-        for info in self.program.tables:
+        for info in self.table_facts:
             if name in (info.name, info.param):
-                return self._gather_table(info, self.tables, (info.dim,), info.dtype)
+                return self._gather_table(info, self.tables, (info.dim,), torch_dtype(info))
         raise KeyError(f"no table '{name}'")

@@ -3,17 +3,22 @@
 `GeneratedKernels` is what `PlanBase.kernels` holds. It exposes `lookup`, `lookup_update`,
 `pack` and `unpack` with exactly the signatures of `sparselift.runtime.reference` (so
 `plan_ops._kernel_or_ref` can call either), plus the multi-table `fused_lookup` /
-`fused_lookup_update` (one C call over all tables of a rank). The module-level functions of the
-same names use a process-wide instance that builds specializations on demand.
+`fused_lookup_update` / `fused_lookup_grad` (one C call over all tables of a rank) and
+`concat_ids`. The module-level functions of the reference's names use a process-wide instance
+that builds specializations on demand. Tensors off the CPU go to the Triton kernels
+(`sparselift.codegen.triton_ops`) where they run, else to the reference.
 
 Build and cache: the C source comes from `sparselift.codegen.ckernels.generate_source` for a
 set of `TableSpec`s; it is compiled with the system compiler (`$SPARSELIFT_CC`, default `cc`)
 as `-O3 -march=native -ffp-contract=off -shared -fPIC` (+ `-fopenmp` when a probe compile
-shows it works) and stored as `$SPARSELIFT_CACHE_DIR/ckernels/sl_<key>.so` (default cache dir
-`~/.cache/sparselift`), where `<key>` hashes the source, the compiler's `--version`, the CPU
-model and flags and the compile flags. A later build of the same key loads the stored `.so`
-(log "reusing cached C kernels ..."; `rebuilt` is False); a miss compiles into a temporary
-file and renames it into place atomically (log "built C kernels ...").
+shows it works) and stored as `<cache>/ckernels/sl_<key>.so` (`sparselift.cache.cache_dir`:
+the `cache` argument, else `$SPARSELIFT_CACHE_DIR`, else `~/.cache/sparselift`), where `<key>`
+hashes the source, the compiler's `--version`, the CPU model and flags and the compile flags.
+A later build of the same key loads the stored `.so` (log "reusing cached C kernels ...";
+`rebuilt` is False); a miss compiles into a temporary file and renames it into place
+atomically (`sparselift.cache.atomic_output`; log "built C kernels ..."). The ctypes
+signatures come from `sparselift.codegen.c_abi.ENTRY_POINTS`, the description the C
+prototypes are rendered from, and a library whose `sl_abi_version()` differs is refused.
 
 Safety: before any C call the wrappers check shapes, dtypes and slots in Python, and the C
 entry points check the bag lengths (non-negative, summing to the number of ids) and every id a
@@ -39,7 +44,8 @@ from pathlib import Path
 
 import torch
 
-from sparselift.codegen import ckernels
+from sparselift import cache as cache_files
+from sparselift.codegen import c_abi, ckernels
 from sparselift.codegen.ckernels import ERROR_CODES, TableSpec
 from sparselift.runtime import reference as ref
 
@@ -72,8 +78,8 @@ class KernelBuildError(RuntimeError):
 
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
-    root = override or os.environ.get("SPARSELIFT_CACHE_DIR") or (Path.home() / ".cache" / "sparselift")
-    return Path(root) / "ckernels"
+    """Where the C kernels live: the `ckernels` directory of the cache (`sparselift.cache`)."""
+    return cache_files.cache_dir(override, "ckernels")
 
 
 def _compiler() -> str:
@@ -121,13 +127,22 @@ def _toolchain(root: Path) -> dict:
             except (OSError, ValueError):
                 info = None
         if info is None:
-            info = {"version": version, "cpu": cpu,
-                    "openmp": _probe(cc, root, "#include <omp.h>\nint f(void){return omp_get_max_threads();}\n",
-                                     ["-fopenmp"]),
-                    "f16": _probe(cc, root, "typedef _Float16 h8 __attribute__((vector_size(16)));\n"
-                                  "typedef float f8 __attribute__((vector_size(32)));\n"
-                                  "f8 f(h8 x){return __builtin_convertvector(x, f8);}\n", [])}
-            _atomic_write(probe_file, json.dumps(info).encode())
+            info = {
+                "version": version,
+                "cpu": cpu,
+                "openmp": _probe(
+                    cc, root, "#include <omp.h>\nint f(void){return omp_get_max_threads();}\n", ["-fopenmp"]
+                ),
+                "f16": _probe(
+                    cc,
+                    root,
+                    "typedef _Float16 h8 __attribute__((vector_size(16)));\n"
+                    "typedef float f8 __attribute__((vector_size(32)));\n"
+                    "f8 f(h8 x){return __builtin_convertvector(x, f8);}\n",
+                    [],
+                ),
+            }
+            cache_files.atomic_write(probe_file, json.dumps(info))
         _TOOLCHAIN[cc] = info
         return info
 
@@ -137,25 +152,33 @@ def _probe(cc: str, root: Path, src: str, flags: list[str]) -> bool:
         c = Path(d) / "probe.c"
         c.write_text(src)
         try:
-            r = subprocess.run([cc, *_BASE_FLAGS, *flags, str(c), "-o", str(Path(d) / "probe.so")],
-                               capture_output=True, text=True, timeout=60)
+            r = subprocess.run(
+                [cc, *_BASE_FLAGS, *flags, str(c), "-o", str(Path(d) / "probe.so")],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except (OSError, subprocess.SubprocessError):
             return False
         return r.returncode == 0
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 # ---- libraries ------------------------------------------------------------------------------
 
-_P = ctypes.c_void_p
-_I64 = ctypes.c_int64
-_I32 = ctypes.c_int
+# The ctypes of the C types `c_abi.ENTRY_POINTS` uses; every pointer travels as a void*.
+_CTYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float, "void": None}
+
+
+def _ctype(c_type: str):
+    return ctypes.c_void_p if c_type.endswith("*") else _CTYPES[c_type]
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    """Every entry point's `argtypes` / `restype`, from the interface's one description."""
+    for entry in c_abi.ENTRY_POINTS:
+        fn = getattr(lib, entry.name)
+        fn.restype = _ctype(entry.restype)
+        fn.argtypes = [_ctype(a.ctype) for a in entry.args]
 
 
 class _Library:
@@ -167,33 +190,24 @@ class _Library:
         self.openmp = openmp
         self.fwd_numbers, self.upd_numbers = ckernels.kernel_numbers(specs)
         lib = ctypes.CDLL(str(path))
-        lib.sl_forward.restype = _I32
-        lib.sl_forward.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64, _I32, _P]
-        lib.sl_update.restype = _I32
-        lib.sl_update.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
-                                  ctypes.c_float, ctypes.c_float, ctypes.c_float, _I32, _P]
-        lib.sl_grad.restype = _I32
-        lib.sl_grad.argtypes = [_I32, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P, _I32, _I64, _P, _I64, _I64,
-                                ctypes.c_float, _P]
-        lib.sl_concat_ids.restype = _I32
-        lib.sl_concat_ids.argtypes = [_I32, _P, _P, _P, _P, _P, _I32, _P]
-        lib.sl_copy_blocks.restype = None
-        lib.sl_copy_blocks.argtypes = [_I64, _P]
-        if lib.sl_abi_version() != ckernels.ABI_VERSION:
+        _bind(lib)
+        if lib.sl_abi_version() != c_abi.ABI_VERSION:
             raise KernelBuildError(f"{path}: ABI version mismatch")
         self.lib = lib
 
     def covers(self, specs: Iterable[TableSpec]) -> bool:
-        return all((s.forward_key in self.fwd_numbers) and (s.optimizer is None or s in self.upd_numbers)
-                   for s in specs)
+        return all(
+            (s.forward_key in self.fwd_numbers) and (s.optimizer is None or s in self.upd_numbers) for s in specs
+        )
 
 
 _LOADED: dict[str, _Library] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = None,
-                  codegen_options: Mapping[str, int] | None = None) -> tuple[_Library, bool, float]:
+def build_library(
+    specs: Iterable[TableSpec], cache: str | os.PathLike | None = None, codegen_options: Mapping[str, int] | None = None
+) -> tuple[_Library, bool, float]:
     """Compile (or reuse from the cache) the C kernels for `specs` and load them.
 
     `codegen_options` go to `ckernels.generate_source` (tuning knobs such as `forward_prefetch`).
@@ -216,21 +230,16 @@ def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = 
         if so.exists():
             log.info("reusing cached C kernels %s (%d specs)", so, len(specs))
         else:
-            root.mkdir(parents=True, exist_ok=True)
             c_path = root / f"sl_{key}.c"
-            _atomic_write(c_path, source.encode())
-            fd, tmp_so = tempfile.mkstemp(dir=root, prefix=f"sl_{key}.", suffix=".so.tmp")
-            os.close(fd)
-            cmd = [_compiler(), *flags, str(c_path), "-o", tmp_so, "-lm"]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            except (OSError, subprocess.SubprocessError) as e:
-                os.unlink(tmp_so)
-                raise KernelBuildError(f"C kernel build failed to run ({' '.join(cmd)}): {e}") from e
-            if r.returncode != 0:
-                os.unlink(tmp_so)
-                raise KernelBuildError(f"C kernel build failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
-            os.replace(tmp_so, so)
+            cache_files.atomic_write(c_path, source)
+            with cache_files.atomic_output(so) as tmp_so:  # the compiler writes a temporary, renamed when done
+                cmd = [_compiler(), *flags, str(c_path), "-o", str(tmp_so), "-lm"]
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                except (OSError, subprocess.SubprocessError) as e:
+                    raise KernelBuildError(f"C kernel build failed to run ({' '.join(cmd)}): {e}") from e
+                if r.returncode != 0:
+                    raise KernelBuildError(f"C kernel build failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
             rebuilt = True
             log.info("built C kernels %s (%d specs) in %.2fs", so, len(specs), time.perf_counter() - t0)
         lib = _Library(specs, so, bool(tc["openmp"]))
@@ -241,8 +250,9 @@ def build_library(specs: Iterable[TableSpec], cache: str | os.PathLike | None = 
 # ---- argument checking ----------------------------------------------------------------------
 
 
-def spec_for(table: torch.Tensor, index_dtype: torch.dtype, pooling: str, weighted: bool,
-             optimizer: str | None = None) -> TableSpec | None:
+def spec_for(
+    table: torch.Tensor, index_dtype: torch.dtype, pooling: str, weighted: bool, optimizer: str | None = None
+) -> TableSpec | None:
     """The kernel spec for a table, or None when the C kernels do not handle its dtype."""
     if table.dim() != 2 or table.dtype not in _STORAGE or table.shape[1] < 1 or table.shape[1] > 4096:
         return None
@@ -255,18 +265,20 @@ def _on_cpu(*tensors) -> bool:
 
 def _device_impl(name: str):
     """Non-CPU tensors: the Triton kernels where they run (CUDA), else the reference lowering."""
-    from sparselift.codegen import triton_kernels
+    from sparselift.codegen import triton_ops
 
-    if triton_kernels.AVAILABLE:
-        return getattr(triton_kernels, name)
+    if triton_ops.AVAILABLE:
+        return getattr(triton_ops, name)
 
     def via_reference(tables, *args, names=None):
         if name == "fused_lookup":
             lengths, indices, weights, slots_per_table, fps, batch, poolings = args
             if isinstance(poolings, str):
                 poolings = [poolings] * len(tables)
-            return [ref.lookup(t, lengths, indices, weights, sl, fps, batch, p)
-                    for t, sl, p in zip(tables, slots_per_table, poolings)]
+            return [
+                ref.lookup(t, lengths, indices, weights, sl, fps, batch, p)
+                for t, sl, p in zip(tables, slots_per_table, poolings)
+            ]
         states, lengths, indices, weights, grads, slots_per_table, fps, batch, poolings, kinds, lr, eps, gs = args
         n = len(tables)
         poolings = [poolings] * n if isinstance(poolings, str) else poolings
@@ -317,9 +329,15 @@ class GeneratedKernels:
     intra-op thread count at call time) is the OpenMP thread count of the C calls.
     """
 
-    def __init__(self, specs: Iterable[TableSpec] = (), *, cache: str | os.PathLike | None = None,
-                 nthreads: int | None = None, table_names: Mapping[str, torch.Tensor] | None = None,
-                 codegen_options: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        specs: Iterable[TableSpec] = (),
+        *,
+        cache: str | os.PathLike | None = None,
+        nthreads: int | None = None,
+        table_names: Mapping[str, torch.Tensor] | None = None,
+        codegen_options: Mapping[str, int] | None = None,
+    ):
         self._cache = cache
         self._options = dict(codegen_options or {})
         self.nthreads = nthreads
@@ -337,9 +355,16 @@ class GeneratedKernels:
             self._ensure(specs)
 
     @classmethod
-    def for_tables(cls, tables: Mapping[str, torch.Tensor], *, pooling: str | Mapping[str, str] = "sum",
-                   weighted: bool | Mapping[str, bool] = False, optimizer: str | None | Mapping[str, str | None] = None,
-                   index_dtype: torch.dtype = torch.int64, **kwargs) -> GeneratedKernels:
+    def for_tables(
+        cls,
+        tables: Mapping[str, torch.Tensor],
+        *,
+        pooling: str | Mapping[str, str] = "sum",
+        weighted: bool | Mapping[str, bool] = False,
+        optimizer: str | None | Mapping[str, str | None] = None,
+        index_dtype: torch.dtype = torch.int64,
+        **kwargs,
+    ) -> GeneratedKernels:
         """Build the forward (and, with an optimizer, update) kernels of named tables."""
         specs = set()
         for name, t in tables.items():
@@ -406,18 +431,26 @@ class GeneratedKernels:
         who = ", ".join(f"'{n}'" for n in names)
         where = f"lookup of table {who}" if len(names) == 1 else f"lookup of tables {who}"
         if lengths.dim() != 1 or lengths.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{where}: lengths must be a 1-D int32 tensor, got {lengths.dtype} of shape {tuple(lengths.shape)}")
+            raise ValueError(
+                f"{where}: lengths must be a 1-D int32 tensor, got {lengths.dtype} of shape {tuple(lengths.shape)}"
+            )
         if lengths.dtype != torch.int32:
             if lengths.numel() and int(lengths.max()) > 2**31 - 1:
                 raise ValueError(f"{where}: bag length {int(lengths.max())} does not fit in int32")
             lengths = lengths.to(torch.int32)
         lengths = lengths.contiguous()
         if indices.dim() != 1 or indices.dtype not in _INDEX:
-            raise ValueError(f"{where}: indices must be a 1-D int32/int64 tensor, got {indices.dtype} of shape {tuple(indices.shape)}")
+            raise ValueError(
+                f"{where}: indices must be a 1-D int32/int64 tensor, got {indices.dtype} of shape "
+                f"{tuple(indices.shape)}"
+            )
         indices = indices.contiguous()
         if weights is not None:
             if weights.dim() != 1 or weights.numel() != indices.numel():
-                raise ValueError(f"{where}: one weight per id expected ({indices.numel()} ids, weights of shape {tuple(weights.shape)})")
+                raise ValueError(
+                    f"{where}: one weight per id expected ({indices.numel()} ids, weights of shape "
+                    f"{tuple(weights.shape)})"
+                )
             weights = weights.to(torch.float32).contiguous()
         f, b = int(features_per_segment), int(batch)
         if f < 0 or b < 0:
@@ -429,7 +462,9 @@ class GeneratedKernels:
             segments = 0
         else:
             if nbags % (f * b):
-                raise ValueError(f"{where}: {nbags} bag lengths is not a whole number of segments of {f} features x batch {b}")
+                raise ValueError(
+                    f"{where}: {nbags} bag lengths is not a whole number of segments of {f} features x batch {b}"
+                )
             segments = nbags // (f * b)
         for name, slots in zip(names, slots_per_table):
             for s in slots:
@@ -440,7 +475,8 @@ class GeneratedKernels:
     def _check_ids_torch(self, names, tables, lengths, indices, weights, slots_per_table, features_per_segment, batch):
         """The C entry points' checks, in torch, for inputs the reference lowering handles."""
         lengths, indices, weights, segments = self._geometry(
-            names, lengths, indices, weights, slots_per_table, features_per_segment, batch)
+            names, lengths, indices, weights, slots_per_table, features_per_segment, batch
+        )
         where = "lookup of table " + ", ".join(f"'{n}'" for n in names)
         if lengths.numel() and int(lengths.min()) < 0:
             bad = int(torch.nonzero(lengths < 0)[0])
@@ -467,25 +503,43 @@ class GeneratedKernels:
         if code == 2:
             raise ValueError(f"{op} of {who}: bag lengths sum to {value} but there are {indices.numel()} ids")
         if code == 3:
-            raise ValueError(f"{op} of {who}: id {value} at position {pos} is out of range for a table of {rows[t]} rows")
+            raise ValueError(
+                f"{op} of {who}: id {value} at position {pos} is out of range for a table of {rows[t]} rows"
+            )
         if code == 7:
             raise ValueError(f"{op} of {who}: slot {value} is outside the features of a segment")
         raise RuntimeError(f"{op} of {who}: C kernel failed: {ERROR_CODES.get(code, f'error {code}')}")
 
     # -- the ops --
 
-    def _prepare(self, kind: str, tables, slots_per_table, poolings, kinds, index_dtype, weighted: bool,
-                 features_per_segment: int):
+    def _prepare(
+        self,
+        kind: str,
+        tables,
+        slots_per_table,
+        poolings,
+        kinds,
+        index_dtype,
+        weighted: bool,
+        features_per_segment: int,
+    ):
         """The per-call constants of a multi-table call (kernel numbers, pointers, slots), cached."""
-        key = (kind, tuple((t.data_ptr(), t.shape[0], t.shape[1] if t.dim() == 2 else -1, t.dtype, t.dim())
-                           for t in tables),
-               tuple(tuple(int(x) for x in sl) for sl in slots_per_table), tuple(poolings), tuple(kinds or ()),
-               index_dtype, weighted, int(features_per_segment))
+        key = (
+            kind,
+            tuple((t.data_ptr(), t.shape[0], t.shape[1] if t.dim() == 2 else -1, t.dtype, t.dim()) for t in tables),
+            tuple(tuple(int(x) for x in sl) for sl in slots_per_table),
+            tuple(poolings),
+            tuple(kinds or ()),
+            index_dtype,
+            weighted,
+            int(features_per_segment),
+        )
         prep = self._prepared.get(key)
         if prep is not None and prep[0] is self._lib:
             return prep[1]
-        specs = [spec_for(t, index_dtype, p, weighted, k)
-                 for t, p, k in zip(tables, poolings, kinds or [None] * len(tables))]
+        specs = [
+            spec_for(t, index_dtype, p, weighted, k) for t, p, k in zip(tables, poolings, kinds or [None] * len(tables))
+        ]
         if any(s is None for s in specs):
             return None
         lib = self._ensure(set(specs))
@@ -495,11 +549,20 @@ class GeneratedKernels:
             flat.extend(int(x) for x in sl)
             slot_off.append(len(flat))
         rows = [int(t.shape[0]) for t in tables]
-        arrays = [_addr_array(ctypes.c_int32, numbers), _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables]),
-                  _addr_array(ctypes.c_int64, rows), _addr_array(ctypes.c_int32, slot_off),
-                  _addr_array(ctypes.c_int32, flat)]
-        prep = {"lib": lib, "rows": rows, "arrays": arrays, "ptrs": [a[1] for a in arrays],
-                "widths": [int(t.shape[1]) * len(sl) for t, sl in zip(tables, slots_per_table)]}
+        arrays = [
+            _addr_array(ctypes.c_int32, numbers),
+            _addr_array(ctypes.c_void_p, [t.data_ptr() for t in tables]),
+            _addr_array(ctypes.c_int64, rows),
+            _addr_array(ctypes.c_int32, slot_off),
+            _addr_array(ctypes.c_int32, flat),
+        ]
+        prep = {
+            "lib": lib,
+            "rows": rows,
+            "arrays": arrays,
+            "ptrs": [a[1] for a in arrays],
+            "widths": [int(t.shape[1]) * len(sl) for t, sl in zip(tables, slots_per_table)],
+        }
         if len(self._prepared) > 256:
             self._prepared.clear()
         self._prepared[key] = (lib, prep)
@@ -525,25 +588,50 @@ class GeneratedKernels:
     @staticmethod
     def _check_index_dtype(indices, names_fn, n: int, role: str) -> None:
         if indices.dtype not in _INDEX:
-            raise ValueError(f"{role} of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, "
-                             f"got {indices.dtype}")
+            raise ValueError(
+                f"{role} of table '{names_fn()[0] if n else '?'}': indices must be int32 or int64, got {indices.dtype}"
+            )
 
     def _check_common(self, names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch):
         """Fast path of `_geometry`: the usual dtypes and shapes pass with attribute checks only."""
         f, b = int(features_per_segment), int(batch)
-        if (lengths.dtype == torch.int32 and lengths.dim() == 1 and lengths.is_contiguous() and indices.dim() == 1
-                and indices.dtype in _INDEX and indices.is_contiguous() and f > 0 and b > 0
-                and lengths.numel() % (f * b) == 0
-                and (weights is None or (weights.dtype == torch.float32 and weights.dim() == 1
-                                         and weights.numel() == indices.numel() and weights.is_contiguous()))
-                and all(0 <= int(x) < f for sl in slots_per_table for x in sl)):
+        if (
+            lengths.dtype == torch.int32
+            and lengths.dim() == 1
+            and lengths.is_contiguous()
+            and indices.dim() == 1
+            and indices.dtype in _INDEX
+            and indices.is_contiguous()
+            and f > 0
+            and b > 0
+            and lengths.numel() % (f * b) == 0
+            and (
+                weights is None
+                or (
+                    weights.dtype == torch.float32
+                    and weights.dim() == 1
+                    and weights.numel() == indices.numel()
+                    and weights.is_contiguous()
+                )
+            )
+            and all(0 <= int(x) < f for sl in slots_per_table for x in sl)
+        ):
             return lengths, indices, weights, lengths.numel() // (f * b)
         return self._geometry(names_fn(), lengths, indices, weights, slots_per_table, features_per_segment, batch)
 
-    def fused_lookup(self, tables: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
-                     weights: torch.Tensor | None, slots_per_table: Sequence[Sequence[int]], features_per_segment: int,
-                     batch: int, poolings: Sequence[str] | str, names: Sequence[str] | None = None,
-                     out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    def fused_lookup(
+        self,
+        tables: Sequence[torch.Tensor],
+        lengths: torch.Tensor,
+        indices: torch.Tensor,
+        weights: torch.Tensor | None,
+        slots_per_table: Sequence[Sequence[int]],
+        features_per_segment: int,
+        batch: int,
+        poolings: Sequence[str] | str,
+        names: Sequence[str] | None = None,
+        out: Sequence[torch.Tensor] | None = None,
+    ) -> list[torch.Tensor]:
         """`reference.lookup` of several tables that read the same lengths/indices, in one C call.
 
         `out`: where to write each table's pooled rows (2-D, the table's dtype, unit column stride,
@@ -552,20 +640,38 @@ class GeneratedKernels:
         n = len(tables)
         poolings, names_fn = self._per_table("fused_lookup", "lookup", tables, poolings, names, slots=slots_per_table)
         if not _on_cpu(*tables, lengths, indices, weights):
-            return _device_impl("fused_lookup")(tables, lengths, indices, weights, slots_per_table,
-                                                features_per_segment, batch, poolings, names=names_fn())
+            return _device_impl("fused_lookup")(
+                tables,
+                lengths,
+                indices,
+                weights,
+                slots_per_table,
+                features_per_segment,
+                batch,
+                poolings,
+                names=names_fn(),
+            )
         self._check_index_dtype(indices, names_fn, n, "lookup")
         if not all(t.is_contiguous() for t in tables):
             tables = [t.contiguous() for t in tables]
         lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
-        prep = self._prepare("fwd", tables, slots_per_table, poolings, None, indices.dtype, weights is not None,
-                             features_per_segment) if n else None
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
+        )
+        prep = (
+            self._prepare(
+                "fwd", tables, slots_per_table, poolings, None, indices.dtype, weights is not None, features_per_segment
+            )
+            if n
+            else None
+        )
         if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
-            self._check_ids_torch(names_fn(), tables, lengths, indices, weights, slots_per_table,
-                                  features_per_segment, batch)
-            pooled = [ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
-                      for t, sl, p in zip(tables, slots_per_table, poolings)]
+            self._check_ids_torch(
+                names_fn(), tables, lengths, indices, weights, slots_per_table, features_per_segment, batch
+            )
+            pooled = [
+                ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
+                for t, sl, p in zip(tables, slots_per_table, poolings)
+            ]
             if out is None:
                 return pooled
             for o, x in zip(out, pooled):
@@ -580,73 +686,156 @@ class GeneratedKernels:
                 raise ValueError(f"fused_lookup: {len(outs)} outputs for {n} tables")
             for i, (x, t, w) in enumerate(zip(outs, tables, prep["widths"])):
                 if not _is_rows_apart(x, t.dtype) or tuple(x.shape) != (nrows, w) or not _on_cpu(x):
-                    raise ValueError(f"lookup of table '{names_fn()[i]}': output of shape {tuple(x.shape)}, dtype "
-                                     f"{x.dtype}, strides {x.stride()}; expected ({nrows}, {w}) {t.dtype} rows")
+                    raise ValueError(
+                        f"lookup of table '{names_fn()[i]}': output of shape {tuple(x.shape)}, dtype "
+                        f"{x.dtype}, strides {x.stride()}; expected ({nrows}, {w}) {t.dtype} rows"
+                    )
         o, o_p = _addr_array(ctypes.c_void_p, [x.data_ptr() for x in outs])
         lo, lo_p = _addr_array(ctypes.c_int64, [x.stride(0) for x in outs])
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_forward(
-            n, fn_p, w_p, r_p, so_p, sf_p, o_p, lo_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
-            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
-            int(features_per_segment), int(batch), self._threads(), ctypes.addressof(err))
+            n,
+            fn_p,
+            w_p,
+            r_p,
+            so_p,
+            sf_p,
+            o_p,
+            lo_p,
+            lengths.data_ptr(),
+            lengths.numel(),
+            indices.data_ptr(),
+            int(indices.dtype == torch.int64),
+            indices.numel(),
+            weights.data_ptr() if weights is not None else None,
+            int(features_per_segment),
+            int(batch),
+            self._threads(),
+            ctypes.addressof(err),
+        )
         if rc:
             self._raise(err, names_fn(), lengths, indices, prep["rows"], "lookup")
         return outs
 
-    def lookup(self, table: torch.Tensor, lengths: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None,
-               slots: Sequence[int], features_per_segment: int, batch: int, pooling: str) -> torch.Tensor:
+    def lookup(
+        self,
+        table: torch.Tensor,
+        lengths: torch.Tensor,
+        indices: torch.Tensor,
+        weights: torch.Tensor | None,
+        slots: Sequence[int],
+        features_per_segment: int,
+        batch: int,
+        pooling: str,
+    ) -> torch.Tensor:
         """Same signature and result as `reference.lookup`."""
         return self.fused_lookup([table], lengths, indices, weights, [slots], features_per_segment, batch, [pooling])[0]
 
-    def fused_lookup_update(self, tables: Sequence[torch.Tensor], states: Sequence[torch.Tensor | None],
-                            lengths: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None,
-                            grads: Sequence[torch.Tensor], slots_per_table: Sequence[Sequence[int]],
-                            features_per_segment: int, batch: int, poolings: Sequence[str] | str,
-                            kinds: Sequence[str] | str, lr: float, eps: float, grad_scale: float = 1.0,
-                            names: Sequence[str] | None = None) -> None:
+    def fused_lookup_update(
+        self,
+        tables: Sequence[torch.Tensor],
+        states: Sequence[torch.Tensor | None],
+        lengths: torch.Tensor,
+        indices: torch.Tensor,
+        weights: torch.Tensor | None,
+        grads: Sequence[torch.Tensor],
+        slots_per_table: Sequence[Sequence[int]],
+        features_per_segment: int,
+        batch: int,
+        poolings: Sequence[str] | str,
+        kinds: Sequence[str] | str,
+        lr: float,
+        eps: float,
+        grad_scale: float = 1.0,
+        names: Sequence[str] | None = None,
+    ) -> None:
         """`reference.lookup_update` of several tables in one C call (all or nothing on bad input)."""
         tables = list(tables)
         n = len(tables)
         kinds = [kinds] * n if isinstance(kinds, str) else list(kinds)
         states = list(states) if states is not None else [None] * n
-        poolings, names_fn = self._per_table("fused_lookup_update", "update", tables, poolings, names,
-                                             states=states, grads=grads, slots=slots_per_table, kinds=kinds)
+        poolings, names_fn = self._per_table(
+            "fused_lookup_update",
+            "update",
+            tables,
+            poolings,
+            names,
+            states=states,
+            grads=grads,
+            slots=slots_per_table,
+            kinds=kinds,
+        )
         for i, k in enumerate(kinds):
             if k not in ckernels.OPTIMIZERS:
                 raise ValueError(f"update of table '{names_fn()[i]}': unknown optimizer '{k}'")
         if not _on_cpu(*tables, *states, *grads, lengths, indices, weights):
-            return _device_impl("fused_lookup_update")(tables, states, lengths, indices, weights, grads, slots_per_table,
-                                                       features_per_segment, batch, poolings, kinds, lr, eps,
-                                                       grad_scale, names=names_fn())
+            return _device_impl("fused_lookup_update")(
+                tables,
+                states,
+                lengths,
+                indices,
+                weights,
+                grads,
+                slots_per_table,
+                features_per_segment,
+                batch,
+                poolings,
+                kinds,
+                lr,
+                eps,
+                grad_scale,
+                names=names_fn(),
+            )
         self._check_index_dtype(indices, names_fn, n, "update")
         for i, t in enumerate(tables):
             if not t.is_contiguous():
-                raise ValueError(f"update of table '{names_fn()[i]}': the table must be contiguous to be updated in place")
+                raise ValueError(
+                    f"update of table '{names_fn()[i]}': the table must be contiguous to be updated in place"
+                )
         lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
-        prep = self._prepare("upd", tables, slots_per_table, poolings, kinds, indices.dtype, weights is not None,
-                             features_per_segment) if n else None
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
+        )
+        prep = (
+            self._prepare(
+                "upd",
+                tables,
+                slots_per_table,
+                poolings,
+                kinds,
+                indices.dtype,
+                weights is not None,
+                features_per_segment,
+            )
+            if n
+            else None
+        )
         nrows = segments * int(batch)
         gs, sp = [], []
         for i, (t, st, g, sl, k) in enumerate(zip(tables, states, grads, slots_per_table, kinds)):
             want = (nrows, t.shape[1] * len(sl))
             if g.dim() != 2 or g.shape[0] != want[0] or g.shape[1] != want[1]:
-                raise ValueError(f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}")
+                raise ValueError(
+                    f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}"
+                )
             gs.append(_rows_apart(g, torch.float32))  # a column block of the received buffer: in place
             if k == "rowwise_adagrad":
                 if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
-                    raise ValueError(f"update of table '{names_fn()[i]}': row-wise Adagrad needs a contiguous float32 "
-                                     f"state of {t.shape[0]} entries")
+                    raise ValueError(
+                        f"update of table '{names_fn()[i]}': row-wise Adagrad needs a contiguous float32 "
+                        f"state of {t.shape[0]} entries"
+                    )
                 sp.append(st.data_ptr())
             else:
                 sp.append(0)
         if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
-            self._check_ids_torch(names_fn(), tables, lengths, indices, weights, slots_per_table,
-                                  features_per_segment, batch)
+            self._check_ids_torch(
+                names_fn(), tables, lengths, indices, weights, slots_per_table, features_per_segment, batch
+            )
             for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
-                ref.lookup_update(t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps,
-                                  grad_scale)
+                ref.lookup_update(
+                    t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps, grad_scale
+                )
             return
         threads = self._threads()
         if threads > 1 and len({t.data_ptr() for t in tables}) < n:
@@ -657,28 +846,59 @@ class GeneratedKernels:
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_update(
-            n, fn_p, w_p, st_p, r_p, so_p, sf_p, g_p, l_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
-            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
-            int(features_per_segment), int(batch), float(lr), float(eps), float(grad_scale), threads,
-            ctypes.addressof(err))
+            n,
+            fn_p,
+            w_p,
+            st_p,
+            r_p,
+            so_p,
+            sf_p,
+            g_p,
+            l_p,
+            lengths.data_ptr(),
+            lengths.numel(),
+            indices.data_ptr(),
+            int(indices.dtype == torch.int64),
+            indices.numel(),
+            weights.data_ptr() if weights is not None else None,
+            int(features_per_segment),
+            int(batch),
+            float(lr),
+            float(eps),
+            float(grad_scale),
+            threads,
+            ctypes.addressof(err),
+        )
         if rc:
             self._raise(err, names_fn(), lengths, indices, prep["rows"], "update")
 
-    def fused_lookup_grad(self, buffers: Sequence[torch.Tensor], lengths: torch.Tensor, indices: torch.Tensor,
-                          weights: torch.Tensor | None, grads: Sequence[torch.Tensor],
-                          slots_per_table: Sequence[Sequence[int]], features_per_segment: int, batch: int,
-                          poolings: Sequence[str] | str, grad_scale: float = 1.0,
-                          names: Sequence[str] | None = None) -> None:
+    def fused_lookup_grad(
+        self,
+        buffers: Sequence[torch.Tensor],
+        lengths: torch.Tensor,
+        indices: torch.Tensor,
+        weights: torch.Tensor | None,
+        grads: Sequence[torch.Tensor],
+        slots_per_table: Sequence[Sequence[int]],
+        features_per_segment: int,
+        batch: int,
+        poolings: Sequence[str] | str,
+        grad_scale: float = 1.0,
+        names: Sequence[str] | None = None,
+    ) -> None:
         """Add `reference.lookup_grad` of several tables into `buffers` (zeroed float32, one per
         table, of its shape), in one C call: all or nothing on bad input."""
         buffers = list(buffers)
         n = len(buffers)
-        poolings, names_fn = self._per_table("fused_lookup_grad", "gradient", buffers, poolings, names,
-                                             grads=grads, slots=slots_per_table)
+        poolings, names_fn = self._per_table(
+            "fused_lookup_grad", "gradient", buffers, poolings, names, grads=grads, slots=slots_per_table
+        )
         for i, b in enumerate(buffers):
             if b.dtype != torch.float32 or b.dim() != 2 or not b.is_contiguous():
-                raise ValueError(f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
-                                 f"tensor, got {b.dtype} of shape {tuple(b.shape)}")
+                raise ValueError(
+                    f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
+                    f"tensor, got {b.dtype} of shape {tuple(b.shape)}"
+                )
 
         def reference() -> None:
             for b, g, sl, p in zip(buffers, grads, slots_per_table, poolings):
@@ -688,45 +908,109 @@ class GeneratedKernels:
             return reference()
         self._check_index_dtype(indices, names_fn, n, "gradient")
         lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch)
-        prep = self._prepare("fwd", buffers, slots_per_table, poolings, None, indices.dtype, weights is not None,
-                             features_per_segment) if n else None
+            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
+        )
+        prep = (
+            self._prepare(
+                "fwd",
+                buffers,
+                slots_per_table,
+                poolings,
+                None,
+                indices.dtype,
+                weights is not None,
+                features_per_segment,
+            )
+            if n
+            else None
+        )
         if prep is None:  # no tables, or a shape the C kernels do not handle
-            self._check_ids_torch(names_fn(), buffers, lengths, indices, weights, slots_per_table,
-                                  features_per_segment, batch)
+            self._check_ids_torch(
+                names_fn(), buffers, lengths, indices, weights, slots_per_table, features_per_segment, batch
+            )
             return reference()
         nrows = segments * int(batch)
         gs = []
         for i, (b, g, sl) in enumerate(zip(buffers, grads, slots_per_table)):
             want = (nrows, b.shape[1] * len(sl))
             if g.dim() != 2 or tuple(g.shape) != want:
-                raise ValueError(f"gradient of table '{names_fn()[i]}': pooled gradient of shape {tuple(g.shape)}, "
-                                 f"expected {want}")
+                raise ValueError(
+                    f"gradient of table '{names_fn()[i]}': pooled gradient of shape {tuple(g.shape)}, expected {want}"
+                )
             gs.append(_rows_apart(g, torch.float32))  # a column slice of the interaction's gradient: in place
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
         la, l_p = _addr_array(ctypes.c_int64, [g.stride(0) for g in gs])
         err = (ctypes.c_int64 * 4)()
         fn_p, w_p, r_p, so_p, sf_p = prep["ptrs"]
         rc = prep["lib"].lib.sl_grad(
-            n, fn_p, w_p, r_p, so_p, sf_p, g_p, l_p, lengths.data_ptr(), lengths.numel(), indices.data_ptr(),
-            int(indices.dtype == torch.int64), indices.numel(), weights.data_ptr() if weights is not None else None,
-            int(features_per_segment), int(batch), float(grad_scale), ctypes.addressof(err))
+            n,
+            fn_p,
+            w_p,
+            r_p,
+            so_p,
+            sf_p,
+            g_p,
+            l_p,
+            lengths.data_ptr(),
+            lengths.numel(),
+            indices.data_ptr(),
+            int(indices.dtype == torch.int64),
+            indices.numel(),
+            weights.data_ptr() if weights is not None else None,
+            int(features_per_segment),
+            int(batch),
+            float(grad_scale),
+            ctypes.addressof(err),
+        )
         if rc:
             self._raise(err, names_fn(), lengths, indices, prep["rows"], "gradient")
 
-    def lookup_update(self, table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
-                      kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
+    def lookup_update(
+        self,
+        table,
+        state,
+        lengths,
+        indices,
+        weights,
+        grad,
+        slots,
+        features_per_segment,
+        batch,
+        pooling,
+        kind: str,
+        lr: float,
+        eps: float,
+        grad_scale: float = 1.0,
+    ) -> None:
         """Same signature and effect as `reference.lookup_update`."""
-        self.fused_lookup_update([table], [state], lengths, indices, weights, [grad], [slots], features_per_segment,
-                                 batch, [pooling], [kind], lr, eps, grad_scale)
+        self.fused_lookup_update(
+            [table],
+            [state],
+            lengths,
+            indices,
+            weights,
+            [grad],
+            [slots],
+            features_per_segment,
+            batch,
+            [pooling],
+            [kind],
+            lr,
+            eps,
+            grad_scale,
+        )
 
     def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
         """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to
         lie in `[0, rows[k])` in the same pass. A bad id raises `IndexError` whose `args` are
         (feature number, position, value); callers turn that into a message naming the feature."""
         ids = [i if i.is_contiguous() else i.contiguous() for i in ids]
-        if (index_dtype not in _INDEX or len(ids) != len(rows) or not _on_cpu(*ids)
-                or any(i.dim() != 1 or i.dtype not in _INDEX for i in ids)):
+        if (
+            index_dtype not in _INDEX
+            or len(ids) != len(rows)
+            or not _on_cpu(*ids)
+            or any(i.dim() != 1 or i.dtype not in _INDEX for i in ids)
+        ):
             raise ValueError("concat_ids: 1-D int32/int64 CPU ids, one row count per feature, int32/int64 output")
         counts = [i.numel() for i in ids]
         out = torch.empty(sum(counts), dtype=index_dtype)
@@ -738,8 +1022,9 @@ class GeneratedKernels:
         c, c_p = _addr_array(ctypes.c_int64, counts)
         r, r_p = _addr_array(ctypes.c_int64, [int(x) for x in rows])
         err = (ctypes.c_int64 * 4)()
-        if lib.lib.sl_concat_ids(len(ids), s_p, w_p, c_p, r_p, out.data_ptr(), int(index_dtype == torch.int64),
-                                 ctypes.addressof(err)):
+        if lib.lib.sl_concat_ids(
+            len(ids), s_p, w_p, c_p, r_p, out.data_ptr(), int(index_dtype == torch.int64), ctypes.addressof(err)
+        ):
             raise IndexError(int(err[3]), int(err[1]), int(err[2]))
         return out
 
@@ -750,8 +1035,13 @@ class GeneratedKernels:
         arr, p = _addr_array(ctypes.c_int64, descs)
         lib.lib.sl_copy_blocks(len(descs) // 6, p)
 
-    def pack(self, members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int,
-             dtype: torch.dtype) -> torch.Tensor:
+    def pack(
+        self,
+        members: Sequence[torch.Tensor],
+        layout: Sequence[Sequence[tuple[int, int]]],
+        batch: int,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
         """Same signature and result as `reference.pack` (jagged layouts use the reference)."""
         if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(*members):
             return ref.pack(members, layout, batch, dtype)
@@ -777,18 +1067,33 @@ class GeneratedKernels:
                     x = x.to(dtype).contiguous()
                     prepared[m] = x
                 if x.shape[1] != size:
-                    raise ValueError(f"pack: member {m} has {x.shape[1]} columns, the layout gives it {size} in segment {s}")
+                    raise ValueError(
+                        f"pack: member {m} has {x.shape[1]} columns, the layout gives it {size} in segment {s}"
+                    )
                 row0 = 0 if x.shape[0] == batch else s * batch
                 if x.shape[0] < row0 + batch:
-                    raise ValueError(f"pack: member {m} has {x.shape[0]} rows, segment {s} needs rows {row0}..{row0 + batch}")
-                descs += [buf.data_ptr() + (start + off) * esz, widths[s] * esz,
-                          x.data_ptr() + row0 * size * esz, size * esz, size * esz, batch]
+                    raise ValueError(
+                        f"pack: member {m} has {x.shape[0]} rows, segment {s} needs rows {row0}..{row0 + batch}"
+                    )
+                descs += [
+                    buf.data_ptr() + (start + off) * esz,
+                    widths[s] * esz,
+                    x.data_ptr() + row0 * size * esz,
+                    size * esz,
+                    size * esz,
+                    batch,
+                ]
             start += batch * widths[s]
         self._copy(descs)
         return buf
 
-    def unpack(self, buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int,
-               member_widths: Sequence[int]) -> list[torch.Tensor]:
+    def unpack(
+        self,
+        buffer: torch.Tensor,
+        layout: Sequence[Sequence[tuple[int, int]]],
+        batch: int,
+        member_widths: Sequence[int],
+    ) -> list[torch.Tensor]:
         """Same signature and result as `reference.unpack` (jagged layouts use the reference)."""
         if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(buffer):
             return ref.unpack(buffer, layout, batch, member_widths)
@@ -818,8 +1123,14 @@ class GeneratedKernels:
             pos = 0
             for s, (off, sz) in parts:
                 if batch:
-                    descs += [o.data_ptr() + pos * esz, sz * esz, buffer.data_ptr() + (starts[s] + off) * esz,
-                              widths[s] * esz, sz * esz, batch]
+                    descs += [
+                        o.data_ptr() + pos * esz,
+                        sz * esz,
+                        buffer.data_ptr() + (starts[s] + off) * esz,
+                        widths[s] * esz,
+                        sz * esz,
+                        batch,
+                    ]
                 pos += batch * sz
             out.append(o.reshape(-1, width))
         self._copy(descs)
@@ -845,21 +1156,78 @@ def lookup(table, lengths, indices, weights, slots, features_per_segment, batch,
     return default_kernels().lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling)
 
 
-def lookup_update(table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
-                  kind, lr, eps, grad_scale=1.0):
-    return default_kernels().lookup_update(table, state, lengths, indices, weights, grad, slots, features_per_segment,
-                                           batch, pooling, kind, lr, eps, grad_scale)
+def lookup_update(
+    table,
+    state,
+    lengths,
+    indices,
+    weights,
+    grad,
+    slots,
+    features_per_segment,
+    batch,
+    pooling,
+    kind,
+    lr,
+    eps,
+    grad_scale=1.0,
+):
+    return default_kernels().lookup_update(
+        table,
+        state,
+        lengths,
+        indices,
+        weights,
+        grad,
+        slots,
+        features_per_segment,
+        batch,
+        pooling,
+        kind,
+        lr,
+        eps,
+        grad_scale,
+    )
 
 
 def fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings):
-    return default_kernels().fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment,
-                                          batch, poolings)
+    return default_kernels().fused_lookup(
+        tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings
+    )
 
 
-def fused_lookup_update(tables, states, lengths, indices, weights, grads, slots_per_table, features_per_segment,
-                        batch, poolings, kinds, lr, eps, grad_scale=1.0):
-    return default_kernels().fused_lookup_update(tables, states, lengths, indices, weights, grads, slots_per_table,
-                                                 features_per_segment, batch, poolings, kinds, lr, eps, grad_scale)
+def fused_lookup_update(
+    tables,
+    states,
+    lengths,
+    indices,
+    weights,
+    grads,
+    slots_per_table,
+    features_per_segment,
+    batch,
+    poolings,
+    kinds,
+    lr,
+    eps,
+    grad_scale=1.0,
+):
+    return default_kernels().fused_lookup_update(
+        tables,
+        states,
+        lengths,
+        indices,
+        weights,
+        grads,
+        slots_per_table,
+        features_per_segment,
+        batch,
+        poolings,
+        kinds,
+        lr,
+        eps,
+        grad_scale,
+    )
 
 
 def pack(members, layout, batch, dtype):

@@ -39,15 +39,30 @@ def local_batches(model_name: str, world: int, steps: int, batch: int, rows_cap:
     """batches[step][rank]: each rank's inputs, drawn from the model's example-input generator,
     of `sizes[step][rank]` samples (default: `batch` everywhere)."""
     return [
-        [build_model(model_name, rows_cap=rows_cap, batch_size=sizes[step][rank] if sizes else batch,
-                     seed=1000 + 17 * step + rank)[1]
-         for rank in range(world)]
+        [
+            build_model(
+                model_name,
+                rows_cap=rows_cap,
+                batch_size=sizes[step][rank] if sizes else batch,
+                seed=1000 + 17 * step + rank,
+            )[1]
+            for rank in range(world)
+        ]
         for step in range(steps)
     ]
 
 
-def reference_run(model_name: str, world: int, steps: int, batch: int, rows_cap: int, optimizer: tuple, seed: int = 0,
-                  table_names: list[str] | None = None, sizes=None) -> dict[str, Any]:
+def reference_run(
+    model_name: str,
+    world: int,
+    steps: int,
+    batch: int,
+    rows_cap: int,
+    optimizer: tuple,
+    seed: int = 0,
+    table_names: list[str] | None = None,
+    sizes=None,
+) -> dict[str, Any]:
     model, _ = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model = copy.deepcopy(model)
     kind, lr, eps = optimizer
@@ -102,9 +117,22 @@ def _to(device: str, x):
     return x
 
 
-def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: int, rows_cap: int,
-                    sharding: str, optimizer: tuple, seed: int = 0, kernels: str = "reference",
-                    pipeline: bool = False, passes: str = "", device: str = "cpu", sizes=None) -> dict[str, Any]:
+def compiled_worker(
+    rank: int,
+    world: int,
+    model_name: str,
+    steps: int,
+    batch: int,
+    rows_cap: int,
+    sharding: str,
+    optimizer: tuple,
+    seed: int = 0,
+    kernels: str = "reference",
+    pipeline: bool = False,
+    passes: str = "",
+    device: str = "cpu",
+    sizes=None,
+) -> dict[str, Any]:
     """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
     from sparselift.optim import SGD, RowWiseAdagrad
@@ -115,7 +143,10 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
     kind, lr, eps = optimizer
     opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
     compiled = sparselift.compile(
-        model, example, sharding=sharding, sparse_optimizer=opt,
+        model,
+        example,
+        sharding=sharding,
+        sparse_optimizer=opt,
         options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes, plan="none"),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
@@ -132,7 +163,7 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         for _ in batches:
             pipe.progress()
         grads = {n: p.grad.clone() for n, p in compiled.dense_named_parameters() if p.grad is not None}
-    for step_batches in ([] if pipeline else batches):
+    for step_batches in [] if pipeline else batches:
         dense_opt.zero_grad()
         out = compiled(*step_batches[rank])
         outputs.append(out.detach().clone())
@@ -140,14 +171,27 @@ def compiled_worker(rank: int, world: int, model_name: str, steps: int, batch: i
         grads = {n: p.grad.clone() for n, p in compiled.dense_named_parameters() if p.grad is not None}
         dense_opt.step()
     state = compiled.state_dict()
-    tables = {info.param: state[info.param] for info in compiled.program.tables}
+    tables = {info.param: state[info.param] for info in compiled.table_facts}
     return _to("cpu", {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables)})
 
 
-def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimizer=("sgd", 0.05, 0.0), steps: int = 3,
-                 batch: int = 8, rows_cap: int = 200, kernels: str = "generated", atol: float = 1e-5,
-                 pipeline: bool = False, passes: str = "", device: str = "cpu", backend: str | None = None,
-                 sizes=None) -> None:
+def check_parity(
+    model_name: str,
+    world: int,
+    *,
+    sharding: str = "auto",
+    optimizer=("sgd", 0.05, 0.0),
+    steps: int = 3,
+    batch: int = 8,
+    rows_cap: int = 200,
+    kernels: str = "generated",
+    atol: float = 1e-5,
+    pipeline: bool = False,
+    passes: str = "",
+    device: str = "cpu",
+    backend: str | None = None,
+    sizes=None,
+) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
     `device="cuda"` trains the compiled side on the GPU; with `backend` (say "nccl") the ranks
@@ -162,21 +206,69 @@ def check_parity(model_name: str, world: int, *, sharding: str = "auto", optimiz
         if any(len(step) != world for step in sizes):
             raise ValueError(f"sizes must give {world} local batch sizes per step, got {sizes}")
     if world == 1 and backend is None:
-        results = [compiled_worker(0, 1, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels, pipeline,
-                                   passes, device, sizes)]
+        results = [
+            compiled_worker(
+                0,
+                1,
+                model_name,
+                steps,
+                batch,
+                rows_cap,
+                sharding,
+                optimizer,
+                0,
+                kernels,
+                pipeline,
+                passes,
+                device,
+                sizes,
+            )
+        ]
     else:
-        results = launch(compiled_worker, world, model_name, steps, batch, rows_cap, sharding, optimizer, 0, kernels,
-                         pipeline, passes, device, sizes, backend=backend or "gloo", timeout_s=120)
-    ref = reference_run(model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"],
-                        sizes=sizes)
+        results = launch(
+            compiled_worker,
+            world,
+            model_name,
+            steps,
+            batch,
+            rows_cap,
+            sharding,
+            optimizer,
+            0,
+            kernels,
+            pipeline,
+            passes,
+            device,
+            sizes,
+            backend=backend or "gloo",
+            timeout_s=120,
+        )
+    ref = reference_run(
+        model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"], sizes=sizes
+    )
     for rank, res in enumerate(results):
         assert len(res["outputs"]) == steps, f"rank {rank} ran {len(res['outputs'])} of {steps} steps"
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):
-            torch.testing.assert_close(got, want[rank], atol=atol, rtol=1e-4,
-                                       msg=lambda m, s=step, r=rank: f"output of step {s} on rank {r}: {m}")
+            torch.testing.assert_close(
+                got,
+                want[rank],
+                atol=atol,
+                rtol=1e-4,
+                msg=lambda m, s=step, r=rank: f"output of step {s} on rank {r}: {m}",
+            )
         for name, want in ref["tables"].items():
-            torch.testing.assert_close(res["tables"][name], want, atol=atol, rtol=1e-4,
-                                       msg=lambda m, n=name, r=rank: f"table {n} on rank {r}: {m}")
+            torch.testing.assert_close(
+                res["tables"][name],
+                want,
+                atol=atol,
+                rtol=1e-4,
+                msg=lambda m, n=name, r=rank: f"table {n} on rank {r}: {m}",
+            )
         for name, want in ref["grads"].items():
-            torch.testing.assert_close(res["grads"][name], want, atol=atol, rtol=1e-4,
-                                       msg=lambda m, n=name, r=rank: f"dense grad {n} on rank {r}: {m}")
+            torch.testing.assert_close(
+                res["grads"][name],
+                want,
+                atol=atol,
+                rtol=1e-4,
+                msg=lambda m, n=name, r=rank: f"dense grad {n} on rank {r}: {m}",
+            )

@@ -276,7 +276,7 @@ class _EagerSegment(torch.autograd.Function):
     def forward(ctx, handle: int, index: int, *inputs: torch.Tensor):
         output = _segment_impl(handle, index, list(inputs))
         _setup_context(ctx, (handle, index, inputs), output)
-        ctx.mark_non_differentiable(*output[ctx.n_out:])
+        ctx.mark_non_differentiable(*output[ctx.n_out :])
         return tuple(output)
 
     @staticmethod
@@ -340,16 +340,29 @@ def _route_checked(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, w
     batch = offsets[0].numel() - 1
     # Whole features on the CPU: the generated library checks every id while it concatenates
     # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
-    concat = getattr(plan.kernels, "concat_ids", None) if (
-        spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids)) else None
+    concat = (
+        getattr(plan.kernels, "concat_ids", None)
+        if (spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids))
+        else None
+    )
     lengths = ref.validate_features(spec, ids, offsets, batch, check_ids=concat is None)
     weighted = [f for f in spec if f.weighted]
     wmap = {f.name: w for f, w in zip(weighted, weights)}
     for f in weighted:
         if wmap[f.name].numel() != ids[spec.index(f)].numel():
             raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
-    return ref.route(spec, ids, offsets, wmap, plan.rank, plan.world, with_weights=bool(weighted),
-                     index_dtype=index_dtype, lengths=lengths, concat_ids=concat)
+    return ref.route(
+        spec,
+        ids,
+        offsets,
+        wmap,
+        plan.rank,
+        plan.world,
+        with_weights=bool(weighted),
+        index_dtype=index_dtype,
+        lengths=lengths,
+        concat_ids=concat,
+    )
 
 
 class _Pending:
@@ -378,8 +391,10 @@ def all_to_all(plan: PlanBase, inputs, *, splits, role: str, batches: Sequence[i
         send = [splits[r][p] * batches[r] for p in range(world)]
         recv = [splits[s][r] * batches[s] for s in range(world)]
     if x.numel() != sum(send):
-        raise RuntimeError(f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
-                           f"{tuple(batches)} make {sum(send)}")
+        raise RuntimeError(
+            f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
+            f"{tuple(batches)} make {sum(send)}"
+        )
     out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out,))
@@ -443,8 +458,15 @@ class _Bags:
         if len(set(batches)) > 1:
             device, b_max = lengths.device, self.batch
             self.rows = torch.cat([s * b_max + torch.arange(b, device=device) for s, b in enumerate(batches)])
-            bags = torch.cat([((s * features + torch.arange(features, device=device))[:, None] * b_max
-                               + torch.arange(b, device=device)[None, :]).reshape(-1) for s, b in enumerate(batches)])
+            bags = torch.cat(
+                [
+                    (
+                        (s * features + torch.arange(features, device=device))[:, None] * b_max
+                        + torch.arange(b, device=device)[None, :]
+                    ).reshape(-1)
+                    for s, b in enumerate(batches)
+                ]
+            )
             self.lengths = lengths.new_zeros(len(batches) * features * b_max).index_copy_(0, bags, lengths)
         self.even = self.rows is None
         self.padded_rows = len(batches) * self.batch
@@ -460,20 +482,49 @@ class _Bags:
         return grad.new_zeros(self.padded_rows, grad.shape[1]).index_copy_(0, self.rows, grad)
 
 
-def lookup(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
-           segment_batches):
+def lookup(
+    plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, segment_batches
+):
     bags = _Bags(lengths, features_per_segment, segment_batches)
-    return bags.pooled(_kernel_or_ref(plan, "lookup")(
-        plan.tables[table], bags.lengths, indices, weights, slots, features_per_segment, bags.batch, pooling
-    ))
+    return bags.pooled(
+        _kernel_or_ref(plan, "lookup")(
+            plan.tables[table], bags.lengths, indices, weights, slots, features_per_segment, bags.batch, pooling
+        )
+    )
 
 
-def lookup_update(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
-                  segment_batches, grad, optimizer, lr, eps):
+def lookup_update(
+    plan: PlanBase,
+    table: str,
+    lengths,
+    indices,
+    weights,
+    *,
+    slots,
+    features_per_segment,
+    pooling,
+    segment_batches,
+    grad,
+    optimizer,
+    lr,
+    eps,
+):
     bags = _Bags(lengths, features_per_segment, segment_batches)
     _kernel_or_ref(plan, "lookup_update")(
-        plan.tables[table], plan.states.get(table), bags.lengths, indices, weights, bags.padded(grad), slots,
-        features_per_segment, bags.batch, pooling, optimizer, lr, eps, plan.grad_scale,
+        plan.tables[table],
+        plan.states.get(table),
+        bags.lengths,
+        indices,
+        weights,
+        bags.padded(grad),
+        slots,
+        features_per_segment,
+        bags.batch,
+        pooling,
+        optimizer,
+        lr,
+        eps,
+        plan.grad_scale,
     )
 
 
@@ -483,16 +534,32 @@ def _column_blocks(buffer: torch.Tensor, layout, batch: int) -> list[torch.Tenso
     of member `m` are row `b` of segment `s`, as `pack` / `unpack` lay them out."""
     first = [tuple(x) for x in layout[0]] if layout else []
     width = sum(size for _, size in first)
-    if (not first or any([tuple(x) for x in seg] != first for seg in layout) or buffer.dim() != 1
-            or not buffer.is_contiguous() or buffer.numel() != len(layout) * batch * width
-            or any(size <= 0 or off < 0 or off + size > width for off, size in first)):
+    if (
+        not first
+        or any([tuple(x) for x in seg] != first for seg in layout)
+        or buffer.dim() != 1
+        or not buffer.is_contiguous()
+        or buffer.numel() != len(layout) * batch * width
+        or any(size <= 0 or off < 0 or off + size > width for off, size in first)
+    ):
         return None
     rows = buffer.view(len(layout) * batch, width)
-    return [rows[:, off:off + size] for off, size in first]
+    return [rows[:, off : off + size] for off, size in first]
 
 
-def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                 segment_batches, packed=None):
+def fused_lookup(
+    plan: PlanBase,
+    names,
+    lengths,
+    indices,
+    weights,
+    *,
+    slots,
+    features_per_segment,
+    poolings,
+    segment_batches,
+    packed=None,
+):
     """Several tables' lookups over the same received buffers: one generated-kernel call.
 
     `packed=(layout, dtype, batch)`: return the lookups packed for the output exchange
@@ -505,32 +572,82 @@ def fused_lookup(plan: PlanBase, names, lengths, indices, weights, *, slots, fea
         layout, dtype, pack_batch = packed
         b = bags.batch
         fb = int(features_per_segment) * b
-        if (generated and bags.even and layout and fb > 0 and lengths.numel() == len(layout) * fb
-                and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)):
+        if (
+            generated
+            and bags.even
+            and layout
+            and fb > 0
+            and lengths.numel() == len(layout) * fb
+            and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)
+        ):
             width = sum(size for _, size in layout[0])
             buffer = torch.empty(len(layout) * b * width, dtype=dtype, device=tables[0].device)
             views = _column_blocks(buffer, layout, b)
             if views is not None:
-                plan.kernels.fused_lookup(tables, lengths, indices, weights, slots, features_per_segment, b,
-                                          list(poolings), names=list(names), out=views)
+                plan.kernels.fused_lookup(
+                    tables,
+                    lengths,
+                    indices,
+                    weights,
+                    slots,
+                    features_per_segment,
+                    b,
+                    list(poolings),
+                    names=list(names),
+                    out=views,
+                )
                 return buffer
         # The generic way (reference lowering, devices, other dtypes or layouts, uneven batches):
         # look up, then pack.
-        members = fused_lookup(plan, names, lengths, indices, weights, slots=slots,
-                               features_per_segment=features_per_segment, poolings=poolings,
-                               segment_batches=segment_batches)
+        members = fused_lookup(
+            plan,
+            names,
+            lengths,
+            indices,
+            weights,
+            slots=slots,
+            features_per_segment=features_per_segment,
+            poolings=poolings,
+            segment_batches=segment_batches,
+        )
         return pack(plan, members, layout, dtype, batch=pack_batch)
     if generated:
-        pooled = plan.kernels.fused_lookup(tables, bags.lengths, indices, weights, slots, features_per_segment,
-                                           bags.batch, list(poolings), names=list(names))
+        pooled = plan.kernels.fused_lookup(
+            tables,
+            bags.lengths,
+            indices,
+            weights,
+            slots,
+            features_per_segment,
+            bags.batch,
+            list(poolings),
+            names=list(names),
+        )
     else:
-        pooled = [ref.lookup(t, bags.lengths, indices, weights, sl, features_per_segment, bags.batch, p)
-                  for t, sl, p in zip(tables, slots, poolings)]
+        pooled = [
+            ref.lookup(t, bags.lengths, indices, weights, sl, features_per_segment, bags.batch, p)
+            for t, sl, p in zip(tables, slots, poolings)
+        ]
     return [bags.pooled(x) for x in pooled]
 
 
-def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                        segment_batches, optimizer, lr, eps, grads=None, packed_grads=None):
+def fused_lookup_update(
+    plan: PlanBase,
+    names,
+    lengths,
+    indices,
+    weights,
+    *,
+    slots,
+    features_per_segment,
+    poolings,
+    segment_batches,
+    optimizer,
+    lr,
+    eps,
+    grads=None,
+    packed_grads=None,
+):
     """Several tables' backward + update. `packed_grads=(buffer, layout, widths, batch)`: the
     gradients are the members of a received buffer (`rt.unpack` with that `batch`), read in place
     when the layout allows and every segment has as many samples."""
@@ -544,24 +661,73 @@ def fused_lookup_update(plan: PlanBase, names, lengths, indices, weights, *, slo
     tables = [plan.tables[n] for n in names]
     states = [plan.states.get(n) for n in names]
     if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):
-        plan.kernels.fused_lookup_update(tables, states, bags.lengths, indices, weights, grads, slots,
-                                         features_per_segment, bags.batch, list(poolings), optimizer, lr, eps,
-                                         plan.grad_scale, names=list(names))
+        plan.kernels.fused_lookup_update(
+            tables,
+            states,
+            bags.lengths,
+            indices,
+            weights,
+            grads,
+            slots,
+            features_per_segment,
+            bags.batch,
+            list(poolings),
+            optimizer,
+            lr,
+            eps,
+            plan.grad_scale,
+            names=list(names),
+        )
         return
     for t, st, g, sl, p in zip(tables, states, grads, slots, poolings):
-        ref.lookup_update(t, st, bags.lengths, indices, weights, g, sl, features_per_segment, bags.batch, p, optimizer,
-                          lr, eps, plan.grad_scale)
+        ref.lookup_update(
+            t,
+            st,
+            bags.lengths,
+            indices,
+            weights,
+            g,
+            sl,
+            features_per_segment,
+            bags.batch,
+            p,
+            optimizer,
+            lr,
+            eps,
+            plan.grad_scale,
+        )
 
 
-def lookup_grad(plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling,
-                segment_batches, grad):
-    return fused_lookup_grad(plan, [table], lengths, indices, weights, slots=[slots],
-                             features_per_segment=features_per_segment, poolings=[pooling],
-                             segment_batches=segment_batches, grads=[grad])[0]
+def lookup_grad(
+    plan: PlanBase,
+    table: str,
+    lengths,
+    indices,
+    weights,
+    *,
+    slots,
+    features_per_segment,
+    pooling,
+    segment_batches,
+    grad,
+):
+    return fused_lookup_grad(
+        plan,
+        [table],
+        lengths,
+        indices,
+        weights,
+        slots=[slots],
+        features_per_segment=features_per_segment,
+        poolings=[pooling],
+        segment_batches=segment_batches,
+        grads=[grad],
+    )[0]
 
 
-def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings,
-                      segment_batches, grads):
+def fused_lookup_grad(
+    plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings, segment_batches, grads
+):
     """Several replicated tables' whole-table gradients, back to back in one zeroed float32
     buffer (returned as views), so the all-reduce that follows needs no copy."""
     bags = _Bags(lengths, features_per_segment, segment_batches)
@@ -573,11 +739,24 @@ def fused_lookup_grad(plan: PlanBase, names, lengths, indices, weights, *, slots
     # `all_reduce` may reduce this buffer in place.
     flat._sparselift_grad_buffer = True
     views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
-    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_grad") and all(
-            t.dtype == torch.float32 for t in tables):
+    if (
+        plan.kernels is not None
+        and hasattr(plan.kernels, "fused_lookup_grad")
+        and all(t.dtype == torch.float32 for t in tables)
+    ):
         # Every occurrence added straight into the zeroed buffer, in the reference's order.
-        plan.kernels.fused_lookup_grad(views, lengths, indices, weights, grads, slots, features_per_segment,
-                                       bags.batch, list(poolings), names=list(names))
+        plan.kernels.fused_lookup_grad(
+            views,
+            lengths,
+            indices,
+            weights,
+            grads,
+            slots,
+            features_per_segment,
+            bags.batch,
+            list(poolings),
+            names=list(names),
+        )
         return views
     for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
         v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, bags.batch, p))
@@ -629,8 +808,9 @@ def pack_ids(plan: PlanBase, lengths, indices, weights, *, features: Sequence[in
     return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64, device=indices.device)
 
 
-def unpack_ids(plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype,
-               batches: Sequence[int]):
+def unpack_ids(
+    plan: PlanBase, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype, batches: Sequence[int]
+):
     """Split a received sparse.pack_ids buffer into lengths, ids (and weights), sources in rank
     order; source `s`'s segment starts with the lengths of its `batches[s]` samples."""
     lengths, ids, ws = [], [], []
@@ -652,8 +832,10 @@ def reduce_scatter(plan: PlanBase, x, *, reduction: str, batches: Sequence[int])
     total = sum(batches)
     per_sample = x.numel() // total if total else 0
     if per_sample * total != x.numel():
-        raise RuntimeError(f"reduce_scatter on rank {plan.rank}: {x.numel()} elements are not whole samples of the "
-                           f"batch sizes {tuple(batches)}")
+        raise RuntimeError(
+            f"reduce_scatter on rank {plan.rank}: {x.numel()} elements are not whole samples of the "
+            f"batch sizes {tuple(batches)}"
+        )
     own = batches[plan.rank] * per_sample
     out = x.new_empty(plan.world * own)
     dist.all_to_all_single(out, x.contiguous(), [own] * plan.world, [b * per_sample for b in batches], group=plan.pg)
@@ -693,8 +875,12 @@ def _back_to_back(inputs) -> torch.Tensor | None:
         return None
     offset = 0
     for x in inputs:
-        if (x._base is not base or x.dtype != base.dtype or not x.is_contiguous()
-                or x.storage_offset() != base.storage_offset() + offset):
+        if (
+            x._base is not base
+            or x.dtype != base.dtype
+            or not x.is_contiguous()
+            or x.storage_offset() != base.storage_offset() + offset
+        ):
             return None
         offset += x.numel()
     return base if offset == base.numel() else None
@@ -758,8 +944,9 @@ def _pool(lanes: int) -> ThreadPoolExecutor:
     with _LANE_LOCK:
         if _LANE_POOL is None or _LANE_POOL_SIZE < lanes or _LANE_POOL_PID != os.getpid():
             old = _LANE_POOL if _LANE_POOL_PID == os.getpid() else None
-            _LANE_POOL = ThreadPoolExecutor(max_workers=max(lanes, _LANE_POOL_SIZE),
-                                            thread_name_prefix="sparselift-lane")
+            _LANE_POOL = ThreadPoolExecutor(
+                max_workers=max(lanes, _LANE_POOL_SIZE), thread_name_prefix="sparselift-lane"
+            )
             _LANE_POOL_SIZE, _LANE_POOL_PID = max(lanes, _LANE_POOL_SIZE), os.getpid()
             if old is not None:
                 old.shutdown(wait=False)  # its running lanes finish; new ones go to the larger pool

@@ -30,7 +30,9 @@ def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offset
     """Raise ValueError naming the feature and table for any id or offset a kernel must not see."""
     where = f"feature '{name}' (table '{table}')"
     if ids.dim() != 1 or offsets.dim() != 1:
-        raise ValueError(f"{where}: ids and offsets must be 1-D, got shapes {tuple(ids.shape)} and {tuple(offsets.shape)}")
+        raise ValueError(
+            f"{where}: ids and offsets must be 1-D, got shapes {tuple(ids.shape)} and {tuple(offsets.shape)}"
+        )
     if ids.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"{where}: ids and offsets must be int32 or int64, got {ids.dtype} and {offsets.dtype}")
     if offsets.numel() != batch + 1:
@@ -51,8 +53,13 @@ def validate_feature(name: str, table: str, rows: int, ids: torch.Tensor, offset
             raise ValueError(f"{where}: id {hi} is out of range for a table of {rows} rows")
 
 
-def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tensor],
-                      offsets: Sequence[torch.Tensor], batch: int, check_ids: bool = True) -> torch.Tensor | None:
+def validate_features(
+    features: Sequence[RouteFeature],
+    ids: Sequence[torch.Tensor],
+    offsets: Sequence[torch.Tensor],
+    batch: int,
+    check_ids: bool = True,
+) -> torch.Tensor | None:
     """`validate_feature` for a whole group at once: a few vectorized checks (two host syncs),
     and the per-feature checks (which name what is wrong) only when one of them fails.
     `check_ids=False` leaves the id range to the caller (a routing kernel that checks each id as
@@ -61,8 +68,11 @@ def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tens
     Returns the `[features, batch]` int64 bag lengths it computed on the way (None when there
     are no features), so routing need not compute them again."""
     ok = all(
-        i.dim() == 1 and o.dim() == 1 and o.numel() == batch + 1
-        and i.dtype in (torch.int32, torch.int64) and o.dtype in (torch.int32, torch.int64)
+        i.dim() == 1
+        and o.dim() == 1
+        and o.numel() == batch + 1
+        and i.dtype in (torch.int32, torch.int64)
+        and o.dtype in (torch.int32, torch.int64)
         for i, o in zip(ids, offsets)
     )
     lengths = None
@@ -78,8 +88,11 @@ def validate_features(features: Sequence[RouteFeature], ids: Sequence[torch.Tens
         ok = not bool(bad)
         if ok and check_ids and sum(counts):
             flat = _cat_as(ids, torch.int64)
-            rows = torch.repeat_interleave(torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
-                                           torch.tensor(counts, device=device), output_size=sum(counts))
+            rows = torch.repeat_interleave(
+                torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
+                torch.tensor(counts, device=device),
+                output_size=sum(counts),
+            )
             ok = not bool(((flat < 0) | (flat >= rows)).any())
     if not ok:
         for f, i, o in zip(features, ids, offsets):
@@ -111,8 +124,9 @@ def route(
     `concat_ids(ids, rows, dtype)`: a checking concatenation for whole features (a kernel's
     `concat_ids`), whose bad id is reported here naming the feature."""
     if features and all(f.kind != "row_wise" for f in features):
-        return _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype,
-                                     lengths, concat_ids)
+        return _route_whole_features(
+            features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths, concat_ids
+        )
     lengths_out, ids_out, w_out, splits = [], [], [], []
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
@@ -140,7 +154,9 @@ def route(
             lengths_out.append(sel_len)
             ids_out.append(sel_ids.to(index_dtype))
             if with_weights:
-                w_out.append(sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel(), device=sel_ids.device))
+                w_out.append(
+                    sel_w.to(torch.float32) if sel_w is not None else torch.ones(sel_ids.numel(), device=sel_ids.device)
+                )
             seg_ids += sel_ids.numel()
         splits.append(seg_ids)
     device = ids[0].device if ids else None
@@ -160,16 +176,22 @@ def _checked_concat(concat_ids, features, ids, order, index_dtype) -> torch.Tens
         k, pos, value = e.args
         f = features[order[k]]
         where = f"feature '{f.name}' (table '{f.table}')"
-        raise ValueError(f"{where}: negative id {value} (position {pos})" if value < 0 else
-                         f"{where}: id {value} is out of range for a table of {f.rows} rows (position {pos})") from None
+        raise ValueError(
+            f"{where}: negative id {value} (position {pos})"
+            if value < 0
+            else f"{where}: id {value} is out of range for a table of {f.rows} rows (position {pos})"
+        ) from None
 
 
-def _route_whole_features(features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths=None,
-                          concat_ids=None):
+def _route_whole_features(
+    features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths=None, concat_ids=None
+):
     """`route` when every feature goes whole to its destination (table-wise, data-parallel): one
     gather of the lengths and one concatenation of the ids, in destination-then-feature order."""
     order = [
-        k for dest in range(world) for k, f in enumerate(features)
+        k
+        for dest in range(world)
+        for k, f in enumerate(features)
         if (f.kind == "table_wise" and f.ranks[0] == dest) or (f.kind == "data_parallel" and dest == rank)
     ]
     if lengths is None:
@@ -182,16 +204,29 @@ def _route_whole_features(features, ids, offsets, weights, rank, world, with_wei
     device = ids[0].device
     routed_w = None
     if with_weights:
-        routed_w = torch.cat([
-            weights[features[k].name].to(torch.float32) if features[k].name in weights
-            else torch.ones(ids[k].numel(), device=device) for k in order
-        ]) if order else torch.empty(0, dtype=torch.float32, device=device)
+        routed_w = (
+            torch.cat(
+                [
+                    weights[features[k].name].to(torch.float32)
+                    if features[k].name in weights
+                    else torch.ones(ids[k].numel(), device=device)
+                    for k in order
+                ]
+            )
+            if order
+            else torch.empty(0, dtype=torch.float32, device=device)
+        )
     return (
-        (lengths if order == list(range(len(features))) else lengths[order]).reshape(-1) if order
+        (lengths if order == list(range(len(features))) else lengths[order]).reshape(-1)
+        if order
         else torch.empty(0, dtype=torch.int32, device=device),
-        (_cat_as([ids[k] for k in order], index_dtype) if concat_ids is None
-         else _checked_concat(concat_ids, features, ids, order, index_dtype))
-        if order else torch.empty(0, dtype=index_dtype, device=device),
+        (
+            _cat_as([ids[k] for k in order], index_dtype)
+            if concat_ids is None
+            else _checked_concat(concat_ids, features, ids, order, index_dtype)
+        )
+        if order
+        else torch.empty(0, dtype=index_dtype, device=device),
         torch.tensor(splits, dtype=torch.int64, device=device),
         routed_w,
     )
@@ -255,8 +290,13 @@ def _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_seg
 
 
 def apply_optimizer(
-    table: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grad_rows: torch.Tensor,
-    kind: str, lr: float, eps: float,
+    table: torch.Tensor,
+    state: torch.Tensor | None,
+    rows: torch.Tensor,
+    grad_rows: torch.Tensor,
+    kind: str,
+    lr: float,
+    eps: float,
 ) -> None:
     """Update the touched rows.
 
@@ -277,7 +317,9 @@ def apply_optimizer(
             table[unique] = w.to(table.dtype)
         return
     unique, inverse = torch.unique(rows, return_inverse=True)
-    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32, device=table.device).index_add_(0, inverse, grad_rows.float())
+    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32, device=table.device).index_add_(
+        0, inverse, grad_rows.float()
+    )
     if kind == "rowwise_adagrad":
         assert state is not None
         state.index_add_(0, unique, (g * g).mean(dim=1))
@@ -288,8 +330,20 @@ def apply_optimizer(
 
 
 def lookup_update(
-    table, state, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling,
-    kind: str, lr: float, eps: float, grad_scale: float = 1.0,
+    table,
+    state,
+    lengths,
+    indices,
+    weights,
+    grad,
+    slots,
+    features_per_segment,
+    batch,
+    pooling,
+    kind: str,
+    lr: float,
+    eps: float,
+    grad_scale: float = 1.0,
 ) -> None:
     if indices.numel() == 0:
         return
@@ -328,7 +382,9 @@ def segment_rows(batch: int | Sequence[int], segments: int) -> list[int]:
 
 
 def pack(
-    members: Sequence[torch.Tensor], layout: Sequence[Sequence[tuple[int, int]]], batch: int | Sequence[int],
+    members: Sequence[torch.Tensor],
+    layout: Sequence[Sequence[tuple[int, int]]],
+    batch: int | Sequence[int],
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """Segment `s` is a `[B_s, width_s]` block: member columns side by side (see `sparse.pack`).
@@ -360,7 +416,9 @@ def pack(
 
 
 def unpack(
-    buffer: torch.Tensor, layout: Sequence[Sequence[tuple[int, int]]], batch: int | Sequence[int],
+    buffer: torch.Tensor,
+    layout: Sequence[Sequence[tuple[int, int]]],
+    batch: int | Sequence[int],
     member_widths: Sequence[int],
 ) -> list[torch.Tensor]:
     """Inverse of `pack`: member `m` gathers its columns from the segments it appears in, in

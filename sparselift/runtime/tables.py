@@ -21,42 +21,40 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from sparselift.passes.sharding import PlacementKind
+from sparselift.codegen.table_facts import TableFact
 
 TableInit = Callable[[str, torch.Tensor, int], object]
 """`table_init(table, shard, row_offset)`: fill `shard` (rows `row_offset ..` of `table`) in place."""
 
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
 
-def shard_rows(placement, rank: int, rows: int) -> tuple[int, int]:
-    """The rows [lo, hi) of a table that `rank` holds (the whole table unless row-wise)."""
-    if placement.kind == PlacementKind.ROW_WISE:
-        i = placement.ranks.index(rank)
-        return placement.row_bounds[i], placement.row_bounds[i + 1]
-    return 0, rows
+
+def torch_dtype(fact: TableFact) -> torch.dtype:
+    """The torch dtype of a table's rows."""
+    return TORCH_DTYPES[fact.dtype]
 
 
 def state_bytes(optimizer_kind: str, rows: int) -> int:
     return 4 * rows if optimizer_kind == "rowwise_adagrad" else 0
 
 
-def local_shard_bytes(program, rank: int, world: int, optimizer_kind: str) -> dict[str, int]:
+def local_shard_bytes(tables: Sequence[TableFact], rank: int, optimizer_kind: str) -> dict[str, int]:
     """Bytes of each table shard (and its optimizer state) that `rank` holds, by IR table name."""
     out = {}
-    for info in program.tables:
-        placement = program.sharding[info.name]
-        if rank not in placement.owners(world):
+    for info in tables:
+        if not info.holds(rank):
             continue
-        lo, hi = shard_rows(placement, rank, info.rows)
-        out[info.name] = (hi - lo) * (info.dim * info.dtype.itemsize) + state_bytes(optimizer_kind, hi - lo)
+        lo, hi = info.shard_rows(rank)
+        out[info.name] = (hi - lo) * (info.dim * torch_dtype(info).itemsize) + state_bytes(optimizer_kind, hi - lo)
     return out
 
 
-def check_memory_cap(program, world: int, optimizer_kind: str, cap: int | None) -> None:
+def check_memory_cap(tables: Sequence[TableFact], world: int, optimizer_kind: str, cap: int | None) -> None:
     """Raise (on every rank alike: each rank checks every rank) if some rank's shards exceed `cap`."""
     if not cap:
         return
     for rank in range(world):
-        sizes = local_shard_bytes(program, rank, world, optimizer_kind)
+        sizes = local_shard_bytes(tables, rank, optimizer_kind)
         total = sum(sizes.values())
         if total > cap:
             largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
@@ -84,24 +82,30 @@ class LocalTables:
     origin: dict[str, str] = attrs.field(factory=dict)
 
 
-def take_local_shards(program, model_tables: Mapping[str, torch.Tensor], *, rank: int, world: int,
-                      optimizer_kind: str, inits: Mapping[str, TableInit],
-                      device: torch.device | str = "cpu") -> LocalTables:
-    """This rank's shards of `program`'s tables, taken over from `model_tables` (FQN -> parameter).
+def take_local_shards(
+    facts: Sequence[TableFact],
+    model_tables: Mapping[str, torch.Tensor],
+    *,
+    rank: int,
+    optimizer_kind: str,
+    inits: Mapping[str, TableInit],
+    device: torch.device | str = "cpu",
+) -> LocalTables:
+    """This rank's shards of the tables `facts` describes (`describe_tables`, the plan's
+    `TABLES`), taken over from `model_tables` (FQN -> parameter).
 
     `inits` (IR table name -> initializer) must cover every table on the meta device; the
     caller checks that before any rank allocates (`missing_inits`); meta shards are
     materialized on `device`.
     """
     tables, states, offsets, origin = {}, {}, {}, {}
-    for info in program.tables:
-        placement = program.sharding[info.name]
-        if rank not in placement.owners(world):
+    for info in facts:
+        if not info.holds(rank):
             continue
-        lo, hi = shard_rows(placement, rank, info.rows)
+        lo, hi = info.shard_rows(rank)
         full = model_tables[info.param].detach()
         if full.device.type == "meta":
-            shard = torch.empty(hi - lo, info.dim, dtype=info.dtype, device=device)
+            shard = torch.empty(hi - lo, info.dim, dtype=torch_dtype(info), device=device)
             inits[info.name](info.name, shard, lo)
             origin[info.name] = "materialized"
         elif (lo, hi) == (0, info.rows) and full.is_contiguous():
@@ -116,10 +120,40 @@ def take_local_shards(program, model_tables: Mapping[str, torch.Tensor], *, rank
     return LocalTables(tables, states, offsets, origin)
 
 
-def missing_inits(program, model_tables: Mapping[str, torch.Tensor], inits: Mapping[str, TableInit]) -> list[str]:
+def missing_inits(
+    facts: Sequence[TableFact], model_tables: Mapping[str, torch.Tensor], inits: Mapping[str, TableInit]
+) -> list[str]:
     """Tables on the meta device with no known initializer."""
-    return [info.name for info in program.tables
-            if model_tables[info.param].device.type == "meta" and info.name not in inits]
+    return [info.name for info in facts if model_tables[info.param].device.type == "meta" and info.name not in inits]
+
+
+def check_storage(facts: Sequence[TableFact], local: LocalTables, rank: int) -> None:
+    """Raise if this rank's storage is not what a plan's `TABLES` says it holds (rows, width,
+    dtype, first row): the storage and the plan came from two readings of the IR."""
+    for info in facts:
+        shard = local.tables.get(info.name)
+        if not info.holds(rank):
+            if shard is not None:
+                raise RuntimeError(
+                    f"sparselift: rank {rank} holds a shard of table '{info.name}' that the plan does not place on it"
+                )
+            continue
+        lo, hi = info.shard_rows(rank)
+        if (
+            shard is None
+            or tuple(shard.shape) != (hi - lo, info.dim)
+            or shard.dtype != torch_dtype(info)
+            or local.row_offsets.get(info.name) != lo
+        ):
+            got = (
+                "none"
+                if shard is None
+                else f"{tuple(shard.shape)} {shard.dtype} from row {local.row_offsets.get(info.name)}"
+            )
+            raise RuntimeError(
+                f"sparselift: rank {rank}'s shard of table '{info.name}' is {got}; the plan "
+                f"expects rows [{lo}, {hi}) x {info.dim} {torch_dtype(info)}"
+            )
 
 
 class TouchedRows:
@@ -129,8 +163,9 @@ class TouchedRows:
     updated by the other ranks' batches too. The saved copy is O(touched rows), not O(table).
     """
 
-    def __init__(self, local: LocalTables, ids_by_table: Mapping[str, torch.Tensor], process_group=None,
-                 world: int = 1):
+    def __init__(
+        self, local: LocalTables, ids_by_table: Mapping[str, torch.Tensor], process_group=None, world: int = 1
+    ):
         self.local = local
         everywhere = _gather_ids(ids_by_table, process_group, world)
         self.saved: list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
@@ -142,13 +177,16 @@ class TouchedRows:
             keep = ids[(ids >= lo) & (ids < lo + shard.shape[0])] - lo
             idx = keep.to(device=shard.device)
             state = local.states.get(name)
-            self.saved.append((name, idx, shard.index_select(0, idx),
-                               None if state is None else state.index_select(0, idx)))
+            self.saved.append(
+                (name, idx, shard.index_select(0, idx), None if state is None else state.index_select(0, idx))
+            )
 
     @property
     def nbytes(self) -> int:
-        return sum(r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * 4)
-                   for _, i, r, s in self.saved)
+        return sum(
+            r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * 4)
+            for _, i, r, s in self.saved
+        )
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -169,5 +207,14 @@ def _gather_ids(ids_by_table: Mapping[str, torch.Tensor], pg, world: int) -> dic
     return {n: torch.unique(torch.cat([g[i] for g in gathered])) for i, n in enumerate(names)}
 
 
-__all__ = ["LocalTables", "TableInit", "TouchedRows", "check_memory_cap", "local_shard_bytes", "missing_inits",
-           "shard_rows", "take_local_shards"]
+__all__ = [
+    "LocalTables",
+    "TableInit",
+    "TouchedRows",
+    "check_memory_cap",
+    "check_storage",
+    "local_shard_bytes",
+    "missing_inits",
+    "take_local_shards",
+    "torch_dtype",
+]

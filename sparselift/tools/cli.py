@@ -41,13 +41,16 @@ def _error(prefix: str, e: BaseException, code: int = 2) -> int:
 
 def _sharding(value: str):
     from sparselift.frontend.export import SHARDING_CHOICES
-    from sparselift.passes.sharding import ShardingPlan
+    from sparselift.placement import ShardingPlan
 
     if value in SHARDING_CHOICES:
         return value
     path = Path(value)
     if not path.exists():
-        raise SystemExit(f"sparselift: --sharding must be one of {', '.join(SHARDING_CHOICES)} or a plan JSON file; '{value}' is neither")
+        raise SystemExit(
+            f"sparselift: --sharding must be one of {', '.join(SHARDING_CHOICES)} or a plan JSON file; "
+            f"'{value}' is neither"
+        )
     try:
         return ShardingPlan.from_json(path.read_text())
     except (ValueError, KeyError, TypeError) as e:  # bad JSON, a missing key, a bad kind
@@ -71,147 +74,69 @@ def cmd_export(args: argparse.Namespace) -> int:
         Path(args.output).write_text(program.text)
     else:
         sys.stdout.write(program.text)
+    from sparselift.codegen.table_facts import sharding_plan
+
     if args.plan_json:
-        Path(args.plan_json).write_text(program.sharding.to_json() + "\n")
+        Path(args.plan_json).write_text(sharding_plan(program.module).to_json() + "\n")
     if args.verbose:
-        print(program.sharding.describe(), file=sys.stderr)
+        print(sharding_plan(program.module).describe(), file=sys.stderr)
     return 0
-
-
-# The model is exported once at this world size for its tables, batch and FLOPs; the simulated
-# world sizes are priced analytically (IR at N = 4096 would hold N x N split matrices).
-_SIMULATE_EXPORT_WORLD = 2
-_SIMULATE_BATCH = 2048  # per rank, when --batch-size is not given (a built-in model's example batch)
-
-
-def _simulate_inputs(args: argparse.Namespace):
-    """Everything `simulate` checks before it builds the model: bad input fails fast (exit 2)."""
-    from sparselift.passes.profiles import BUILTIN_PROFILES, load_profile
-    from sparselift.passes.simulate import (
-        SimOptions,
-        calibrated,
-        check_world_size,
-        load_calibration,
-        parse_world_sizes,
-    )
-
-    if not (args.model or args.factory):
-        raise ValueError("give --model NAME or path/to/file.py:factory")
-    if args.world_size is None and args.sweep is None:
-        raise ValueError("give --world-size N, --sweep N1,N2,... or both")
-    sizes = set(parse_world_sizes(args.sweep)) if args.sweep is not None else set()
-    if args.world_size is not None:
-        sizes.add(check_world_size(args.world_size))
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.rows_cap is not None and args.rows_cap < 1:
-        raise ValueError(f"--rows-cap must be at least 1, got {args.rows_cap}")
-    profile = load_profile(args.profile)
-    fields: list[str] = []
-    if args.calibration:
-        overrides = load_calibration(args.calibration)
-        profile = calibrated(profile, overrides, where=f"calibration {args.calibration}")
-        fields = sorted(overrides)
-    if args.ranks_per_node is not None:
-        profile = calibrated(profile, {"ranks_per_node": args.ranks_per_node}, where="--ranks-per-node")
-    source = f"{args.profile} profile values" + (" (built-in)" if args.profile in BUILTIN_PROFILES else "")
-    if fields:
-        source += f", with fitted values from {args.calibration} for {', '.join(fields)}"
-    else:
-        source += "; no --calibration given"
-    if args.png:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ValueError("--png needs matplotlib (pip install -e '.[bench]')") from None
-    options = SimOptions(sharding=args.sharding, latency_hiding=not args.no_latency_hiding,
-                         aggregate_comm=not args.no_aggregation)
-    return sorted(sizes), profile, source, fields, options
-
-
-def _plot_simulation(result, path: str) -> None:
-    """Step time (log y) and the stage shares, against world size on a log2 axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from sparselift.passes.simulate import STAGES
-
-    sizes = [r.world_size for r in result.rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    left.plot(sizes, [r.step_ms for r in result.rows], "o-", label="step time")
-    left.plot(sizes, [r.exchange_ms for r in result.rows], "s--", label="exposed sparse exchange")
-    left.set_yscale("log")
-    left.set_ylabel("ms per step (simulated)")
-    left.legend()
-    bottom = [0.0] * len(sizes)
-    for stage in STAGES:
-        share = [100 * getattr(r.breakdown, stage) / r.step_ms if r.step_ms else 0.0 for r in result.rows]
-        # Bars centred on each N on the log2 axis: width proportional to N.
-        right.bar(sizes, share, width=[0.5 * n for n in sizes], bottom=bottom, label=stage)
-        bottom = [b + x for b, x in zip(bottom, share)]
-    right.set_ylabel("share of step time (%)")
-    right.set_ylim(0, 100)
-    right.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(n) for n in sizes], rotation=45 if len(sizes) > 8 else 0)
-        ax.set_xlabel("world size (ranks)")
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(
-        f"SIMULATED (analytic projection, not measured): {result.workload.model} on {result.profile.name}, "
-        f"weak scaling, batch {result.workload.batch} per rank"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
+    from sparselift.tools.simulate_cli import (
+        DEFAULT_BATCH,
+        EXPORT_WORLD_SIZE,
+        format_table,
+        plot_simulation,
+        simulate_inputs,
+    )
+
     try:
-        sizes, profile, source, fields, options = _simulate_inputs(args)
+        sizes, profile, source, fields, options = simulate_inputs(args)
     except ValueError as e:
         return _error("sparselift simulate", e)
 
+    from sparselift.codegen.table_facts import describe_tables
     from sparselift.frontend.errors import ExportError
     from sparselift.frontend.export import export
     from sparselift.passes.simulate import sweep, workload_from_module
 
     spec = args.model or args.factory
     try:
-        model, inputs = _load_model(spec, args.rows_cap, args.batch_size or _SIMULATE_BATCH, args.seed)
-        program = export(model, inputs, world_size=_SIMULATE_EXPORT_WORLD, sharding="auto")
-        tables = {t.param for t in program.tables}
+        model, inputs = _load_model(spec, args.rows_cap, args.batch_size or DEFAULT_BATCH, args.seed)
+        program = export(model, inputs, world_size=EXPORT_WORLD_SIZE, sharding="auto")
+        tables = {t.param for t in describe_tables(program.module)}
         dense_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if n not in tables)
         workload = workload_from_module(program.module, dense_param_bytes=dense_bytes, model=args.model or spec)
         if args.batch_size:  # FLOPs and pooling are per sample: a user factory's example batch can be rescaled
             workload = workload.with_batch(args.batch_size)
         notes = {
             "rows_cap": args.rows_cap,
-            "export_world_size": _SIMULATE_EXPORT_WORLD,
+            "export_world_size": EXPORT_WORLD_SIZE,
             "calibration": args.calibration,
             "headline_world_size": args.world_size,
         }
         result = sweep(workload, profile, sizes, options, source, fields, notes)
     except (ExportError, ValueError, FileNotFoundError, AttributeError, TypeError) as e:
         return _error("sparselift simulate", e)
-    sys.stdout.write(result.to_table())
+    sys.stdout.write(format_table(result))
     try:
         if args.json:
             Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
         if args.png:
-            _plot_simulation(result, args.png)
+            plot_simulation(result, args.png)
     except OSError as e:
         print(f"sparselift simulate: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
     return 0
 
 
-def _explain_worker(rank: int, world: int, spec: str, rows_cap, batch_size: int, seed: int, sharding: str,
-                    options: dict) -> dict:
+def _explain_worker(
+    rank: int, world: int, spec: str, rows_cap, batch_size: int, seed: int, sharding: str, options: dict
+) -> dict:
     """One rank of `sparselift explain`: compile (plan or reuse) and describe the plan."""
     import os
     import time
@@ -226,15 +151,18 @@ def _explain_worker(rank: int, world: int, spec: str, rows_cap, batch_size: int,
     start = time.perf_counter()
     compiled = sparselift.compile(model, inputs, sharding=sharding, options=sparselift.CompileOptions(**options))
     record = compiled.plan.record
-    return {"explain": compiled.plan.explain(), "compile_s": time.perf_counter() - start,
-            "record": None if record is None else record.to_json()}
+    return {
+        "explain": compiled.plan.explain(),
+        "compile_s": time.perf_counter() - start,
+        "record": None if record is None else record.to_json(),
+    }
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Print the planner's decisions: from a saved plan record, or by compiling on local ranks."""
     import time
 
-    from sparselift.passes.plan_sparse import PlanRecord
+    from sparselift.plan_record import PlanRecord
 
     if args.plan and not (args.model or args.factory):
         try:
@@ -244,16 +172,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 0
     spec = args.model or args.factory
     if not spec:
-        print("sparselift explain: give --model NAME (or path/to/file.py:factory), or --plan RECORD.json",
-              file=sys.stderr)
+        print(
+            "sparselift explain: give --model NAME (or path/to/file.py:factory), or --plan RECORD.json", file=sys.stderr
+        )
         return 2
     if args.world_size < 1:
         print(f"sparselift explain: --world-size must be at least 1, got {args.world_size}", file=sys.stderr)
         return 2
-    options = {"plan": args.plan or ("replan" if args.replan else "auto"),
-               "calibration_budget_s": args.budget, "memory_cap_bytes": args.memory_cap_bytes,
-               "max_lanes": args.max_lanes, "cache_dir": args.cache_dir,
-               "optimizations": tuple(args.optimizations.split(",")) if args.optimizations else None}
+    options = {
+        "plan": args.plan or ("replan" if args.replan else "auto"),
+        "calibration_budget_s": args.budget,
+        "memory_cap_bytes": args.memory_cap_bytes,
+        "max_lanes": args.max_lanes,
+        "cache_dir": args.cache_dir,
+        "optimizations": tuple(args.optimizations.split(",")) if args.optimizations else None,
+    }
     start = time.perf_counter()
     call = (spec, args.rows_cap, args.batch_size, args.seed, args.sharding, options)
     try:
@@ -267,8 +200,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return _error("sparselift explain", e, code=1)
     out = results[0]
     print(out["explain"])
-    print(f"(compile on {args.world_size} rank(s), rank 0: {out['compile_s']:.2f} s; "
-          f"wall {time.perf_counter() - start:.2f} s including process start-up)")
+    print(
+        f"(compile on {args.world_size} rank(s), rank 0: {out['compile_s']:.2f} s; "
+        f"wall {time.perf_counter() - start:.2f} s including process start-up)"
+    )
     if args.json and out["record"] is not None:
         Path(args.json).write_text(out["record"])
     return 0
@@ -296,8 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     # override the flag given before it).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(TRACEBACK_FLAG, action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
-    parser = argparse.ArgumentParser(prog="sparselift", parents=[common],
-                                     description="SparseLift: compile the sparse path of recommendation training.")
+    parser = argparse.ArgumentParser(
+        prog="sparselift",
+        parents=[common],
+        description="SparseLift: compile the sparse path of recommendation training.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     ex = sub.add_parser("export", parents=[common], help="export a model to SparseLift IR (opaque sparse groups)")
@@ -325,14 +263,26 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--world-size", type=int, help="the world size to project (added to --sweep)")
     sim.add_argument("--profile", default="h100-nccl", help="cpu-gloo | h100-nccl | h200-nccl | PROFILE.json")
     sim.add_argument("--ranks-per-node", type=int, default=None, help="ranks sharing a node (default: the profile's)")
-    sim.add_argument("--batch-size", type=int, default=None,
-                     help="samples per rank per step, fixed as N grows (default 2048; a factory's example batch)")
-    sim.add_argument("--rows-cap", type=int, default=100_000,
-                     help="cap every table's rows when building the model (default 100000; placement depends on it)")
+    sim.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="samples per rank per step, fixed as N grows (default 2048; a factory's example batch)",
+    )
+    sim.add_argument(
+        "--rows-cap",
+        type=int,
+        default=100_000,
+        help="cap every table's rows when building the model (default 100000; placement depends on it)",
+    )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--sweep", help="world sizes: 8,64,512 or a doubling run 8,16,...,4096")
-    sim.add_argument("--sharding", default="auto", choices=("auto", "table_wise", "row_wise", "data_parallel"),
-                     help="placement at every world size (default auto, as export)")
+    sim.add_argument(
+        "--sharding",
+        default="auto",
+        choices=("auto", "table_wise", "row_wise", "data_parallel"),
+        help="placement at every world size (default auto, as export)",
+    )
     sim.add_argument("--calibration", help="JSON object of fitted HardwareProfile fields overriding the profile's")
     sim.add_argument("--no-latency-hiding", action="store_true", help="project the schedule without overlap")
     sim.add_argument("--no-aggregation", action="store_true", help="project without aggregate-comm merging")
@@ -353,19 +303,30 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--plan", help="a plan record JSON: printed as is (alone), or used for the compile")
     exp.add_argument("--replan", action="store_true", help="calibrate even if a cached plan matches")
     exp.add_argument("--budget", type=float, default=30.0, help="calibration budget in seconds (default 30)")
-    exp.add_argument("--memory-cap-bytes", type=int, default=None, help="per-rank cap for workspace and in-flight buffers")
+    exp.add_argument(
+        "--memory-cap-bytes", type=int, default=None, help="per-rank cap for workspace and in-flight buffers"
+    )
     exp.add_argument("--max-lanes", type=int, default=None, help="concurrent lanes per rank (default: torch threads)")
     exp.add_argument("--optimizations", help="families the planner may choose, e.g. aggregation,codegen (default all)")
     exp.add_argument("--sharding", default="auto", help="auto | table_wise | row_wise | data_parallel")
     exp.add_argument("--rows-cap", type=int, default=100_000, help="cap every table's rows (default 100000)")
     exp.add_argument("--batch-size", type=int, default=2048, help="example batch per rank (default 2048)")
     exp.add_argument("--seed", type=int, default=0)
-    exp.add_argument("--cache-dir", default=None, help="plan cache (default $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift)")
+    exp.add_argument(
+        "--cache-dir", default=None, help="plan cache (default $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift)"
+    )
     exp.add_argument("--timeout", type=float, default=300.0, help="seconds before the ranks are stopped")
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", parents=[common], help="benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op time of a plan), memory (per rank, against the real-size bounds)")
+    bench = sub.add_parser(
+        "bench",
+        parents=[common],
+        help=(
+            "benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op "
+            "time of a plan), memory (per rank, against the real-size bounds)"
+        ),
+    )
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)

@@ -133,8 +133,7 @@ class LocatingParser(Parser):
     """A Parser that records where each op starts (`locations[op]`), and puts that location on
     a verifier error raised while the op is parsed (an attribute that does not verify)."""
 
-    def __init__(self, ctx, input: str | bytes, name: str, locations: dict[Operation, Location],
-                 line_offset: int = 0):
+    def __init__(self, ctx, input: str | bytes, name: str, locations: dict[Operation, Location], line_offset: int = 0):
         super().__init__(ctx, input, name)
         self.locations = locations
         self.line_offset = line_offset
@@ -187,8 +186,13 @@ def op_text(op: Operation) -> str:
     return lines[0] + (" ... }" if len(lines) > 1 else "")
 
 
-def verify_error(e: VerifyException, module: ModuleOp, locations: Mapping[Operation, Location],
-                 source_lines: Mapping[int, str], after_pass: str | None) -> LocatedVerifyError:
+def verify_error(
+    e: VerifyException,
+    module: ModuleOp,
+    locations: Mapping[Operation, Location],
+    source_lines: Mapping[int, str],
+    after_pass: str | None,
+) -> LocatedVerifyError:
     """The failing op's location (or that of the nearest op around it that has one), the
     message, and the op itself: its line of the input, else its printed form; one op, not the
     module."""

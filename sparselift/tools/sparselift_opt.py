@@ -66,8 +66,9 @@ class SparseLiftOptMain(xDSLOptMain):
             text = io.read()
             lines = text.decode("utf-8", "replace").split("\n") if isinstance(text, bytes) else text.split("\n")
             self.source_lines.update((self._line_offset + i + 1, line) for i, line in enumerate(lines))
-            parser = opt_diagnostics.LocatingParser(self.ctx, text, self.get_input_name(), self.locations,
-                                                    self._line_offset)
+            parser = opt_diagnostics.LocatingParser(
+                self.ctx, text, self.get_input_name(), self.locations, self._line_offset
+            )
             return parser.parse_module(not self.args.no_implicit_module)
 
         self.available_frontends["mlir"] = parse_mlir
@@ -104,9 +105,12 @@ class SparseLiftOptMain(xDSLOptMain):
             if isinstance(e, ToolError):
                 raise
             if self._verifying_after is None:  # raised by the pass itself (e.g. a bad option value)
-                raise opt_diagnostics.LocatedVerifyError(f"{opt_diagnostics.PROG}: error: pass '{self._running}': {e}") from e
-            raise opt_diagnostics.verify_error(e, prog, self.locations, self.source_lines,
-                                               self._verifying_after or None) from e
+                raise opt_diagnostics.LocatedVerifyError(
+                    f"{opt_diagnostics.PROG}: error: pass '{self._running}': {e}"
+                ) from e
+            raise opt_diagnostics.verify_error(
+                e, prog, self.locations, self.source_lines, self._verifying_after or None
+            ) from e
 
 
 def _description() -> str:

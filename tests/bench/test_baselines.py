@@ -153,9 +153,7 @@ def ref() -> dict:
         "labels": [src.global_batch(i, g).labels for i in range(STEPS)],
         "nodiv": _reference(TINY, g, STEPS, emb_lr=LR * WORLD),
         "uneven": _reference(UNEVEN, UNEVEN_G, STEPS),
-        "uneven_labels": [
-            synthetic_source(UNEVEN, seed=SEED).global_batch(i, UNEVEN_G).labels for i in range(2)
-        ],
+        "uneven_labels": [synthetic_source(UNEVEN, seed=SEED).global_batch(i, UNEVEN_G).labels for i in range(2)],
     }
 
 

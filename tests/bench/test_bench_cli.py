@@ -15,8 +15,26 @@ CLI = [sys.executable, "-m", "sparselift.tools.cli"]
 def dlrm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     cmd = CLI + [
-        "bench", "dlrm", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "500", "--batch-size", "32",
-        "--steps", "2", "--rounds", "2", "--warmup", "1", "--json", str(out / "r.json"), "--plot", str(out / "r.png"),
+        "bench",
+        "dlrm",
+        "--model",
+        "dlrm-kaggle",
+        "--world-size",
+        "2",
+        "--rows-cap",
+        "500",
+        "--batch-size",
+        "32",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out / "r.json"),
+        "--plot",
+        str(out / "r.png"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -46,7 +64,9 @@ def test_dlrm_bench_json_has_every_key(dlrm_run):
     plan = result["sparselift_plan"]
     assert plan["pipeline"].startswith("lift-sparse") and plan["decisions"]
     assert all(d.startswith(("[accepted] ", "[rejected] ")) for d in plan["decisions"])
-    assert any(d.startswith("[accepted] codegen") for d in plan["decisions"]) == ("generate-kernels" in plan["pipeline"])
+    assert any(d.startswith("[accepted] codegen") for d in plan["decisions"]) == (
+        "generate-kernels" in plan["pipeline"]
+    )
 
 
 def test_dlrm_bench_png_opens(dlrm_run):
@@ -60,9 +80,26 @@ def test_dlrm_bench_png_opens(dlrm_run):
 @pytest.mark.parametrize("sharding", ["table_wise", "auto"])
 def test_quality_bench_reports_the_paper_metrics(tmp_path, sharding):
     cmd = CLI + [
-        "bench", "quality", "--model", "dlrm-kaggle", "--world-size", "2", "--steps", "8", "--batch-size", "32",
-        "--rows-cap", "500", "--eval-batches", "2", "--sharding", sharding, "--json", str(tmp_path / "q.json"),
-        "--plot", str(tmp_path / "q.png"),
+        "bench",
+        "quality",
+        "--model",
+        "dlrm-kaggle",
+        "--world-size",
+        "2",
+        "--steps",
+        "8",
+        "--batch-size",
+        "32",
+        "--rows-cap",
+        "500",
+        "--eval-batches",
+        "2",
+        "--sharding",
+        sharding,
+        "--json",
+        str(tmp_path / "q.json"),
+        "--plot",
+        str(tmp_path / "q.png"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -87,8 +124,20 @@ def test_quality_bench_reports_the_paper_metrics(tmp_path, sharding):
 
 
 def test_kernel_bench_reports_speedups_over_fbgemm(tmp_path):
-    cmd = CLI + ["bench", "kernels", "--quick", "--cases", "kaggle-onehot", "--no-torch", "--repeats", "1",
-                 "--warmup", "0", "--json", str(tmp_path / "k.json")]
+    cmd = CLI + [
+        "bench",
+        "kernels",
+        "--quick",
+        "--cases",
+        "kaggle-onehot",
+        "--no-torch",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        str(tmp_path / "k.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "k.json").read_text())
@@ -98,8 +147,26 @@ def test_kernel_bench_reports_speedups_over_fbgemm(tmp_path):
 
 
 def test_ablation_runs_every_configuration(tmp_path):
-    cmd = CLI + ["bench", "ablation", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "500",
-                 "--batch-size", "32", "--steps", "2", "--rounds", "2", "--warmup", "1", "--json", str(tmp_path / "a.json")]
+    cmd = CLI + [
+        "bench",
+        "ablation",
+        "--model",
+        "dlrm-kaggle",
+        "--world-size",
+        "2",
+        "--rows-cap",
+        "500",
+        "--batch-size",
+        "32",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(tmp_path / "a.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "a.json").read_text())
@@ -126,10 +193,31 @@ def test_ablation_runs_every_configuration(tmp_path):
 
 
 def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
-    cmd = CLI + ["bench", "ablation", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "500",
-                 "--batch-size", "32", "--steps", "2", "--rounds", "2", "--warmup", "1", "--no-cost-model",
-                 "--pipeline", "kernels=generate-kernels",
-                 "--pipeline", "after=generate-kernels,hide-latency{dense-grads=false}", "--json", str(tmp_path / "a.json")]
+    cmd = CLI + [
+        "bench",
+        "ablation",
+        "--model",
+        "dlrm-kaggle",
+        "--world-size",
+        "2",
+        "--rows-cap",
+        "500",
+        "--batch-size",
+        "32",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--no-cost-model",
+        "--pipeline",
+        "kernels=generate-kernels",
+        "--pipeline",
+        "after=generate-kernels,hide-latency{dense-grads=false}",
+        "--json",
+        str(tmp_path / "a.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads((tmp_path / "a.json").read_text())["rows"]
@@ -138,11 +226,13 @@ def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
         ("after", "lift-sparse,generate-kernels,hide-latency{dense-grads=false}", "generated"),
     ]
     assert rows[0]["speedup"] == 1.0 and "after" in proc.stdout
-    bad = subprocess.run(CLI + ["bench", "ablation", "--pipeline", "generate-kernels"], capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run(
+        CLI + ["bench", "ablation", "--pipeline", "generate-kernels"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "expected NAME=PIPELINE" in bad.stderr
-    typo = subprocess.run(CLI + ["bench", "ablation", "--pipeline", "a=generate-kernel"], capture_output=True,
-                          text=True, timeout=120)
+    typo = subprocess.run(
+        CLI + ["bench", "ablation", "--pipeline", "a=generate-kernel"], capture_output=True, text=True, timeout=120
+    )
     assert typo.returncode == 2 and "unknown pass generate-kernel;" in typo.stderr
 
 
@@ -153,8 +243,24 @@ def test_ablation_rejects_one_rank():
 
 def test_ops_bench_times_every_plan_op(tmp_path):
     # rows cap 2000: some tables are exchanged (table-wise), the smallest replicated.
-    cmd = CLI + ["bench", "ops", "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap", "2000",
-                 "--batch-size", "32", "--steps", "2", "--warmup", "1", "--json", str(tmp_path / "o.json")]
+    cmd = CLI + [
+        "bench",
+        "ops",
+        "--model",
+        "dlrm-kaggle",
+        "--world-size",
+        "2",
+        "--rows-cap",
+        "2000",
+        "--batch-size",
+        "32",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(tmp_path / "o.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "o.json").read_text())
@@ -193,8 +299,24 @@ def test_rows_cap_none_means_the_real_cardinalities(bench):
 
 @pytest.mark.parametrize("build", ["cpu", "meta"])
 def test_memory_bench_reports_every_rank_against_the_bounds(tmp_path, build):
-    cmd = CLI + ["bench", "memory", "--model", "dlrm-kaggle", "--rows-cap", "2000", "--build", build,
-                 "--batch-size", "32", "--steps", "1", "--calibration-budget", "3", "--json", str(tmp_path / "m.json")]
+    cmd = CLI + [
+        "bench",
+        "memory",
+        "--model",
+        "dlrm-kaggle",
+        "--rows-cap",
+        "2000",
+        "--build",
+        build,
+        "--batch-size",
+        "32",
+        "--steps",
+        "1",
+        "--calibration-budget",
+        "3",
+        "--json",
+        str(tmp_path / "m.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "m.json").read_text())

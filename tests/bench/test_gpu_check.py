@@ -15,8 +15,13 @@ RECORD = ROOT / "bench" / "gpu-h200.json"
 
 @pytest.mark.skipif("__import__('torch').cuda.is_available()", reason="a GPU is here: the check would run")
 def test_without_a_gpu_it_says_so_and_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "sparselift.tools.cli", "bench", "gpu", "--quick"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparselift.tools.cli", "bench", "gpu", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stderr
 

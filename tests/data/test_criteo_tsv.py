@@ -101,9 +101,7 @@ def test_rank_slices_union_is_global_batch(tmp_path, drop_last):
     path.write_text("".join(_line(*r) for r in rows))
     reader = CriteoTSV(path, rows_cap=5000)
     world, local = 3, 8  # global batch 24: 2 full global batches + 22 leftover rows
-    per_rank = [
-        list(reader.batches(local, rank=r, world_size=world, drop_last=drop_last)) for r in range(world)
-    ]
+    per_rank = [list(reader.batches(local, rank=r, world_size=world, drop_last=drop_last)) for r in range(world)]
     steps = 2 if drop_last else 3
     assert all(len(p) == steps for p in per_rank)  # every rank sees the same number of steps
     for step in range(steps):

@@ -7,11 +7,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparselift.codegen.table_facts import (
+    batch_size,
+    describe_features,
+    describe_tables,
+    group_names,
+    sharding_plan,
+)
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export
 from sparselift.ir.sparse import EmbeddingBagCollectionOp
 from sparselift.models import build
-from sparselift.passes.sharding import ShardingPlan, TablePlacement
+from sparselift.placement import ShardingPlan, TablePlacement
 
 
 def ops_named(program, name):
@@ -26,7 +33,7 @@ def run_regions(program, model, inputs):
     step = program.module.body.block.first_op
     values = {arg: flat[i] for arg, i in zip(step.forward.block.args, program.tensor_inputs)}
     params = dict(model.named_parameters())
-    tables = {t.name: t for t in program.tables}
+    tables = {t.name: t for t in describe_tables(program.module)}
     for op in step.forward.block.ops:
         if op.name == "sched.dense":
             region = program.regions[op.callee.root_reference.data]
@@ -40,8 +47,12 @@ def run_regions(program, model, inputs):
                 table = tables[f.table.data]
                 psw = values[next(weights)] if f.is_weighted else None
                 values[res] = F.embedding_bag(
-                    values[ids], params[table.param], values[offs], mode=table.pooling,
-                    per_sample_weights=psw, include_last_offset=True,
+                    values[ids],
+                    params[table.param],
+                    values[offs],
+                    mode=table.pooling,
+                    per_sample_weights=psw,
+                    include_last_offset=True,
                 )
         elif op.name == "sched.yield":
             return [values[v] for v in op.values]
@@ -57,7 +68,7 @@ def test_export_builtin_models(name, n_lookups):
     ebcs = ops_named(program, "sparse.embedding_bag_collection")
     assert sum(len(op.features) for op in ebcs) == n_lookups
     assert {op.name for op in program.module.walk()} >= {"sched.step", "sched.dense", "sched.yield"}
-    assert program.batch == 6
+    assert batch_size(program.module) == 6
     out = run_regions(program, model, inputs)
     expected = model(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -68,9 +79,10 @@ def test_export_builtin_models(name, n_lookups):
 def test_torchrec_shared_table_and_weighted_features():
     model, inputs = build("torchrec-ebc", batch_size=4)
     program = export(model, inputs, world_size=2, sharding="table_wise")
-    shared = [f for f in program.features if f.table.endswith("t_shared")]
+    features = describe_features(program.module)
+    shared = [f for f in features if f.table.endswith("t_shared")]
     assert [f.name for f in shared] == ["f_a", "f_b"]
-    assert any(f.weighted for f in program.features)
+    assert any(f.weighted for f in features)
     ebcs = ops_named(program, "sparse.embedding_bag_collection")
     assert {op.module.data for op in ebcs} == {"ebc", "weighted_ebc"}
 
@@ -86,38 +98,40 @@ def test_sharding_choices_place_every_table_once(sharding):
     model, inputs = build("dlrm-kaggle", rows_cap=20_000, batch_size=4)
     program = export(model, inputs, world_size=3, sharding=sharding)
     placed = [p.table.data for op in ops_named(program, "sparse.embedding_bag_collection") for p in op.placements.data]
-    assert sorted(placed) == sorted(t.name for t in program.tables)
+    assert sorted(placed) == sorted(t.name for t in describe_tables(program.module))
     if sharding != "auto":
-        assert all(sharding in g for g in program.groups)
+        assert all(sharding in g for g in group_names(program.module))
 
 
 def test_auto_sharding_on_kaggle_shapes():
     # Capped Kaggle: tiny tables (3..1460 rows) replicate, the rest table-wise, balanced by load.
     model, inputs = build("dlrm-kaggle", rows_cap=200_000, batch_size=4)
     program = export(model, inputs, world_size=2)
-    kinds = {t: p.kind for t, p in program.sharding.tables.items()}
+    placements = sharding_plan(program.module).tables
+    kinds = {t: p.kind for t, p in placements.items()}
     assert kinds["emb_l.8"] == "data_parallel"  # 3 rows
     assert kinds["emb_l.2"] == "table_wise"
-    ranks = [p.ranks[0] for p in program.sharding.tables.values() if p.kind == "table_wise"]
+    ranks = [p.ranks[0] for p in placements.values() if p.kind == "table_wise"]
     assert abs(ranks.count(0) - ranks.count(1)) <= 1
 
 
 def test_sharding_plan_json_roundtrip_and_use():
     model, inputs = build("two-tower", rows_cap=100, batch_size=4)
     first = export(model, inputs, world_size=2)
-    plan = ShardingPlan.from_json(first.sharding.to_json())
-    assert plan == first.sharding
+    plan = ShardingPlan.from_json(sharding_plan(first.module).to_json())
+    assert plan == sharding_plan(first.module)
     tables = dict(plan.tables)
     name = next(iter(tables))
     tables[name] = TablePlacement.row_wise_even(100, [0, 1])
     second = export(model, inputs, world_size=2, sharding=ShardingPlan(2, tables))
-    assert second.sharding[name].kind == "row_wise"
+    assert sharding_plan(second.module)[name].kind == "row_wise"
+    assert sharding_plan(second.module) == ShardingPlan(2, tables)
 
 
 def test_world_size_one_places_everything_on_rank_zero():
     model, inputs = build("two-tower", rows_cap=100, batch_size=4)
     program = export(model, inputs, world_size=1)
-    assert all(p.owners(1) == (0,) for p in program.sharding.tables.values())
+    assert all(p.owners(1) == (0,) for p in sharding_plan(program.module).tables.values())
 
 
 def test_stats_override_pooling_factor():
@@ -185,7 +199,11 @@ def ids(n):
 @pytest.mark.parametrize(
     "model, inputs, message",
     [
-        (_MaxPool(), (ids(6), torch.tensor([0, 2, 4])), "module 'emb', table 'emb.weight': max pooling is not supported"),
+        (
+            _MaxPool(),
+            (ids(6), torch.tensor([0, 2, 4])),
+            "module 'emb', table 'emb.weight': max pooling is not supported",
+        ),
         (_NoEmbedding(), (torch.randn(4, 3),), "model '_NoEmbedding' has no embedding-bag lookups"),
         (_Tangled(), (ids(6), torch.tensor([0, 2, 4])), "table 'a.weight': its pooled output feeds the ids"),
         (
@@ -214,8 +232,11 @@ def test_2d_input_and_int32_ids_and_functional_lookup():
             return torch.cat([a, b], 1)
 
     model = M()
-    inputs = (torch.randint(0, 50, (5, 3)), torch.randint(0, 30, (9,), dtype=torch.int32),
-              torch.tensor([0, 1, 3, 5, 7], dtype=torch.int32))
+    inputs = (
+        torch.randint(0, 50, (5, 3)),
+        torch.randint(0, 30, (9,), dtype=torch.int32),
+        torch.tensor([0, 1, 3, 5, 7], dtype=torch.int32),
+    )
     program = export(model, inputs, world_size=2, sharding="table_wise")
     assert "tensor<?xi32>" in program.text
     out = run_regions(program, model, inputs)

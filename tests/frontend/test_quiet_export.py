@@ -44,8 +44,9 @@ def _compile_stderr(tmp_path, debug: bool) -> str:
     env = {k: v for k, v in os.environ.items() if k != "SPARSELIFT_DEBUG"}
     if debug:
         env["SPARSELIFT_DEBUG"] = "1"
-    out = subprocess.run([sys.executable, "-c", COMPILE_TORCHREC, str(tmp_path)], capture_output=True, text=True,
-                         timeout=240, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", COMPILE_TORCHREC, str(tmp_path)], capture_output=True, text=True, timeout=240, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stderr.split(MARK, 1)[1]
 
@@ -90,12 +91,14 @@ def _line_of(cls, marker: str) -> int:
     return start + next(i for i, line in enumerate(lines) if marker in line)
 
 
-@pytest.mark.parametrize("model, marker, reason", [
-    (_DataDependent, "if x.sum() > 0:", "Could not guard on data-dependent expression"),
-    (_WrongShape, "return self.out(x)", "a and b must have same reduction dim"),
-])
-def test_a_failed_export_names_the_reason_and_the_user_line_in_a_few_lines(model, marker, reason, capfd,
-                                                                         monkeypatch):
+@pytest.mark.parametrize(
+    "model, marker, reason",
+    [
+        (_DataDependent, "if x.sum() > 0:", "Could not guard on data-dependent expression"),
+        (_WrongShape, "return self.out(x)", "a and b must have same reduction dim"),
+    ],
+)
+def test_a_failed_export_names_the_reason_and_the_user_line_in_a_few_lines(model, marker, reason, capfd, monkeypatch):
     monkeypatch.delenv("SPARSELIFT_DEBUG", raising=False)
     inputs = (torch.arange(8) % 20, torch.arange(0, 8, 2))
     capfd.readouterr()

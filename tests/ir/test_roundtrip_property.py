@@ -81,13 +81,22 @@ def modules(draw) -> ModuleOp:
     n_tables = draw(st.integers(1, 4))
     dtype = draw(st.sampled_from([f32, f16, bf16]))
     tables = [
-        TableAttr(f"t{i}", draw(st.integers(1, 10_000)), draw(st.sampled_from([4, 8, 16, 64])), dtype,
-                  draw(st.sampled_from(["sum", "mean"])))
+        TableAttr(
+            f"t{i}",
+            draw(st.integers(1, 10_000)),
+            draw(st.sampled_from([4, 8, 16, 64])),
+            dtype,
+            draw(st.sampled_from(["sum", "mean"])),
+        )
         for i in range(n_tables)
     ]
     features = [
-        FeatureAttr(f"f{i}", draw(st.sampled_from(tables)).name_str,
-                    draw(st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 3))), draw(st.booleans()))
+        FeatureAttr(
+            f"f{i}",
+            draw(st.sampled_from(tables)).name_str,
+            draw(st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 3))),
+            draw(st.booleans()),
+        )
         for i in range(draw(st.integers(1, 5)))
     ]
     placements = [draw(placements_for(t, world)) for t in tables]
@@ -118,8 +127,12 @@ def modules(draw) -> ModuleOp:
     start = AllToAllStartOp.create(
         operands=[fwd.args[n]],
         result_types=[HandleType([tensor([DYN], i64)])],
-        properties={"group": group, "role": RoleAttr("input_indices"), "splits": SplitsAttr([[1] * world] * world),
-                    "operandSegmentSizes": segment_sizes(1, 0, 0)},
+        properties={
+            "group": group,
+            "role": RoleAttr("input_indices"),
+            "splits": SplitsAttr([[1] * world] * world),
+            "operandSegmentSizes": segment_sizes(1, 0, 0),
+        },
     )
     wait = WaitOp.create(operands=[start.handle], result_types=[tensor([DYN], i64)])
     ops += [start, wait]
@@ -132,14 +145,20 @@ def modules(draw) -> ModuleOp:
         lookup = LookupOp.create(
             operands=[lengths, wait.outputs[0]],
             result_types=[tensor([DYN, table.dim.data * slots], table.dtype)],
-            properties={"table": table, "placement": placement,
-                        "slots": DenseArrayBase.from_list(i64, list(range(slots))),
-                        "operandSegmentSizes": segment_sizes(1, 1, 0)},
+            properties={
+                "table": table,
+                "placement": placement,
+                "slots": DenseArrayBase.from_list(i64, list(range(slots))),
+                "operandSegmentSizes": segment_sizes(1, 1, 0),
+            },
         )
         if draw(st.booleans()):
-            lookup.attributes["cost"] = CostAttr(draw(st.integers(0, 10**9)), draw(st.integers(0, 10**6)),
-                                                 draw(st.floats(0, 1e6, allow_nan=False)),
-                                                 draw(st.none() | st.floats(0, 1e6, allow_nan=False)))
+            lookup.attributes["cost"] = CostAttr(
+                draw(st.integers(0, 10**9)),
+                draw(st.integers(0, 10**6)),
+                draw(st.floats(0, 1e6, allow_nan=False)),
+                draw(st.none() | st.floats(0, 1e6, allow_nan=False)),
+            )
         ops.append(lookup)
         pooled.append(lookup.pooled)
     segments = []
@@ -157,12 +176,17 @@ def modules(draw) -> ModuleOp:
     pack = PackOp.create(operands=pooled, result_types=[tensor([DYN], dtype)], properties=props)
     unpack = UnpackOp.create(operands=[pack.buffer], result_types=[p.type for p in pooled], properties=dict(props))
     reduce = AllReduceOp.create(
-        operands=[pack.buffer], result_types=[pack.buffer.type],
-        properties={"group": group, "role": RoleAttr("output_pooled", "grad_pooled"),
-                    "reduction": StringAttr(draw(st.sampled_from(["sum", "mean"])))},
+        operands=[pack.buffer],
+        result_types=[pack.buffer.type],
+        properties={
+            "group": group,
+            "role": RoleAttr("output_pooled", "grad_pooled"),
+            "reduction": StringAttr(draw(st.sampled_from(["sum", "mean"]))),
+        },
     )
     dense = DenseOp.create(
-        operands=[ebc.pooled[0]], result_types=[tensor([DYN, 1], f32)],
+        operands=[ebc.pooled[0]],
+        result_types=[tensor([DYN, 1], f32)],
         properties={"callee": FlatSymbolRefAttr("top_mlp"), "phase": StringAttr("forward")},
     )
     ops += [pack, unpack, reduce, dense]
@@ -176,12 +200,18 @@ def modules(draw) -> ModuleOp:
     optimizer = draw(st.sampled_from([OptimizerAttr("sgd", 0.05), OptimizerAttr("rowwise_adagrad", 0.1, 1e-8)]))
     for table, placement, grad in zip(tables, placements, grads):
         slots = grad.type.get_shape()[1] // table.dim.data
-        bwd.add_op(LookupUpdateOp.create(
-            operands=[bwd.args[-2], bwd.args[-1], grad],
-            properties={"table": table, "placement": placement, "optimizer": optimizer,
-                        "slots": DenseArrayBase.from_list(i64, list(range(slots))),
-                        "operandSegmentSizes": segment_sizes(1, 1, 0, 1)},
-        ))
+        bwd.add_op(
+            LookupUpdateOp.create(
+                operands=[bwd.args[-2], bwd.args[-1], grad],
+                properties={
+                    "table": table,
+                    "placement": placement,
+                    "optimizer": optimizer,
+                    "slots": DenseArrayBase.from_list(i64, list(range(slots))),
+                    "operandSegmentSizes": segment_sizes(1, 1, 0, 1),
+                },
+            )
+        )
     bwd.add_op(YieldOp())
     step = StepOp("train", world, len(outputs), Region(fwd), Region(bwd))
     module = ModuleOp([step])

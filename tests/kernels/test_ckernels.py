@@ -41,8 +41,19 @@ def gk(tmp_path_factory) -> GeneratedKernels:
     return k
 
 
-def _inputs(rows, dim, *, dtype=torch.float32, index_dtype=torch.int64, weighted=False, seed=0, max_len=7,
-            segments=S, features=F, batch=B):
+def _inputs(
+    rows,
+    dim,
+    *,
+    dtype=torch.float32,
+    index_dtype=torch.int64,
+    weighted=False,
+    seed=0,
+    max_len=7,
+    segments=S,
+    features=F,
+    batch=B,
+):
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(0, max_len, (segments * features * batch,), generator=g, dtype=torch.int32)
     lengths[::4] = 0  # empty bags
@@ -155,8 +166,11 @@ TORCH_SGD_DIMS = [1, 3, 16, 17, 64]
 
 @pytest.fixture(scope="module")
 def gk_sgd(tmp_path_factory) -> GeneratedKernels:
-    specs = {TableSpec(d, "f32", "i64", p, w, "sgd")
-             for d, p, w in itertools.product(TORCH_SGD_DIMS, ["sum", "mean"], [False, True]) if not (w and p == "mean")}
+    specs = {
+        TableSpec(d, "f32", "i64", p, w, "sgd")
+        for d, p, w in itertools.product(TORCH_SGD_DIMS, ["sum", "mean"], [False, True])
+        if not (w and p == "mean")
+    }
     return GeneratedKernels(specs, cache=tmp_path_factory.mktemp("slcache_sgd"), nthreads=1)
 
 
@@ -216,8 +230,9 @@ def test_fused_lookup_grad_bad_id_names_the_table_and_writes_nothing(gk):
     bad = idx.clone()
     bad[-1] = 10_000
     with pytest.raises(ValueError, match=r"gradient of table 't0': id 10000 at position \d+ is out of range"):
-        gk.fused_lookup_grad(bufs, lengths, bad, None, grads, slots, features, B, poolings,
-                             names=[f"t{i}" for i in range(len(bufs))])
+        gk.fused_lookup_grad(
+            bufs, lengths, bad, None, grads, slots, features, B, poolings, names=[f"t{i}" for i in range(len(bufs))]
+        )
     assert all(b.abs().sum() == 0 for b in bufs)
 
 
@@ -230,10 +245,12 @@ def test_fused_wrappers_name_the_table_in_argument_errors(gk):
     bufs = [torch.zeros(t.shape) for t in tables]
     calls = {
         "lookup": lambda sl, pl, ix: gk.fused_lookup(tables, lengths, ix, None, sl, features, B, pl, names=names),
-        "update": lambda sl, pl, ix: gk.fused_lookup_update(tables, None, lengths, ix, None, grads, sl, features, B,
-                                                            pl, "sgd", 0.1, 0.0, names=names),
-        "gradient": lambda sl, pl, ix: gk.fused_lookup_grad(bufs, lengths, ix, None, grads, sl, features, B, pl,
-                                                            names=names),
+        "update": lambda sl, pl, ix: gk.fused_lookup_update(
+            tables, None, lengths, ix, None, grads, sl, features, B, pl, "sgd", 0.1, 0.0, names=names
+        ),
+        "gradient": lambda sl, pl, ix: gk.fused_lookup_grad(
+            bufs, lengths, ix, None, grads, sl, features, B, pl, names=names
+        ),
     }
     before = [t.clone() for t in tables]
     for role, call in calls.items():
@@ -241,7 +258,9 @@ def test_fused_wrappers_name_the_table_in_argument_errors(gk):
             call(slots[:-1], poolings, idx)
         with pytest.raises(ValueError, match=f"^{role} of table 't1': unknown pooling 'max'"):
             call(slots, [poolings[0], "max", *poolings[2:]], idx)
-        with pytest.raises(ValueError, match=f"^{role} of table 't0': indices must be int32 or int64, got torch.float32"):
+        with pytest.raises(
+            ValueError, match=f"^{role} of table 't0': indices must be int32 or int64, got torch.float32"
+        ):
             call(slots, poolings, idx.float())
     assert all(torch.equal(t, b) for t, b in zip(tables, before)) and all(b.abs().sum() == 0 for b in bufs)
 
@@ -250,8 +269,10 @@ def test_fused_wrappers_name_the_table_in_argument_errors(gk):
 def test_concat_ids_checks_every_id_while_it_copies(gk, out_dtype):
     g = torch.Generator().manual_seed(14)
     rows = [50, 7, 1000]
-    ids = [torch.randint(0, r, (n,), generator=g).to(dt) for r, n, dt in
-           zip(rows, [33, 0, 517], [torch.int64, torch.int32, torch.int32])]
+    ids = [
+        torch.randint(0, r, (n,), generator=g).to(dt)
+        for r, n, dt in zip(rows, [33, 0, 517], [torch.int64, torch.int32, torch.int32])
+    ]
     got = gk.concat_ids(ids, rows, out_dtype)
     assert got.dtype == out_dtype and torch.equal(got, torch.cat([i.long() for i in ids]).to(out_dtype))
     bad = [i.clone() for i in ids]
@@ -285,8 +306,9 @@ def test_empty_inputs(gk):
     out = gk.lookup(table, lengths, idx, None, SLOTS, F, B, "mean")
     assert torch.equal(out, torch.zeros(S * B, 32))
     t = table.clone()
-    gk.lookup_update(t, torch.zeros(4), lengths, idx, None, torch.randn(S * B, 32), SLOTS, F, B, "sum",
-                     "rowwise_adagrad", 0.1, 1e-3)
+    gk.lookup_update(
+        t, torch.zeros(4), lengths, idx, None, torch.randn(S * B, 32), SLOTS, F, B, "sum", "rowwise_adagrad", 0.1, 1e-3
+    )
     assert torch.equal(t, table)
     # batch 0: no bags at all
     out = gk.lookup(table, torch.empty(0, dtype=torch.int32), idx, None, [0], 1, 0, "sum")
@@ -296,15 +318,23 @@ def test_empty_inputs(gk):
 def test_single_segment_many_features_one_slot(gk):
     table, lengths, idx, w = _inputs(9, 4, seed=9, segments=1, features=6, batch=8)
     for slot in range(6):
-        torch.testing.assert_close(gk.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
-                                   ref.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(
+            gk.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
+            ref.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 def test_two_threads_match(gk, tmp_path):
     k2 = GeneratedKernels([TableSpec(13, "f32", "i64", "sum", True, "sgd")], cache=tmp_path, nthreads=2)
     table, lengths, idx, w = _inputs(50, 13, weighted=True, seed=10, segments=3, batch=64)
-    torch.testing.assert_close(k2.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
-                               ref.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        k2.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
+        ref.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
+        atol=1e-6,
+        rtol=1e-6,
+    )
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -329,8 +359,9 @@ def test_out_of_range_id_raises_naming_the_table(gk, bad):
         gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum")
     state = torch.zeros(6)
     with pytest.raises(ValueError, match="t_users"):
-        gk.lookup_update(table, state, lengths, idx, None, torch.randn(S * B, 26), SLOTS, F, B, "sum",
-                         "rowwise_adagrad", 0.1, 1e-3)
+        gk.lookup_update(
+            table, state, lengths, idx, None, torch.randn(S * B, 26), SLOTS, F, B, "sum", "rowwise_adagrad", 0.1, 1e-3
+        )
     assert torch.equal(table, before) and torch.equal(state, torch.zeros(6))
 
 
@@ -339,8 +370,10 @@ def test_bad_id_in_another_feature_is_not_this_tables_business(gk):
     # Feature 1 is not among the slots: its ids belong to another table and may be large.
     feat = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (F * B)) // B
     idx = torch.where(feat == 1, idx + 1000, idx)
-    torch.testing.assert_close(gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+    torch.testing.assert_close(
+        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+    )
 
 
 def test_bad_lengths_and_slots(gk):
@@ -370,8 +403,9 @@ def test_fused_update_is_all_or_nothing(gk):
     before = [t.clone() for t in tables]
     grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
     with pytest.raises(ValueError, match=r"table 't_c'.*id 3"):
-        gk.fused_lookup_update(tables, [None] * 3, lengths, idx, None, grads, slots, features, B, poolings, "sgd",
-                               0.1, 0.0)
+        gk.fused_lookup_update(
+            tables, [None] * 3, lengths, idx, None, grads, slots, features, B, poolings, "sgd", 0.1, 0.0
+        )
     assert all(torch.equal(a, b) for a, b in zip(tables, before))
 
 
@@ -407,7 +441,10 @@ def test_pack_converts_dtype_and_empty_layouts(gk):
 
 
 def test_build_is_cached_and_reused(tmp_path, caplog, monkeypatch):
-    specs = [TableSpec(24, "f32", "i64", "sum", False, "sgd"), TableSpec(8, "f32", "i64", "mean", True, "rowwise_adagrad")]
+    specs = [
+        TableSpec(24, "f32", "i64", "sum", False, "sgd"),
+        TableSpec(8, "f32", "i64", "mean", True, "rowwise_adagrad"),
+    ]
     with caplog.at_level(logging.INFO, logger="sparselift.kernels"):
         t0 = time.perf_counter()
         first = GeneratedKernels(specs, cache=tmp_path)
@@ -441,20 +478,26 @@ def test_module_level_functions_have_reference_signatures(monkeypatch, gk):
 
     for name in ("lookup", "lookup_update", "pack", "unpack"):
         assert list(inspect.signature(getattr(K, name)).parameters) == list(
-            inspect.signature(getattr(ref, name)).parameters), name
+            inspect.signature(getattr(ref, name)).parameters
+        ), name
         assert list(inspect.signature(getattr(gk, name)).parameters) == list(
-            inspect.signature(getattr(ref, name)).parameters), name
+            inspect.signature(getattr(ref, name)).parameters
+        ), name
     monkeypatch.setattr(K, "_DEFAULT", gk)
     table, lengths, idx, _ = _inputs(6, 13, seed=13)
-    torch.testing.assert_close(K.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+    torch.testing.assert_close(
+        K.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+    )
 
 
 def test_unsupported_dtype_falls_back_to_reference(gk):
     table, lengths, idx, _ = _inputs(6, 13, seed=14)
     table = table.double()
-    torch.testing.assert_close(gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-                               ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"))
+    torch.testing.assert_close(
+        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+    )
     idx = idx.clone()
     idx[-1] = 99
     with pytest.raises(ValueError, match="out of range"):
@@ -462,9 +505,11 @@ def test_unsupported_dtype_falls_back_to_reference(gk):
 
 
 def test_codegen_does_not_import_torch():
-    code = ("import sys\nfrom sparselift.codegen import ckernels\n"
-            "src = ckernels.generate_source([ckernels.TableSpec(16, optimizer='sgd')])\n"
-            "assert 'sl_forward' in src and 'torch' not in sys.modules\n")
+    code = (
+        "import sys\nfrom sparselift.codegen import ckernels\n"
+        "src = ckernels.generate_source([ckernels.TableSpec(16, optimizer='sgd')])\n"
+        "assert 'sl_forward' in src and 'torch' not in sys.modules\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 

@@ -1,4 +1,4 @@
-"""Triton kernels (sparselift.codegen.triton_kernels) against the reference lowering.
+"""Triton kernels (sparselift.codegen.triton_ops / triton_kernels) against the reference lowering.
 
 Triton decides between compiling and interpreting when `@triton.jit` decorates a kernel, from
 `TRITON_INTERPRET` as it is *then*. To keep that setting out of the pytest process (other tests
@@ -35,7 +35,7 @@ CASES = [
 def _worker() -> int:
     import torch
 
-    from sparselift.codegen import triton_kernels as tk
+    from sparselift.codegen import triton_ops as tk
     from sparselift.runtime import reference as ref
 
     assert tk.INTERPRETED, "TRITON_INTERPRET was not seen when the kernels were decorated"
@@ -62,8 +62,19 @@ def _worker() -> int:
         upd_err = float((t1.float() - t2).abs().max())
         st_err = float((s1 - s2).abs().max())
         changed = bool((t1.float() != table.float()).any())
-        print(json.dumps({"case": name, "fwd": fwd_err, "upd": upd_err, "state": st_err, "changed": changed,
-                          "dups": n - int(idx.unique().numel())}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": name,
+                    "fwd": fwd_err,
+                    "upd": upd_err,
+                    "state": st_err,
+                    "changed": changed,
+                    "dups": n - int(idx.unique().numel()),
+                }
+            ),
+            flush=True,
+        )
     # multi-table: one call per op over tables of different dims
     g = torch.Generator().manual_seed(7)
     tables = [torch.randn(4, 4, generator=g), torch.randn(6, 16, generator=g)]
@@ -71,17 +82,22 @@ def _worker() -> int:
     n = int(lengths.sum())
     idx = torch.randint(0, 4, (n,), generator=g)
     outs = tk.fused_lookup(tables, lengths, idx, None, [[0], [1]], 2, 4, ["sum", "mean"])
-    errs = [float((o - ref.lookup(t, lengths, idx, None, [k], 2, 4, p)).abs().max())
-            for k, (o, t, p) in enumerate(zip(outs, tables, ["sum", "mean"]))]
+    errs = [
+        float((o - ref.lookup(t, lengths, idx, None, [k], 2, 4, p)).abs().max())
+        for k, (o, t, p) in enumerate(zip(outs, tables, ["sum", "mean"]))
+    ]
     grads = [torch.randn(4, 4, generator=g), torch.randn(4, 16, generator=g)]
     mine = [t.clone() for t in tables]
-    tk.fused_lookup_update(mine, [None, None], lengths, idx, None, grads, [[0], [1]], 2, 4, ["sum", "mean"], "sgd",
-                           0.1, 0.0)
+    tk.fused_lookup_update(
+        mine, [None, None], lengths, idx, None, grads, [[0], [1]], 2, 4, ["sum", "mean"], "sgd", 0.1, 0.0
+    )
     for k, (t, gr, p) in enumerate(zip(tables, grads, ["sum", "mean"])):
         ref.lookup_update(t, None, lengths, idx, None, gr, [k], 2, 4, p, "sgd", 0.1, 0.0)
     errs += [float((a - b).abs().max()) for a, b in zip(mine, tables)]
-    print(json.dumps({"case": "fused", "fwd": max(errs), "upd": max(errs), "state": 0.0, "changed": True,
-                      "dups": 1}), flush=True)
+    print(
+        json.dumps({"case": "fused", "fwd": max(errs), "upd": max(errs), "state": 0.0, "changed": True, "dups": 1}),
+        flush=True,
+    )
     # two tables reading the same slot (one update per table) and row-wise Adagrad across tables
     tables = [torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)]
     grads = [torch.randn(4, 8, generator=g), torch.randn(4, 16, generator=g)]
@@ -89,20 +105,39 @@ def _worker() -> int:
     lengths = torch.randint(0, 4, (2 * 4,), generator=g, dtype=torch.int32)
     idx = torch.randint(0, 5, (int(lengths.sum()),), generator=g)
     mine, my_states = [t.clone() for t in tables], [st.clone() for st in states]
-    tk.fused_lookup_update(mine, my_states, lengths, idx, None, grads, [[0], [1, 0]], 2, 4, "sum", "rowwise_adagrad",
-                           0.1, 1e-3)
+    tk.fused_lookup_update(
+        mine, my_states, lengths, idx, None, grads, [[0], [1, 0]], 2, 4, "sum", "rowwise_adagrad", 0.1, 1e-3
+    )
     for t, st, gr, sl in zip(tables, states, grads, [[0], [1, 0]]):
         ref.lookup_update(t, st, lengths, idx, None, gr, sl, 2, 4, "sum", "rowwise_adagrad", 0.1, 1e-3)
     errs = [float((a - b).abs().max()) for a, b in zip(mine + my_states, tables + states)]
-    print(json.dumps({"case": "shared-slot", "fwd": 0.0, "upd": max(errs), "state": max(errs), "changed": True,
-                      "dups": 1}), flush=True)
+    print(
+        json.dumps(
+            {"case": "shared-slot", "fwd": 0.0, "upd": max(errs), "state": max(errs), "changed": True, "dups": 1}
+        ),
+        flush=True,
+    )
     # bad id -> ValueError naming the table, table unchanged
     t = torch.randn(3, 4)
     before = t.clone()
     lengths = torch.tensor([2, 1], dtype=torch.int32)
     try:
-        tk.fused_lookup_update([t], [None], lengths, torch.tensor([0, 5, 1]), None, [torch.randn(2, 4)], [[0]], 1, 2,
-                               "sum", "sgd", 0.1, 0.0, names=["t_items"])
+        tk.fused_lookup_update(
+            [t],
+            [None],
+            lengths,
+            torch.tensor([0, 5, 1]),
+            None,
+            [torch.randn(2, 4)],
+            [[0]],
+            1,
+            2,
+            "sum",
+            "sgd",
+            0.1,
+            0.0,
+            names=["t_items"],
+        )
         bad = "no error"
     except ValueError as e:
         bad = str(e)
@@ -159,7 +194,7 @@ def test_interpreted_bad_id_names_table(interpreted):
 
 
 def test_module_imports_without_interpreter_or_gpu():
-    from sparselift.codegen import triton_kernels as tk
+    from sparselift.codegen import triton_ops as tk
 
     assert tk.AVAILABLE
     import torch
@@ -167,15 +202,23 @@ def test_module_imports_without_interpreter_or_gpu():
     if not torch.cuda.is_available() and not tk.INTERPRETED:
         assert not tk.usable_for(torch.zeros(1))
         with pytest.raises(RuntimeError, match="CUDA"):
-            tk.lookup(torch.zeros(2, 4), torch.zeros(2, dtype=torch.int32), torch.zeros(0, dtype=torch.int64), None,
-                      [0], 1, 2, "sum")
+            tk.lookup(
+                torch.zeros(2, 4),
+                torch.zeros(2, dtype=torch.int32),
+                torch.zeros(0, dtype=torch.int64),
+                None,
+                [0],
+                1,
+                2,
+                "sum",
+            )
 
 
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU")
 def test_cuda_kernels_match_reference():
     import torch
 
-    from sparselift.codegen import triton_kernels as tk
+    from sparselift.codegen import triton_ops as tk
     from sparselift.runtime import reference as ref
 
     if tk.INTERPRETED:
@@ -196,7 +239,20 @@ def test_cuda_kernels_match_reference():
             t1, s1 = table.clone(), torch.zeros(50)
             ref.lookup_update(t1, s1, lengths, idx, w, grad, [2, 0], features, batch, pooling, kind, 0.1, 1e-3)
             t2, s2 = table.cuda(), torch.zeros(50, device="cuda")
-            tk.lookup_update(t2, s2, lengths.cuda(), idx.cuda(), w.cuda(), grad.cuda(), [2, 0], features, batch,
-                             pooling, kind, 0.1, 1e-3)
+            tk.lookup_update(
+                t2,
+                s2,
+                lengths.cuda(),
+                idx.cuda(),
+                w.cuda(),
+                grad.cuda(),
+                [2, 0],
+                features,
+                batch,
+                pooling,
+                kind,
+                0.1,
+                1e-3,
+            )
             torch.testing.assert_close(t2.cpu(), t1, atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(s2.cpu(), s1, atol=1e-4, rtol=1e-4)

@@ -36,10 +36,18 @@ def collectives(model_file: str, pipeline: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize(
-    "model_file", ["dlrm-kaggle-ws2.mlir", "dlrm-kaggle-ws3.mlir", "two-tower-ws2.mlir", "torchrec-ebc-ws2.mlir",
-                   "dlrm-kaggle-ws2-rowwise.mlir"]
+    "model_file",
+    [
+        "dlrm-kaggle-ws2.mlir",
+        "dlrm-kaggle-ws3.mlir",
+        "two-tower-ws2.mlir",
+        "torchrec-ebc-ws2.mlir",
+        "dlrm-kaggle-ws2-rowwise.mlir",
+    ],
 )
-@pytest.mark.parametrize("after", ["aggregate-comm", "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"])
+@pytest.mark.parametrize(
+    "after", ["aggregate-comm", "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"]
+)
 def test_aggregate_comm_leaves_at_most_two_exchanges_each_way(model_file, after):
     fwd0, bwd0 = collectives(model_file, "lift-sparse")
     fwd, bwd = collectives(model_file, f"lift-sparse,{after}")

@@ -25,6 +25,7 @@ import pytest
 from xdsl.context import Context
 
 import sparselift.frontend.export as export_module
+from sparselift.codegen.table_facts import describe_tables
 from sparselift.frontend.export import export
 from sparselift.ir.coll import AllReduceOp, AllToAllOp, ReduceScatterOp
 from sparselift.ir.sched import StepOp
@@ -103,6 +104,7 @@ def _lift(program):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_lift_builtin_model(export_model, name, world_size, sharding):
     program = export_model(name, world_size, sharding)
+    exported = describe_tables(program.module)  # before lifting: what the lifted step must hold
     groups = _lift(program)
     module = program.module
     ops = list(module.walk())
@@ -110,7 +112,8 @@ def test_lift_builtin_model(export_model, name, world_size, sharding):
 
     # Nothing opaque is left; every table is looked up once and updated once.
     assert not [op for op in ops if isinstance(op, EmbeddingBagCollectionOp)]
-    tables = [t.name for t in program.tables]
+    tables = [t.name for t in exported]
+    placement = {t.name: t.placement for t in exported}
     looked = Counter(op.table.name_str for op in ops if isinstance(op, LookupOp))
     updated = Counter(op.table.name_str for op in ops if isinstance(op, LookupUpdateOp))
     assert looked == Counter(tables)
@@ -119,7 +122,7 @@ def test_lift_builtin_model(export_model, name, world_size, sharding):
     # Each lookup carries the plan's placement; forward ops live in forward, updates in backward.
     for op in ops:
         if isinstance(op, LookupOp):
-            assert op.placement.kind.data == str(program.sharding[op.table.name_str].kind)
+            assert op.placement.kind.data == placement[op.table.name_str]
             assert op.parent_region() is step.forward
         if isinstance(op, LookupUpdateOp | LookupGradOp):
             assert op.parent_region() is step.backward
@@ -157,8 +160,14 @@ def test_lift_builtin_model(export_model, name, world_size, sharding):
         assert got == expected, f"group {name_} ({kind}, world size {world_size})"
         if world_size > 1 and kind == "table_wise":
             # One output pack per rank (`on_rank`), empty on a rank that owns no table of the group.
-            ranks = [op.rank.value.data for op in ops if isinstance(op, PackOp) and op.rank is not None
-                     and _group_of(op) == name_ and op.parent_region() is step.forward]
+            ranks = [
+                op.rank.value.data
+                for op in ops
+                if isinstance(op, PackOp)
+                and op.rank is not None
+                and _group_of(op) == name_
+                and op.parent_region() is step.forward
+            ]
             assert ranks == list(range(world_size))
         if world_size > 1 and kind == "data_parallel":
             grads = [op for op in ops if isinstance(op, LookupGradOp) and _group_of(op) == name_]
@@ -212,8 +221,9 @@ def done_when_pipelines(tmp_path_factory):
         script = f"sparselift export --model dlrm-kaggle --world-size 2{rows} | sparselift-opt -p lift-sparse"
         out, err = tmp / f"{key}.out", tmp / f"{key}.err"
         with out.open("w") as fo, err.open("w") as fe:
-            proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", script], stdout=fo, stderr=fe,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", "-o", "pipefail", "-c", script], stdout=fo, stderr=fe, env=env, start_new_session=True
+            )
         procs[key] = (proc, out, err)
     yield procs
     for proc, _, _ in procs.values():

@@ -75,14 +75,17 @@ def test_rewrite_keeps_every_op_and_is_idempotent(fixture, groups):
         n for n in before if n != "sched.yield"
     )
     assert after.count("sched.yield") == before.count("sched.yield") + sum(len(p.lanes) for p in lanes)
-    assert sorted(
-        op.table.name_str for op in module.walk() if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp)
-    ) == tables_before
+    assert (
+        sorted(op.table.name_str for op in module.walk() if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp))
+        == tables_before
+    )
     for par in lanes:
         assert 2 <= len(par.lanes) <= groups
         assert isinstance(par.parent_op(), StepOp)
         for lane in par.lanes:
-            assert all(isinstance(o, LookupOp | LookupUpdateOp | LookupGradOp | PackOp | YieldOp) for o in lane.block.ops)
+            assert all(
+                isinstance(o, LookupOp | LookupUpdateOp | LookupGradOp | PackOp | YieldOp) for o in lane.block.ops
+            )
     once = text(module)
     run(module, f"parallelize-tables{{groups={groups}}}")
     assert text(module) == once

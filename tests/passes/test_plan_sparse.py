@@ -10,26 +10,25 @@ from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-rel
 from xdsl.utils.exceptions import PassFailedException
 
 import sparselift.passes.plan_sparse as ps
-from sparselift.ir.sched import KernelOp
+from sparselift.ir.sparse import FusedTableOp
 from sparselift.passes.annotate_cost import annotate_step, op_cost
+from sparselift.passes.pipeline import split_pipeline
 from sparselift.passes.plan_sparse import (
     AnalyticConfirmer,
     Candidate,
     Decision,
-    Measurement,
     PlanOptions,
-    PlanRecord,
     PlanSparse,
     Predictor,
     cost_terms,
     enumerate_candidates,
     predict,
     search,
-    split_pipeline,
     with_change,
 )
 from sparselift.passes.profiles import CPU_GLOO
 from sparselift.passes.srsv import Sizer, build_srsv, steps_of
+from sparselift.plan_record import Measurement, PlanRecord
 
 INPUTS = Path(__file__).resolve().parents[1] / "filecheck" / "inputs"
 # The tests use the two optimizations that are finished; the others join as they land.
@@ -44,13 +43,21 @@ def lifted(name: str = "two-tower-ws2"):
 
 def test_pipeline_helpers_keep_options_and_canonical_order():
     assert split_pipeline("a{x=1,2 y=3},b , c{z=4}") == ["a{x=1,2 y=3}", "b", "c{z=4}"]
-    assert ps.format_spec("aggregate-comm", {"roles": ["a", "b"], "max-bytes": 5}) == "aggregate-comm{roles=a,b max-bytes=5}"
-    assert ps.format_spec("hide-latency", {"forward": True, "backward": False}) == "hide-latency{forward=true backward=false}"
+    assert (
+        ps.format_spec("aggregate-comm", {"roles": ["a", "b"], "max-bytes": 5})
+        == "aggregate-comm{roles=a,b max-bytes=5}"
+    )
+    assert (
+        ps.format_spec("hide-latency", {"forward": True, "backward": False})
+        == "hide-latency{forward=true backward=false}"
+    )
     # A change replaces the same pass's spec, else goes where its family belongs (the paper's order).
     plan = with_change(("generate-kernels",), "aggregate-comm{roles=input}")
     assert plan == ("aggregate-comm{roles=input}", "generate-kernels")
     assert with_change(plan, "aggregate-comm{roles=input,grad_pooled}") == (
-        "aggregate-comm{roles=input,grad_pooled}", "generate-kernels")
+        "aggregate-comm{roles=input,grad_pooled}",
+        "generate-kernels",
+    )
 
 
 def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
@@ -61,8 +68,11 @@ def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
     assert [c.change for c in cands if c.family == "codegen"] == ["generate-kernels"]
     # Relative to an incumbent that aggregates output_pooled: the next role adds to it.
     inc = ("aggregate-comm{roles=output_pooled}",)
-    nxt = [c for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)), inc)
-           if c.label == "aggregate grad_pooled"][0]
+    nxt = [
+        c
+        for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)), inc)
+        if c.label == "aggregate grad_pooled"
+    ][0]
     assert nxt.change == "aggregate-comm{roles=output_pooled,grad_pooled}" and nxt.pipeline == (nxt.change,)
     # A memory cap is handed to the pass as its byte limit.
     capped = enumerate_candidates(module, PlanOptions(memory_cap_bytes=64, families=("aggregation",)))
@@ -70,12 +80,15 @@ def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
     # Reference kernels requested: code generation is a candidate that cannot be tried, with the reason.
     ref = enumerate_candidates(module, PlanOptions(allow_generated=False, families=("codegen",)))
     assert [(c.available, c.reason) for c in ref] == [
-        (False, "disabled: reference kernels requested (kernels='reference')")]
+        (False, "disabled: reference kernels requested (kernels='reference')")
+    ]
     # A pass missing from the registry is an unavailable optimization, not an error.
     registry = {k: v for k, v in ps.registered_passes().items() if k != "parallelize-tables"}
     monkeypatch.setattr(ps, "registered_passes", lambda: registry)
     par = enumerate_candidates(module, PlanOptions(families=("parallelism",)))
-    assert [(c.available, c.reason) for c in par] == [(False, "unavailable: pass 'parallelize-tables' is not registered")]
+    assert [(c.available, c.reason) for c in par] == [
+        (False, "unavailable: pass 'parallelize-tables' is not registered")
+    ]
 
 
 def test_latency_hiding_schedules_include_one_dense_all_reduce_after_backward():
@@ -98,7 +111,9 @@ def test_cost_terms_add_up_to_annotate_cost():
         sizer = Sizer(view.world_size, view.batch)
         for op in view.graph.nodes:
             want = op_cost(op, view, CPU_GLOO, sizer).est_us
-            assert sum(cost_terms(op, view, CPU_GLOO, sizer).values()) == pytest.approx(want, rel=1e-9, abs=1e-9), op.name
+            assert sum(cost_terms(op, view, CPU_GLOO, sizer).values()) == pytest.approx(want, rel=1e-9, abs=1e-9), (
+                op.name
+            )
 
 
 def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_launches():
@@ -114,14 +129,15 @@ def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_laun
     assert 0 < saved < t0.category("gather") + t0.category("update") + t0.category("fixed")
     assert gen.category("gather") == pytest.approx(t0.category("gather"), rel=1e-6)
     assert gen.text_hash != t0.text_hash and module.is_structurally_equivalent(lifted())  # module untouched
-    assert any(isinstance(op, KernelOp) for op in Predictor(module).apply(["generate-kernels"]).module.walk())
+    assert any(isinstance(op, FusedTableOp) for op in Predictor(module).apply(["generate-kernels"]).module.walk())
 
 
 def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
     result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, families=FAMILIES))
     rejected = {d.label: d.reason for d in result.decisions if not d.accepted}
     assert rejected["aggregate output_pooled"] == (
-        "aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1")
+        "aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1"
+    )
     assert "over max-bytes 1" in rejected["aggregate grad_pooled"]
     assert not any(p.startswith("aggregate-comm") for p in result.pipeline)
 
@@ -167,8 +183,9 @@ class ScriptedConfirmer(AnalyticConfirmer):
         for cand, pred in variants:
             f1 = self.times.get(cand.spec, f0)
             ok = f1 < f0 and not any(d.accepted for d in out)
-            out.append(ps.decision(cand, ok, "scripted", pred.est_us - incumbent_prediction.est_us,
-                                   measured_us=f1 - f0))
+            out.append(
+                ps.decision(cand, ok, "scripted", pred.est_us - incumbent_prediction.est_us, measured_us=f1 - f0)
+            )
         return out
 
 
@@ -199,15 +216,38 @@ def test_decisions_replay_applies_exactly_those_specs(tmp_path):
 
 def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
     cand = Candidate("codegen", "generated kernels", "generate-kernels", ("generate-kernels",))
-    accepted = ps.decision(cand, True, "measured increment -3.00 ms beyond noise 0.50 ms", -120.0,
-                           measured_us=-3000.0, incumbent_us=20000.0, candidate_us=17000.0, noise_us=500.0)
-    rejected = Decision("aggregation", "aggregate input", "aggregate-comm{roles=input max-bytes=1}", (), False,
-                        "aggregate-comm: input exchanges not merged: over max-bytes 1")
-    record = PlanRecord(key="abc", key_fields={"world_size": "2"}, pipeline=("generate-kernels",),
-                        kernels="generated", decisions=(rejected, accepted),
-                        measurements=(Measurement("", 20000.0, 500.0, (20000.0, 20500.0)),),
-                        fit={"points": 2, "residual_us": 10.0, "fitted": {"launch_us": 7.0}},
-                        calibration_s=1.25, budget_s=30.0, incumbent_us=20000.0, final_us=17000.0, created="now")
+    accepted = ps.decision(
+        cand,
+        True,
+        "measured increment -3.00 ms beyond noise 0.50 ms",
+        -120.0,
+        measured_us=-3000.0,
+        incumbent_us=20000.0,
+        candidate_us=17000.0,
+        noise_us=500.0,
+    )
+    rejected = Decision(
+        "aggregation",
+        "aggregate input",
+        "aggregate-comm{roles=input max-bytes=1}",
+        (),
+        False,
+        "aggregate-comm: input exchanges not merged: over max-bytes 1",
+    )
+    record = PlanRecord(
+        key="abc",
+        key_fields={"world_size": "2"},
+        pipeline=("generate-kernels",),
+        kernels="generated",
+        decisions=(rejected, accepted),
+        measurements=(Measurement("", 20000.0, 500.0, (20000.0, 20500.0)),),
+        fit={"points": 2, "residual_us": 10.0, "fitted": {"launch_us": 7.0}},
+        calibration_s=1.25,
+        budget_s=30.0,
+        incumbent_us=20000.0,
+        final_us=17000.0,
+        created="now",
+    )
     path = tmp_path / "r.json"
     path.write_text(record.to_json())
     assert PlanRecord.load(path) == record

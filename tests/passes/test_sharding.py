@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparselift.passes.sharding import ShardingPlan, TablePlacement, TableStats, auto_shard, uniform_plan
+from sparselift.placement import ShardingPlan, TablePlacement, TableStats, auto_shard, uniform_plan
 
 TABLES = [
     TableStats("huge", rows=10_000_000, dim=64),
@@ -30,7 +30,13 @@ def test_auto_world_size_one_and_determinism():
 
 
 def test_uniform_plans():
-    assert uniform_plan("row_wise", TABLES[:1], 4)["huge"].row_bounds == (0, 2_500_000, 5_000_000, 7_500_000, 10_000_000)
+    assert uniform_plan("row_wise", TABLES[:1], 4)["huge"].row_bounds == (
+        0,
+        2_500_000,
+        5_000_000,
+        7_500_000,
+        10_000_000,
+    )
     assert uniform_plan("data_parallel", TABLES, 2)["mid_a"].kind == "data_parallel"
     assert {p.ranks[0] for p in uniform_plan("table_wise", TABLES, 2).tables.values()} == {0, 1}
 

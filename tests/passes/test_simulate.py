@@ -25,12 +25,11 @@ from sparselift.passes.simulate import (
     _Exchange,
     _Network,
     calibrated,
-    load_calibration,
-    parse_world_sizes,
     simulate,
     sweep,
     workload_from_module,
 )
+from sparselift.tools.simulate_cli import format_table, load_calibration, parse_world_sizes
 
 INPUTS = Path(__file__).resolve().parents[1] / "filecheck" / "inputs"
 POWERS = [2**k for k in range(3, 13)]  # 8 .. 4096
@@ -45,9 +44,7 @@ def _workload(fixture: str, batch: int = 2048) -> Workload:
 
 @pytest.fixture(scope="module")
 def workloads() -> dict[str, Workload]:
-    return {
-        name: _workload(f"{name}-ws2.mlir") for name in ("dlrm-kaggle", "dlrm-terabyte", "two-tower")
-    }
+    return {name: _workload(f"{name}-ws2.mlir") for name in ("dlrm-kaggle", "dlrm-terabyte", "two-tower")}
 
 
 def _big_tables_workload() -> Workload:
@@ -86,7 +83,7 @@ def test_workload_from_two_tower_keeps_modules_weights_and_pooling():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('sched.step @s world_size = 1 outputs = 0 {\n  sched.yield\n} backward {\n  sched.yield\n}\n', "batch"),
+        ("sched.step @s world_size = 1 outputs = 0 {\n  sched.yield\n} backward {\n  sched.yield\n}\n", "batch"),
         (
             'sched.step @s world_size = 1 outputs = 0 attributes {batch = "4"} {\n  sched.yield\n} '
             "backward {\n  sched.yield\n}\n",
@@ -323,11 +320,13 @@ def test_result_json_and_table_say_simulated(workloads):
     result = sweep(workloads["dlrm-kaggle"], H100_NCCL, [64, 8], cost_source="h100-nccl profile values")
     data = json.loads(json.dumps(result.to_json()))
     assert data["simulated"] is True
-    assert {"model", "profile", "rows", "cost_source", "profile_fields", "ranks_per_node", "batch_per_rank"} <= set(data)
+    assert {"model", "profile", "rows", "cost_source", "profile_fields", "ranks_per_node", "batch_per_rank"} <= set(
+        data
+    )
     assert [r["world_size"] for r in data["rows"]] == [8, 64]
     for r in data["rows"]:
         assert {"world_size", "step_ms", "breakdown", "samples_per_s", "exchange_share"} <= set(r)
         assert set(r["breakdown"]) == set(STAGES)
-    table = result.to_table()
+    table = format_table(result)
     assert table.startswith("SIMULATED")
     assert "h100-nccl profile values" in table

@@ -191,7 +191,22 @@ def test_to_table_lists_tables_and_bytes_per_peer(small, capsys):
     assert text.startswith("SRSV @small: world_size = 2, batch = 4\n")
     lines = text.splitlines()
     t0 = next(line for line in lines if line.strip().startswith("t0 "))
-    assert t0.split() == ["t0", "emb/table_wise", "table_wise", "0", "100", "8", "f32", "sum", "f0", "2", "16", "512", "3200", "256"]
+    assert t0.split() == [
+        "t0",
+        "emb/table_wise",
+        "table_wise",
+        "0",
+        "100",
+        "8",
+        "f32",
+        "sum",
+        "f0",
+        "2",
+        "16",
+        "512",
+        "3200",
+        "256",
+    ]
     indices = next(line for line in lines if "input_indices" in line)
     assert "estimated" in indices and "s0->[64, 96] s1->[64, 96]" in indices
     pooled = next(line for line in lines if "output_pooled" in line)
@@ -217,12 +232,13 @@ def test_batch_argument_and_missing_batch():
 
 
 def test_exported_two_tower_has_an_entry_per_table_and_bytes_per_collective():
+    from sparselift.codegen.table_facts import describe_tables
     from sparselift.frontend.export import export
     from sparselift.models import build
 
     model, inputs = build("two-tower", rows_cap=2000, batch_size=16)
     program = export(model, inputs, world_size=2, sharding="auto")
-    table_names = {t.name for t in program.tables}
+    table_names = {t.name for t in describe_tables(program.module)}
     module = program.module
     LiftSparse().apply(context(), module)
     step = steps_of(module)[0]

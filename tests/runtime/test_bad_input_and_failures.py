@@ -29,10 +29,20 @@ def _with(inputs, position, feature, value):
 @pytest.mark.parametrize(
     "position, feature, make, message",
     [
-        (0, 0, lambda t: torch.full_like(t, 100), "feature 'user_indices_0' (table 'user.emb.0'): id 100 is out of range for a table of 100 rows"),
+        (
+            0,
+            0,
+            lambda t: torch.full_like(t, 100),
+            "feature 'user_indices_0' (table 'user.emb.0'): id 100 is out of range for a table of 100 rows",
+        ),
         (0, 1, lambda t: torch.full_like(t, -3), "feature 'user_indices_1' (table 'user.emb.1'): negative id -3"),
         (1, 0, lambda t: t.flip(0), "feature 'user_indices_0' (table 'user.emb.0'): offsets"),
-        (1, 1, lambda t: t[:-1], "feature 'user_indices_1' (table 'user.emb.1'): expected 5 offsets for a batch of 4, got 4"),
+        (
+            1,
+            1,
+            lambda t: t[:-1],
+            "feature 'user_indices_1' (table 'user.emb.1'): expected 5 offsets for a batch of 4, got 4",
+        ),
     ],
 )
 def test_bad_ids_raise_value_error_naming_feature_and_table(compiled_two_tower, position, feature, make, message):

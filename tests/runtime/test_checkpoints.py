@@ -21,8 +21,7 @@ def _train(compiled, batches, rank, steps):
 
 def _compile():
     model, example = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
-    return sparselift.compile(model, example, sharding="auto",
-                              sparse_optimizer=sparselift.optim.RowWiseAdagrad(lr=0.1))
+    return sparselift.compile(model, example, sharding="auto", sparse_optimizer=sparselift.optim.RowWiseAdagrad(lr=0.1))
 
 
 def _resume_worker(rank, world, ckpt_dir):
@@ -59,9 +58,15 @@ def _resume_worker(rank, world, ckpt_dir):
     _train(resumed, batches_rest, rank, 2)
     got = resumed.state_dict()
     diff = max((got[k] - want[k]).abs().max().item() for k in want)
-    return {"exact_roundtrip": exact, "resume_diff": diff, "keys": sorted(full), "full_resume_diff": full_resume_diff,
-            "rank0_keys": rank0_keys, "rank0_equal": rank0_equal,
-            "tables": [info.param for info in other.program.tables]}
+    return {
+        "exact_roundtrip": exact,
+        "resume_diff": diff,
+        "keys": sorted(full),
+        "full_resume_diff": full_resume_diff,
+        "rank0_keys": rank0_keys,
+        "rank0_equal": rank0_equal,
+        "tables": [info.param for info in other.table_facts],
+    }
 
 
 def _saved(state, directory, rank):
@@ -93,7 +98,7 @@ def test_load_state_dict_names_what_is_wrong():
 
     compiled = _compile()
     state = compiled.state_dict()
-    table = compiled.program.tables[0].param
+    table = compiled.table_facts[0].param
     with pytest.raises(KeyError, match=rf"missing keys \['{table}.momentum'\].*'<table>.momentum'"):
         compiled.load_state_dict({k: v for k, v in state.items() if k != f"{table}.momentum"})
     with pytest.raises(KeyError, match=r"unexpected keys \['extra'\]"):

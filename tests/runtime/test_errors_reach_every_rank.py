@@ -51,8 +51,7 @@ def _compile_failing(phase: str, here: bool, cache: str) -> None:
     inputs = _bags_inputs(bad=phase == "calibration" and here)
     patches = []
     if phase in ("plan-key", "plan-lookup", "calibration"):
-        options = sparselift.CompileOptions(cache_dir=cache, plan="replan", kernels="reference",
-                                            calibration_budget_s=5)
+        options = sparselift.CompileOptions(cache_dir=cache, plan="replan", kernels="reference", calibration_budget_s=5)
     if here and phase == "plan-key":  # this rank's cache directory is not writable
         patches.append(mock.patch("sparselift.planner.cache_dir", side_effect=PermissionError("no cache here")))
     if here and phase == "plan-lookup":  # rank 0 cannot read the plan cache
@@ -84,8 +83,10 @@ def test_a_failure_in_any_compile_phase_on_one_rank_is_raised_on_every_rank(tmp_
         ("plan-key", 1): ("PermissionError", "rank 1: no cache here"),
         ("plan-lookup", 0): ("OSError", "rank 0: plan cache unreadable"),
         ("build", 1): ("KeyError", "rank 1: no emitter"),
-        ("calibration", 1): ("ValueError", "rank 1: feature 'ids' (table 'emb'): id 50 is out of range for a table "
-                                           "of 50 rows"),
+        ("calibration", 1): (
+            "ValueError",
+            "rank 1: feature 'ids' (table 'emb'): id 50 is out of range for a table of 50 rows",
+        ),
     }
     for i, case in enumerate(CASES):
         outcomes = [r[i] for r in ranks]
@@ -112,8 +113,9 @@ def _step(compiled, inputs) -> None:
 
 def _train_with_bad_batches(rank, world, cache):
     model, inputs = build("two-tower", rows_cap=100, batch_size=4)
-    compiled = sparselift.compile(model, inputs, sharding="table_wise",
-                                  options=sparselift.CompileOptions(cache_dir=cache, plan="none"))
+    compiled = sparselift.compile(
+        model, inputs, sharding="table_wise", options=sparselift.CompileOptions(cache_dir=cache, plan="none")
+    )
     before = {k: v.clone() for k, v in compiled.tables.items()}
     out = {}
     for how in ("id", "offsets"):

@@ -43,8 +43,9 @@ def _distinct_batch(model: SmallModel, seed: int) -> tuple:
 
 
 def _compile(model, example, kernels: str):
-    return sparselift.compile(model, example, sharding="table_wise",
-                              options=sparselift.CompileOptions(plan="none", kernels=kernels))
+    return sparselift.compile(
+        model, example, sharding="table_wise", options=sparselift.CompileOptions(plan="none", kernels=kernels)
+    )
 
 
 def test_repeated_example_tensors_are_copied_and_others_kept():
@@ -87,5 +88,10 @@ def test_aliased_example_inputs_bind_every_position_on_two_ranks():
     with torch.no_grad():
         for rank, outputs in enumerate(results):
             for step, got in enumerate(outputs):
-                torch.testing.assert_close(got, model(*_distinct_batch(model, 10 * step + rank)), atol=1e-6,
-                                           rtol=1e-5, msg=lambda m, s=step, r=rank: f"step {s}, rank {r}: {m}")
+                torch.testing.assert_close(
+                    got,
+                    model(*_distinct_batch(model, 10 * step + rank)),
+                    atol=1e-6,
+                    rtol=1e-5,
+                    msg=lambda m, s=step, r=rank: f"step {s}, rank {r}: {m}",
+                )

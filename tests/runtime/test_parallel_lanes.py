@@ -98,6 +98,12 @@ def test_compiled_plan_runs_its_lanes(monkeypatch):
     monkeypatch.setattr(plan_ops, "parallel", counting)
     # One rank: every table-local op runs on it, so each group gets its lanes (reference kernels:
     # compile adds no generate-kernels of its own, so it runs after the lanes, fused per lane).
-    check_parity("dlrm-kaggle", 1, steps=2, rows_cap=2000, kernels="reference",
-                 passes="parallelize-tables{groups=3},generate-kernels")
+    check_parity(
+        "dlrm-kaggle",
+        1,
+        steps=2,
+        rows_cap=2000,
+        kernels="reference",
+        passes="parallelize-tables{groups=3},generate-kernels",
+    )
     assert calls and set(calls) == {3}

@@ -14,8 +14,14 @@ CASES = [
     pytest.param("two-tower", 3, "row_wise", ("sgd", 0.05, 0.0), 200, id="ws3-row-wise"),
     pytest.param("two-tower", 2, "data_parallel", ("sgd", 0.05, 0.0), 200, id="ws2-data-parallel"),
     pytest.param("torchrec-ebc", 2, "table_wise", ("sgd", 0.05, 0.0), 200, id="ws2-torchrec-shared-table"),
-    pytest.param("parity_models:int32_empty_bags", 2, "auto", ("rowwise_adagrad", 0.1, 1e-8), 200,
-                 id="ws2-int32-empty-bags-adagrad"),
+    pytest.param(
+        "parity_models:int32_empty_bags",
+        2,
+        "auto",
+        ("rowwise_adagrad", 0.1, 1e-8),
+        200,
+        id="ws2-int32-empty-bags-adagrad",
+    ),
     pytest.param("two-tower", 3, "auto", ("rowwise_adagrad", 0.1, 1e-8), 200, id="ws3-auto-adagrad"),
 ]
 
@@ -33,8 +39,9 @@ def test_training_matches_single_process(model, world, sharding, optimizer, rows
     ],
 )
 def test_reference_lowering_matches_single_process(model, world, sharding, optimizer):
-    check_parity(model, world, sharding=sharding, optimizer=optimizer, steps=3, batch=8, rows_cap=2000,
-                 kernels="reference")
+    check_parity(
+        model, world, sharding=sharding, optimizer=optimizer, steps=3, batch=8, rows_cap=2000, kernels="reference"
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,8 +53,7 @@ def test_reference_lowering_matches_single_process(model, world, sharding, optim
 )
 def test_train_pipeline_matches_single_process(model, world, sharding):
     # The next batch's input exchange runs during this batch's backward: training is unchanged.
-    check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True,
-                 passes="hide-latency")
+    check_parity(model, world, sharding=sharding, steps=4, batch=8, rows_cap=2000, pipeline=True, passes="hide-latency")
 
 
 @pytest.mark.parametrize(
@@ -61,8 +67,14 @@ def test_train_pipeline_matches_single_process(model, world, sharding):
     ],
 )
 def test_aggregate_comm_matches_single_process(model, world, sharding):
-    check_parity(model, world, sharding=sharding, optimizer=("rowwise_adagrad", 0.1, 1e-8), passes="aggregate-comm",
-                 pipeline=True)
+    check_parity(
+        model,
+        world,
+        sharding=sharding,
+        optimizer=("rowwise_adagrad", 0.1, 1e-8),
+        passes="aggregate-comm",
+        pipeline=True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -76,13 +88,25 @@ def test_aggregate_comm_matches_single_process(model, world, sharding):
         pytest.param("two-tower", 3, "generated", "parallelize-tables{groups=2}", id="ws3-two-tower-generated"),
         pytest.param("two-tower", 3, "reference", "parallelize-tables{groups=2}", id="ws3-two-tower-reference"),
         # The final pipeline's order: lanes first, then one fused kernel per lane and rank.
-        pytest.param("dlrm-kaggle", 2, "reference", "aggregate-comm,parallelize-tables{groups=2},generate-kernels",
-                     id="ws2-kaggle-fused-per-lane"),
+        pytest.param(
+            "dlrm-kaggle",
+            2,
+            "reference",
+            "aggregate-comm,parallelize-tables{groups=2},generate-kernels",
+            id="ws2-kaggle-fused-per-lane",
+        ),
     ],
 )
 def test_parallelize_tables_matches_single_process(model, world, kernels, passes):
-    check_parity(model, world, sharding="auto", optimizer=("rowwise_adagrad", 0.1, 1e-8), rows_cap=2000,
-                 kernels=kernels, passes=passes)
+    check_parity(
+        model,
+        world,
+        sharding="auto",
+        optimizer=("rowwise_adagrad", 0.1, 1e-8),
+        rows_cap=2000,
+        kernels=kernels,
+        passes=passes,
+    )
 
 
 ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
@@ -96,8 +120,14 @@ ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-la
         pytest.param("two-tower", 3, "auto", "hide-latency{overlap=output}", True, id="ws3-output-overlap-pipelined"),
         pytest.param("two-tower", 2, "row_wise", "hide-latency{max-inflight-bytes=2000}", False, id="ws2-capped"),
         # The planner's schedule with the dense gradients in one all-reduce after backward.
-        pytest.param("dlrm-kaggle", 2, "auto", "generate-kernels,hide-latency{dense-grads=false}", True,
-                     id="ws2-kaggle-dense-grads-after-backward-pipelined"),
+        pytest.param(
+            "dlrm-kaggle",
+            2,
+            "auto",
+            "generate-kernels,hide-latency{dense-grads=false}",
+            True,
+            id="ws2-kaggle-dense-grads-after-backward-pipelined",
+        ),
         # All four optimizations in one pipeline, with and without TrainPipeline.
         pytest.param("dlrm-kaggle", 2, "auto", ALL_FOUR, True, id="ws2-kaggle-all-four-pipelined"),
         pytest.param("two-tower", 3, "auto", ALL_FOUR, False, id="ws3-two-tower-all-four"),
@@ -105,5 +135,14 @@ ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-la
     ],
 )
 def test_hide_latency_and_all_four_match_single_process(model, world, sharding, passes, pipeline):
-    check_parity(model, world, sharding=sharding, optimizer=("rowwise_adagrad", 0.1, 1e-8), steps=4, batch=8,
-                 rows_cap=2000, passes=passes, pipeline=pipeline)
+    check_parity(
+        model,
+        world,
+        sharding=sharding,
+        optimizer=("rowwise_adagrad", 0.1, 1e-8),
+        steps=4,
+        batch=8,
+        rows_cap=2000,
+        passes=passes,
+        pipeline=pipeline,
+    )

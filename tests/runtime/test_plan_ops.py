@@ -19,7 +19,7 @@ def _inputs(seed=0):
     g = torch.Generator().manual_seed(seed)
     tables = {f"t{k}": torch.randn(r, d, generator=g) for k, (r, d) in enumerate(zip(ROWS, DIMS))}
     lengths = torch.randint(0, 4, (FEATURES * BATCH,), generator=g, dtype=torch.int32)
-    segments = [(int(lengths[k * BATCH:(k + 1) * BATCH].sum()), ROWS[k]) for k in range(FEATURES)]
+    segments = [(int(lengths[k * BATCH : (k + 1) * BATCH].sum()), ROWS[k]) for k in range(FEATURES)]
     indices = torch.cat([torch.randint(0, r, (n,), generator=g) for n, r in segments])
     grads = [torch.randn(BATCH, d, generator=g) for d in DIMS]
     return tables, lengths, indices, grads
@@ -30,12 +30,22 @@ def test_fused_table_gradients_match_the_reference_in_one_buffer(generated):
     tables, lengths, indices, grads = _inputs()
     plan = SimpleNamespace(tables=tables, kernels=default_kernels() if generated else None)
     names = list(tables)
-    views = rt.fused_lookup_grad(plan, names, lengths, indices, None, slots=[[0], [1], [2]],
-                                 features_per_segment=FEATURES, poolings=["sum", "mean", "sum"],
-                                 segment_batches=(BATCH,), grads=grads)
+    views = rt.fused_lookup_grad(
+        plan,
+        names,
+        lengths,
+        indices,
+        None,
+        slots=[[0], [1], [2]],
+        features_per_segment=FEATURES,
+        poolings=["sum", "mean", "sum"],
+        segment_batches=(BATCH,),
+        grads=grads,
+    )
     for k, (v, name) in enumerate(zip(views, names)):
-        want = ref.lookup_grad(tables[name], lengths, indices, None, grads[k], [k], FEATURES, BATCH,
-                               ["sum", "mean", "sum"][k])
+        want = ref.lookup_grad(
+            tables[name], lengths, indices, None, grads[k], [k], FEATURES, BATCH, ["sum", "mean", "sum"][k]
+        )
         torch.testing.assert_close(v, want, atol=1e-6, rtol=1e-6)
     assert rt._back_to_back(views) is views[0]._base  # the all-reduce reads it without a copy
     assert rt._back_to_back(views[::-1]) is None and rt._back_to_back(views[:2]) is None
@@ -82,9 +92,9 @@ def _per_segment(lengths, indices):
     """(first pooled row, batch, lengths, ids) of each segment, for one-segment reference calls."""
     out, bag, pos, row = [], 0, 0, 0
     for b in SEGMENT_BATCHES:
-        seg = lengths[bag:bag + FEATURES * b]
+        seg = lengths[bag : bag + FEATURES * b]
         n = int(seg.sum())
-        out.append((row, b, seg, indices[pos:pos + n]))
+        out.append((row, b, seg, indices[pos : pos + n]))
         bag, pos, row = bag + FEATURES * b, pos + n, row + b
     return out
 
@@ -93,28 +103,53 @@ def _per_segment(lengths, indices):
 def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
     tables, lengths, indices, grads = _segments()
     poolings = ["sum", "mean", "sum"]
-    plan = SimpleNamespace(tables={n: t.clone() for n, t in tables.items()}, states={}, grad_scale=1.0,
-                           kernels=default_kernels() if generated else None)
-    common = dict(slots=[[0], [1], [2]], features_per_segment=FEATURES, poolings=poolings,
-                  segment_batches=SEGMENT_BATCHES)
+    plan = SimpleNamespace(
+        tables={n: t.clone() for n, t in tables.items()},
+        states={},
+        grad_scale=1.0,
+        kernels=default_kernels() if generated else None,
+    )
+    common = dict(
+        slots=[[0], [1], [2]], features_per_segment=FEATURES, poolings=poolings, segment_batches=SEGMENT_BATCHES
+    )
     pooled = rt.fused_lookup(plan, list(tables), lengths, indices, None, **common)
     want_tables = {n: t.clone() for n, t in tables.items()}
     for k, name in enumerate(tables):
-        want = torch.cat([ref.lookup(tables[name], seg, ids, None, [k], FEATURES, b, poolings[k])
-                          for _, b, seg, ids in _per_segment(lengths, indices)])
+        want = torch.cat(
+            [
+                ref.lookup(tables[name], seg, ids, None, [k], FEATURES, b, poolings[k])
+                for _, b, seg, ids in _per_segment(lengths, indices)
+            ]
+        )
         assert pooled[k].shape == (sum(SEGMENT_BATCHES), DIMS[k])
         torch.testing.assert_close(pooled[k], want, atol=1e-6, rtol=1e-6)
         for row, b, seg, ids in _per_segment(lengths, indices):  # SGD applies occurrences in order
-            ref.lookup_update(want_tables[name], None, seg, ids, None, grads[k][row:row + b], [k], FEATURES, b,
-                              poolings[k], "sgd", 0.1, 0.0)
-    rt.fused_lookup_update(plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd",
-                           lr=0.1, eps=0.0)
+            ref.lookup_update(
+                want_tables[name],
+                None,
+                seg,
+                ids,
+                None,
+                grads[k][row : row + b],
+                [k],
+                FEATURES,
+                b,
+                poolings[k],
+                "sgd",
+                0.1,
+                0.0,
+            )
+    rt.fused_lookup_update(
+        plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd", lr=0.1, eps=0.0
+    )
     for name in tables:
         torch.testing.assert_close(plan.tables[name], want_tables[name], atol=1e-6, rtol=1e-6)
     views = rt.fused_lookup_grad(plan, list(tables), lengths, indices, None, **common, grads=grads)
     for k, name in enumerate(tables):
-        want = sum(ref.lookup_grad(plan.tables[name], seg, ids, None, grads[k][row:row + b], [k], FEATURES, b,
-                                   poolings[k]) for row, b, seg, ids in _per_segment(lengths, indices))
+        want = sum(
+            ref.lookup_grad(plan.tables[name], seg, ids, None, grads[k][row : row + b], [k], FEATURES, b, poolings[k])
+            for row, b, seg, ids in _per_segment(lengths, indices)
+        )
         torch.testing.assert_close(views[k], want, atol=1e-6, rtol=1e-6)
 
 
@@ -131,5 +166,14 @@ def test_pack_with_per_segment_batches_round_trips():
     with pytest.raises(ValueError, match="2 batch sizes for a layout of 3 segments"):
         rt.pack(plan, [a, b], layout, torch.float32, batch=(3, 5))
     with pytest.raises(ValueError, match="bag lengths for 3 features and batch sizes"):
-        rt.fused_lookup(plan, [], torch.zeros(7, dtype=torch.int32), torch.zeros(0, dtype=torch.int64), None,
-                        slots=[], features_per_segment=FEATURES, poolings=[], segment_batches=SEGMENT_BATCHES)
+        rt.fused_lookup(
+            plan,
+            [],
+            torch.zeros(7, dtype=torch.int32),
+            torch.zeros(0, dtype=torch.int64),
+            None,
+            slots=[],
+            features_per_segment=FEATURES,
+            poolings=[],
+            segment_batches=SEGMENT_BATCHES,
+        )

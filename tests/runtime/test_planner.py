@@ -11,10 +11,11 @@ import torch
 
 import sparselift
 import sparselift.planner as planner
+from sparselift.codegen.table_facts import describe_tables, sharding_plan
 from sparselift.cost_fit import bounded_lstsq
 from sparselift.models import build
-from sparselift.passes.plan_sparse import PlanRecord
 from sparselift.passes.profiles import CPU_GLOO
+from sparselift.plan_record import PlanRecord
 from sparselift.runtime.tables import LocalTables, local_shard_bytes, take_local_shards
 
 MODEL, ROWS, BATCH = "two-tower", 200, 8
@@ -52,30 +53,56 @@ def _fake_measure(rank):
 
 
 def _planner_worker(rank, world):
-    from sparselift.compiler import _export_same_on_every_rank, lift_spec
+    from sparselift.compiler import CompilerCandidateBuilder, _export_same_on_every_rank, lift_spec
     from sparselift.optim import SGD
 
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
     program = _export_same_on_every_rank(model, inputs, world, SHARDING, None)
     options = sparselift.CompileOptions(optimizations=FAMILIES)
-    tables = take_local_shards(program, dict(model.named_parameters()), rank=rank, world=world,
-                               optimizer_kind="sgd", inits={})
+    tables = take_local_shards(
+        describe_tables(program.module), dict(model.named_parameters()), rank=rank, optimizer_kind="sgd", inits={}
+    )
     popts = planner.planner_options(options, "cpu")
     records = []
     for _ in range(2):  # the same measurements twice: the same plan
-        p = planner.Planner(program, tables, inputs, lift=lift_spec(SGD()), rank=rank, world=world,
-                            process_group=None, optimizer=SGD(), options=options, plan_options=popts,
-                            measure=_fake_measure(rank))
+        p = planner.Planner(
+            program,
+            tables,
+            inputs,
+            lift=lift_spec(SGD()),
+            rank=rank,
+            world=world,
+            process_group=None,
+            optimizer=SGD(),
+            options=options,
+            plan_options=popts,
+            measure=_fake_measure(rank),
+        )
         records.append(p.run("k"))
     # The sharding family (asked for, with sharding="auto"): each policy's T0 against auto's.
     options = sparselift.CompileOptions(optimizations=("sharding", "codegen"))
     auto = _export_same_on_every_rank(model, inputs, world, "auto", None)
-    p = planner.Planner(auto, take_local_shards(auto, dict(model.named_parameters()), rank=rank, world=world,
-                                                optimizer_kind="sgd", inits={}), inputs, lift=lift_spec(SGD()), rank=rank, world=world, process_group=None,
-                        optimizer=SGD(), options=options, plan_options=planner.planner_options(options, "cpu"),
-                        measure=_fake_measure(rank), model=model, sharding="auto")
+    p = planner.Planner(
+        auto,
+        take_local_shards(
+            describe_tables(auto.module), dict(model.named_parameters()), rank=rank, optimizer_kind="sgd", inits={}
+        ),
+        inputs,
+        lift=lift_spec(SGD()),
+        rank=rank,
+        world=world,
+        process_group=None,
+        optimizer=SGD(),
+        options=options,
+        plan_options=planner.planner_options(options, "cpu"),
+        measure=_fake_measure(rank),
+        sharding="auto",
+        builder=CompilerCandidateBuilder(
+            model, inputs, rank=rank, world=world, process_group=None, optimizer=SGD(), take=None
+        ),
+    )
     sharded = p.run("s")
-    return [r.to_json() for r in records] + [sharded.to_json(), p.program.sharding.to_json()]
+    return [r.to_json() for r in records] + [sharded.to_json(), sharding_plan(p.program.module).to_json()]
 
 
 def test_same_measurements_same_plan_on_every_rank():
@@ -83,7 +110,11 @@ def test_same_measurements_same_plan_on_every_rank():
     records = [PlanRecord.from_json(r) for rank in results for r in rank[:2]]
     for r in records[1:]:  # both runs on both ranks decide the same
         assert (r.pipeline, r.decisions, r.incumbent_us, r.final_us) == (
-            records[0].pipeline, records[0].decisions, records[0].incumbent_us, records[0].final_us)
+            records[0].pipeline,
+            records[0].decisions,
+            records[0].incumbent_us,
+            records[0].final_us,
+        )
     rec = records[0]
     assert rec.pipeline == ("generate-kernels",) and rec.kernels == "generated"
     by_label = {d.label: d for d in rec.decisions}
@@ -91,7 +122,9 @@ def test_same_measurements_same_plan_on_every_rank():
     # F(T0) = max(10, 11) ms, F(T1) = max(9, 11.5) ms: slower, although rank 0 alone was faster.
     assert not agg.accepted and agg.incumbent_us == pytest.approx(11000) and agg.candidate_us == pytest.approx(11500)
     gen = by_label["generated kernels"]
-    assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(110)  # the 1% floor of F(T0) = 11 ms
+    assert (
+        gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(110)
+    )  # the 1% floor of F(T0) = 11 ms
     assert rec.fit["points"] >= 2
 
     # Sharding: row-wise measured fastest, so the plan fixes it (and reuse re-exports with it).
@@ -111,25 +144,34 @@ def _compile_worker(rank, world, cache, kw):
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
     if kw.get("memory_cap_bytes") == "shards+1":  # the shards fit, 1 byte left for buffers
         program = sparselift.export(model, inputs, world_size=world, sharding=SHARDING)
-        kw = {**kw, "memory_cap_bytes": 1 + max(sum(local_shard_bytes(program, r, world, "sgd").values())
-                                                for r in range(world))}
+        kw = {
+            **kw,
+            "memory_cap_bytes": 1
+            + max(sum(local_shard_bytes(describe_tables(program.module), r, "sgd").values()) for r in range(world)),
+        }
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     n = planner.CALIBRATIONS
     first = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
     untouched = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     second = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
     return {
-        "record": first.plan.record.to_json(), "explain": first.plan.explain(), "reused_first": first.plan.reused,
-        "calibration_first": first.plan.calibration_s, "calibrations": planner.CALIBRATIONS - n,
-        "reused_second": second.plan.reused, "calibration_second": second.plan.calibration_s,
+        "record": first.plan.record.to_json(),
+        "explain": first.plan.explain(),
+        "reused_first": first.plan.reused,
+        "calibration_first": first.plan.calibration_s,
+        "calibrations": planner.CALIBRATIONS - n,
+        "reused_second": second.plan.reused,
+        "calibration_second": second.plan.calibration_s,
         "same_plan": second.plan.record == first.plan.record and second.plan.hash == first.plan.hash,
-        "untouched": untouched, "out": first(*inputs).detach(),
+        "untouched": untouched,
+        "out": first(*inputs).detach(),
     }
 
 
 def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
-    results = sparselift.launch(_compile_worker, 2, str(tmp_path), {"memory_cap_bytes": "shards+1", "calibration_budget_s": 20},
-                                timeout_s=120)
+    results = sparselift.launch(
+        _compile_worker, 2, str(tmp_path), {"memory_cap_bytes": "shards+1", "calibration_budget_s": 20}, timeout_s=120
+    )
     r0, r1 = results
     assert r0["record"] == r1["record"]  # rank 0 decided for both (F is combined over the ranks)
     record = PlanRecord.from_json(r0["record"])
@@ -139,8 +181,10 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
         assert r["reused_second"] and r["calibration_second"] == 0 and r["calibrations"] == 1 and r["same_plan"]
     # The 1-byte cap: aggregate-comm refuses every merge; that refusal is the reason in explain.
     rejected = {d.label: d.reason for d in record.decisions if not d.accepted}
-    assert re.fullmatch(r"aggregate-comm: not merged: the merged buffer would hold \d+ bytes, over max-bytes 1",
-                        rejected["aggregate output_pooled"])
+    assert re.fullmatch(
+        r"aggregate-comm: not merged: the merged buffer would hold \d+ bytes, over max-bytes 1",
+        rejected["aggregate output_pooled"],
+    )
     assert not any(s.startswith("aggregate-comm") for s in record.pipeline)
     # explain shows the record: every decision with its reason, predicted vs measured.
     text = r0["explain"]
@@ -154,14 +198,19 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
 
     # The same model at world size 1 re-plans, and says which key field changed.
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
-    cap = 1 + sum(local_shard_bytes(sparselift.export(model, inputs, world_size=1, sharding=SHARDING), 0, 1,
-                                    "sgd").values())
+    cap = 1 + sum(
+        local_shard_bytes(
+            describe_tables(sparselift.export(model, inputs, world_size=1, sharding=SHARDING).module), 0, "sgd"
+        ).values()
+    )
     with pytest.raises(RuntimeError, match=r"plan='reuse-only' but .*differs in world_size \(2 -> 1\)"):
-        sparselift.compile(model, inputs, sharding=SHARDING,
-                           options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=cap))
+        sparselift.compile(
+            model, inputs, sharding=SHARDING, options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=cap)
+        )
     with caplog.at_level(logging.INFO, logger="sparselift"):
-        single = sparselift.compile(model, inputs, sharding=SHARDING,
-                                    options=_options(tmp_path, memory_cap_bytes=cap, calibration_budget_s=0))
+        single = sparselift.compile(
+            model, inputs, sharding=SHARDING, options=_options(tmp_path, memory_cap_bytes=cap, calibration_budget_s=0)
+        )
     assert "re-planning: no cached plan for key" in caplog.text and "world_size (2 -> 1)" in caplog.text
     assert not single.plan.reused
 
@@ -176,8 +225,7 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
 def test_explain_cli_prints_a_saved_record(tmp_path, capsys):
     from sparselift.tools.cli import main
 
-    record = PlanRecord(key="k1", pipeline=("generate-kernels",), kernels="generated", calibration_s=0.5,
-                        budget_s=30.0)
+    record = PlanRecord(key="k1", pipeline=("generate-kernels",), kernels="generated", calibration_s=0.5, budget_s=30.0)
     path = tmp_path / "plan.json"
     path.write_text(record.to_json())
     assert main(["explain", "--plan", str(path)]) == 0
@@ -209,8 +257,9 @@ def test_reuse_only_without_a_record_and_bad_plan_files(tmp_path):
     with pytest.raises(RuntimeError, match="no such plan record file"):
         sparselift.compile(model, inputs, options=_options(tmp_path, plan=str(tmp_path / "missing.json")))
     with pytest.raises(ValueError, match="unknown 'sharded'"):
-        sparselift.compile(model, inputs, options=sparselift.CompileOptions(cache_dir=str(tmp_path),
-                                                                            optimizations=("sharded",)))
+        sparselift.compile(
+            model, inputs, options=sparselift.CompileOptions(cache_dir=str(tmp_path), optimizations=("sharded",))
+        )
 
 
 def test_fit_moves_the_scales_toward_the_measurements():
@@ -229,13 +278,17 @@ def test_fit_weighs_plans_by_relative_error():
     # Five fast plans whose gathers run 2x slower than the profile says, and one plan 8x slower
     # than them that the categories cannot explain (the reference lowering's T0): the fast
     # plans, which the planner compares with each other, keep small relative errors.
-    points = [({"gather": g, "dense": 100_000.0}, 2 * g + 100_000.0) for g in (10_000.0, 14_000.0, 18_000.0,
-                                                                                  22_000.0, 26_000.0)]
+    points = [
+        ({"gather": g, "dense": 100_000.0}, 2 * g + 100_000.0)
+        for g in (10_000.0, 14_000.0, 18_000.0, 22_000.0, 26_000.0)
+    ]
     points.append(({"gather": 30_000.0, "dense": 100_000.0}, 1_000_000.0))
     fitted, report = planner.fit_profile(CPU_GLOO, points)
     scales = report["scales"]
-    errors = [abs(report["intercept_us"] + scales["gather"] * b["gather"] + scales["dense"] * b["dense"] - f) / f
-              for b, f in points[:5]]
+    errors = [
+        abs(report["intercept_us"] + scales["gather"] * b["gather"] + scales["dense"] * b["dense"] - f) / f
+        for b, f in points[:5]
+    ]
     assert max(errors) < 0.1, errors
 
 
@@ -286,8 +339,19 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
 
     cands = [Candidate("parallelism", f"G={g}", f"G={g}", (f"G={g}",), lanes=g) for g in (2, 4, 8, 16)]
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
-                        options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+    p = planner.Planner(
+        None,
+        LocalTables({}, {}, {}),
+        (),
+        lift="lift-sparse",
+        rank=0,
+        world=1,
+        process_group=None,
+        optimizer=None,
+        options=options,
+        plan_options=planner.planner_options(options, "cpu"),
+        measure=measure,
+    )
     p._start = p.clock()
     pred = Prediction("", 0.0, (), "")
     order = [cands[2], cands[1], cands[3], cands[0]]  # best predicted first: G=8
@@ -306,8 +370,19 @@ def _scripted_planner(steps_by_plan):
         return next(scripts[pipeline[0] if pipeline else ""])
 
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
-                        options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+    p = planner.Planner(
+        None,
+        LocalTables({}, {}, {}),
+        (),
+        lift="lift-sparse",
+        rank=0,
+        world=1,
+        process_group=None,
+        optimizer=None,
+        options=options,
+        plan_options=planner.planner_options(options, "cpu"),
+        measure=measure,
+    )
     p._start = p.clock()
     return p
 
@@ -346,14 +421,20 @@ def test_schedules_within_noise_of_each_other_are_decided_by_paired_rounds(runne
 
     drift = [0.0, 0.004, 0.001, 0.003, 0.0, 0.002, 0.005, 0.001]
     sign = -1 if runner_up_wins else 1
-    p = _scripted_planner({
-        "": [0.012, 0.0120, 0.0130],
-        "fwd": [0.012, 0.0100, 0.0110] + [0.010 + d for d in drift],
-        "both": [0.012, 0.0102, 0.0112] + [0.010 + d + sign * 0.0005 for d in drift],
-    })
+    p = _scripted_planner(
+        {
+            "": [0.012, 0.0120, 0.0130],
+            "fwd": [0.012, 0.0100, 0.0110] + [0.010 + d for d in drift],
+            "both": [0.012, 0.0102, 0.0112] + [0.010 + d + sign * 0.0005 for d in drift],
+        }
+    )
     cands = [Candidate("latency-hiding", name, name, (name,)) for name in ("fwd", "both")]
-    out = {d.label: d for d in p._alternatives((), [(c, Prediction(c.label, 0.0, (), "")) for c in cands],
-                                                {"fwd": -500.0, "both": -600.0})}
+    out = {
+        d.label: d
+        for d in p._alternatives(
+            (), [(c, Prediction(c.label, 0.0, (), "")) for c in cands], {"fwd": -500.0, "both": -600.0}
+        )
+    }
     assert p.spent["tie_break_rounds"] == 8
     winner, loser = ("both", "fwd") if runner_up_wins else ("fwd", "both")
     assert out[winner].accepted and not out[loser].accepted
@@ -374,8 +455,19 @@ def test_codegen_comparison_stops_early_when_decisive():
             return gen_s if pipeline == ("generate-kernels",) else 0.100
 
         options = sparselift.CompileOptions()
-        p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
-                            options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+        p = planner.Planner(
+            None,
+            LocalTables({}, {}, {}),
+            (),
+            lift="lift-sparse",
+            rank=0,
+            world=1,
+            process_group=None,
+            optimizer=None,
+            options=options,
+            plan_options=planner.planner_options(options, "cpu"),
+            measure=measure,
+        )
         o0, o1 = p._codegen((), ("generate-kernels",))
         assert len(seen) == observations
         assert min(o1) == gen_s and min(o0) == 0.100
@@ -392,8 +484,19 @@ def test_codegen_measured_slower_once_is_rechecked_with_paired_rounds():
     from sparselift.passes.plan_sparse import Candidate, Prediction
 
     options = sparselift.CompileOptions()
-    p = planner.Planner(None, LocalTables({}, {}, {}), (), lift="lift-sparse", rank=0, world=1, process_group=None, optimizer=None,
-                        options=options, plan_options=planner.planner_options(options, "cpu"), measure=measure)
+    p = planner.Planner(
+        None,
+        LocalTables({}, {}, {}),
+        (),
+        lift="lift-sparse",
+        rank=0,
+        world=1,
+        process_group=None,
+        optimizer=None,
+        options=options,
+        plan_options=planner.planner_options(options, "cpu"),
+        measure=measure,
+    )
     p._start = p.clock()
     p._ready = lambda pipelines, program=None: None
     p._refit = lambda: None

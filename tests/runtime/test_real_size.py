@@ -58,18 +58,30 @@ def _takeover_worker(rank, world, cache):
     model = Bags(rows=5000)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     compiled = sparselift.compile(
-        model, _inputs(5000, 32, rank), sharding="table_wise",
+        model,
+        _inputs(5000, 32, rank),
+        sharding="table_wise",
         sparse_optimizer=sparselift.optim.RowWiseAdagrad(lr=0.1),
-        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=20))
+        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=20),
+    )
     calibrated = bool(compiled.plan.record.measurements)
     untouched = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     states_zero = all(int(torch.count_nonzero(s)) == 0 for s in compiled.states.values())
     params = dict(model.named_parameters())
-    shared = all(compiled.tables[i.name].data_ptr() == params[i.param].data_ptr()
-                 for i in compiled.program.tables if i.name in compiled.tables)
+    shared = all(
+        compiled.tables[i.name].data_ptr() == params[i.param].data_ptr()
+        for i in compiled.table_facts
+        if i.name in compiled.tables
+    )
     exported_refs = not hasattr(compiled.program, "exported")
-    return {"calibrated": calibrated, "untouched": untouched, "states_zero": states_zero, "shared": shared,
-            "origins": sorted(set(compiled.local.origin.values())), "no_exported_program": exported_refs}
+    return {
+        "calibrated": calibrated,
+        "untouched": untouched,
+        "states_zero": states_zero,
+        "shared": shared,
+        "origins": sorted(set(compiled.local.origin.values())),
+        "no_exported_program": exported_refs,
+    }
 
 
 def test_calibration_runs_on_the_model_storage_and_leaves_it_bit_identical(tmp_path):
@@ -85,11 +97,17 @@ def test_calibration_runs_on_the_model_storage_and_leaves_it_bit_identical(tmp_p
 def _meta_worker(rank, world):
     torch.manual_seed(7)  # the dense head on meta is materialized from rank 0's seed on every rank
     model = Bags(rows=3000, device="meta")
-    compiled = sparselift.compile(model, _inputs(3000, 16, rank), sharding="row_wise",
-                                  options=sparselift.CompileOptions(plan="none", init_seed=11))
+    compiled = sparselift.compile(
+        model,
+        _inputs(3000, 16, rank),
+        sharding="row_wise",
+        options=sparselift.CompileOptions(plan="none", init_seed=11),
+    )
     state = compiled.state_dict()
-    want = {f"emb.{k}.weight": fill_rows(torch.empty(3000, DIM), 0, nn.init.normal_, seed=11, table=f"emb.{k}")
-            for k in range(4)}
+    want = {
+        f"emb.{k}.weight": fill_rows(torch.empty(3000, DIM), 0, nn.init.normal_, seed=11, table=f"emb.{k}")
+        for k in range(4)
+    }
     tables_ok = all(torch.equal(state[k], v) for k, v in want.items())
     head = state["head.weight"]
     # The user's hook gets each shard with its row offset.
@@ -99,27 +117,41 @@ def _meta_worker(rank, world):
         calls.append((name, tuple(shard.shape), row_offset))
         shard.copy_(torch.arange(row_offset, row_offset + shard.shape[0]).float()[:, None].expand_as(shard))
 
-    hooked = sparselift.compile(Bags(rows=3000, device="meta"), _inputs(3000, 16, rank), sharding="row_wise",
-                                options=sparselift.CompileOptions(plan="none", table_init=table_init))
+    hooked = sparselift.compile(
+        Bags(rows=3000, device="meta"),
+        _inputs(3000, 16, rank),
+        sharding="row_wise",
+        options=sparselift.CompileOptions(plan="none", table_init=table_init),
+    )
     rows_ok = torch.equal(hooked.state_dict()["emb.2.weight"][:, 0], torch.arange(3000).float())
     # A bound method of the model as the hook must not keep the model alive through the options.
     owner = BagsWithInit(rows=3000, device="meta")
     owner_ref = weakref.ref(owner)
-    kept = sparselift.compile(owner, _inputs(3000, 16, rank), sharding="row_wise",
-                              options=sparselift.CompileOptions(plan="none", table_init=owner.table_init))
+    kept = sparselift.compile(
+        owner,
+        _inputs(3000, 16, rank),
+        sharding="row_wise",
+        options=sparselift.CompileOptions(plan="none", table_init=owner.table_init),
+    )
     del owner
     gc.collect()
     rows_ok = rows_ok and owner_ref() is None and kept.options.table_init is None
     # TorchRec: an EBC built on meta, initialized with each EmbeddingBagConfig's init_fn.
     ebc_model = MetaEBC()
-    ebc = sparselift.compile(ebc_model, MetaEBC.inputs(8, rank), sharding="table_wise",
-                             options=sparselift.CompileOptions(plan="none"))
+    ebc = sparselift.compile(
+        ebc_model, MetaEBC.inputs(8, rank), sharding="table_wise", options=sparselift.CompileOptions(plan="none")
+    )
     ebc_state = ebc.state_dict()
     default = ebc_state["ebc.embedding_bags.t_default.weight"]
-    return {"tables_ok": tables_ok, "head": head, "calls": calls, "rows_ok": rows_ok,
-            "custom": bool((ebc_state["ebc.embedding_bags.t_custom.weight"] == 0.5).all()),
-            "default": (float(default.abs().max()), math.sqrt(1.0 / default.shape[0]), float(default.std())),
-            "ebc_out": tuple(ebc(*MetaEBC.inputs(8, rank)).shape)}
+    return {
+        "tables_ok": tables_ok,
+        "head": head,
+        "calls": calls,
+        "rows_ok": rows_ok,
+        "custom": bool((ebc_state["ebc.embedding_bags.t_custom.weight"] == 0.5).all()),
+        "default": (float(default.abs().max()), math.sqrt(1.0 / default.shape[0]), float(default.std())),
+        "ebc_out": tuple(ebc(*MetaEBC.inputs(8, rank)).shape),
+    }
 
 
 class MetaEBC(nn.Module):
@@ -129,11 +161,19 @@ class MetaEBC(nn.Module):
         super().__init__()
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 
-        self.ebc = EmbeddingBagCollection(device=torch.device("meta"), tables=[
-            EmbeddingBagConfig(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]),
-            EmbeddingBagConfig(name="t_custom", embedding_dim=8, num_embeddings=300, feature_names=["f1"],
-                               init_fn=lambda t: torch.nn.init.constant_(t, 0.5)),
-        ])
+        self.ebc = EmbeddingBagCollection(
+            device=torch.device("meta"),
+            tables=[
+                EmbeddingBagConfig(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]),
+                EmbeddingBagConfig(
+                    name="t_custom",
+                    embedding_dim=8,
+                    num_embeddings=300,
+                    feature_names=["f1"],
+                    init_fn=lambda t: torch.nn.init.constant_(t, 0.5),
+                ),
+            ],
+        )
         self.head = nn.Linear(16, 1)
 
     def forward(self, kjt):
@@ -146,8 +186,12 @@ class MetaEBC(nn.Module):
         g = torch.Generator().manual_seed(rank)
         lengths = torch.randint(1, 4, (2 * batch,), generator=g)
         n = int(lengths.sum())
-        values = torch.cat([torch.randint(0, 300, (int(lengths[:batch].sum()),), generator=g),
-                            torch.randint(0, 300, (n - int(lengths[:batch].sum()),), generator=g)])
+        values = torch.cat(
+            [
+                torch.randint(0, 300, (int(lengths[:batch].sum()),), generator=g),
+                torch.randint(0, 300, (n - int(lengths[:batch].sum()),), generator=g),
+            ]
+        )
         return (KeyedJaggedTensor(keys=["f0", "f1"], values=values, lengths=lengths),)
 
 
@@ -177,13 +221,18 @@ class RawTable(nn.Module):
 def _bad_sizing_worker(rank, world):
     errors = []
     try:
-        sparselift.compile(RawTable(), (torch.tensor([1, 2, 3]), torch.tensor([0, 2])),
-                           options=sparselift.CompileOptions(plan="none"))
+        sparselift.compile(
+            RawTable(), (torch.tensor([1, 2, 3]), torch.tensor([0, 2])), options=sparselift.CompileOptions(plan="none")
+        )
     except Exception as e:
         errors.append(f"{type(e).__name__}: {e}")
     try:
-        sparselift.compile(Bags(rows=10_000), _inputs(10_000, 8, rank), sharding="table_wise",
-                           options=sparselift.CompileOptions(plan="none", memory_cap_bytes=500_000))
+        sparselift.compile(
+            Bags(rows=10_000),
+            _inputs(10_000, 8, rank),
+            sharding="table_wise",
+            options=sparselift.CompileOptions(plan="none", memory_cap_bytes=500_000),
+        )
     except Exception as e:
         errors.append(f"{type(e).__name__}: {e}")
     return errors
@@ -213,8 +262,11 @@ def _memory_worker(rank, world, cache):
     model = Bags(rows=ROWS_300MB)
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     compiled = sparselift.compile(
-        model, _inputs(ROWS_300MB, 256, rank), sharding="table_wise",
-        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=15))
+        model,
+        _inputs(ROWS_300MB, 256, rank),
+        sharding="table_wise",
+        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=15),
+    )
     added.stop()
     local = sum(t.numel() * t.element_size() for t in compiled.tables.values())
     del model
@@ -222,8 +274,13 @@ def _memory_worker(rank, world, cache):
     _train(compiled, ROWS_300MB, 256, rank, 3)
     gc.collect()
     after = rss_bytes() - base
-    return {"peak": added.peak_mb * 2**20, "after": after, "model": model_bytes, "local": local,
-            "calibrated": bool(compiled.plan.record.measurements)}
+    return {
+        "peak": added.peak_mb * 2**20,
+        "after": after,
+        "model": model_bytes,
+        "local": local,
+        "calibrated": bool(compiled.plan.record.measurements),
+    }
 
 
 def test_compile_peak_and_memory_after_dropping_the_model_are_bounded(tmp_path):
@@ -246,9 +303,13 @@ class BigMetaEBC(nn.Module):
         super().__init__()
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 
-        self.ebc = EmbeddingBagCollection(device=torch.device("meta"), tables=[
-            EmbeddingBagConfig(name=f"t{k}", embedding_dim=32, num_embeddings=2_000_000, feature_names=[f"f{k}"])
-            for k in range(4)])
+        self.ebc = EmbeddingBagCollection(
+            device=torch.device("meta"),
+            tables=[
+                EmbeddingBagConfig(name=f"t{k}", embedding_dim=32, num_embeddings=2_000_000, feature_names=[f"f{k}"])
+                for k in range(4)
+            ],
+        )
         self.head = nn.Linear(4 * 32, 1)
 
     def forward(self, kjt):
@@ -261,13 +322,19 @@ def _big_meta_worker(rank, world, cache):
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(rank)
     lengths = torch.randint(1, 4, (4 * 256,), generator=g)
-    kjt = KeyedJaggedTensor(keys=[f"f{k}" for k in range(4)], lengths=lengths,
-                            values=torch.randint(0, 2_000_000, (int(lengths.sum()),), generator=g))
+    kjt = KeyedJaggedTensor(
+        keys=[f"f{k}" for k in range(4)],
+        lengths=lengths,
+        values=torch.randint(0, 2_000_000, (int(lengths.sum()),), generator=g),
+    )
     model = BigMetaEBC()
     added = AddedMemory().start()
-    compiled = sparselift.compile(model, (kjt,), sharding="table_wise",
-                                  options=sparselift.CompileOptions(plan="replan", cache_dir=cache,
-                                                                    calibration_budget_s=15))
+    compiled = sparselift.compile(
+        model,
+        (kjt,),
+        sharding="table_wise",
+        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=15),
+    )
     compiled(kjt).sum().backward()
     added.stop()
     local = sum(t.numel() * t.element_size() for t in compiled.tables.values())

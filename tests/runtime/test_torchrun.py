@@ -31,7 +31,9 @@ def test_compile_and_train_under_torchrun(tmp_path: Path):
     torchrun = Path(sys.executable).with_name("torchrun")
     out = subprocess.run(
         [str(torchrun), "--nproc_per_node=2", f"--master_port={free_port()}", str(script)],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rank 0/2 ok changed=True" in out.stdout and "rank 1/2 ok changed=True" in out.stdout

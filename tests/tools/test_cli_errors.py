@@ -16,7 +16,7 @@ import pytest
 
 SPARSELIFT = str(Path(sys.executable).parent / "sparselift")
 
-FACTORIES = '''
+FACTORIES = """
 import torch
 from torch import nn
 
@@ -36,7 +36,7 @@ def tiny():
 
 def boom():
     raise RuntimeError("boom in the factory")
-'''
+"""
 
 BOOM = "sparselift export: unexpected error: RuntimeError: boom in the factory"
 HINT = " (rerun with --traceback or SPARSELIFT_TRACEBACK=1 for the traceback)"
@@ -52,11 +52,16 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         "boom-flag": ([SPARSELIFT, "export", "factories.py:boom", "--world-size", "1", "--traceback"], {}),
         "boom-flag-first": ([SPARSELIFT, "--traceback", "export", "factories.py:boom", "--world-size", "1"], {}),
         "boom-env": ([SPARSELIFT, "export", "factories.py:boom", "--world-size", "1"], {"SPARSELIFT_TRACEBACK": "1"}),
-        "unwritable": ([SPARSELIFT, "export", "factories.py:tiny", "--world-size", "1", "-o", "missing/dir/m.mlir"], {}),
+        "unwritable": (
+            [SPARSELIFT, "export", "factories.py:tiny", "--world-size", "1", "-o", "missing/dir/m.mlir"],
+            {},
+        ),
         "usage": ([SPARSELIFT, "export", "factories.py:tiny", "--world-size", "two"], {}),
     }
-    procs = {key: subprocess.Popen(cmd, cwd=tmp, env=env | extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True) for key, (cmd, extra) in commands.items()}
+    procs = {
+        key: subprocess.Popen(cmd, cwd=tmp, env=env | extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for key, (cmd, extra) in commands.items()
+    }
     out = {}
     try:
         for key, proc in procs.items():

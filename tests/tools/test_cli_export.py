@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparselift.passes.sharding import PlacementKind, ShardingPlan
+from sparselift.placement import PlacementKind, ShardingPlan
 from sparselift.tools.cli import MODEL_NAMES
 
 BIN = Path(sys.executable).parent
@@ -23,7 +23,7 @@ SPARSELIFT_OPT = str(BIN / "sparselift-opt")
 
 # Three tables sized so that `auto` at world size 2 uses every placement kind: `big` is larger
 # than one rank's share (row_wise), `mid` is table_wise, `small` is under 64 KiB (data_parallel).
-USER_MODEL = '''
+USER_MODEL = """
 import torch
 from torch import nn
 
@@ -48,9 +48,9 @@ def make_model():
     for rows, per_bag in ((20000, 3), (5000, 2), (100, 1)):
         inputs += [torch.randint(0, rows, (batch * per_bag,), generator=g), torch.arange(batch) * per_bag]
     return ThreeTables(), tuple(inputs)
-'''
+"""
 
-MAX_POOLING_MODEL = '''
+MAX_POOLING_MODEL = """
 import torch
 from torch import nn
 
@@ -66,7 +66,7 @@ class MaxPooled(nn.Module):
 
 def factory():
     return MaxPooled(), (torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2]))
-'''
+"""
 
 
 @dataclass
@@ -107,11 +107,14 @@ def cli(tmp_path_factory) -> tuple[Path, dict[str, Run]]:
     (tmp / "user_model.py").write_text(USER_MODEL)
     (tmp / "max_model.py").write_text(MAX_POOLING_MODEL)
     (tmp / "bad_plan.json").write_text('{"world_size": 2}\n')
-    first = {f"builtin-{name}": _export("--model", name, "--world-size", "2", "--rows-cap", "200",
-                                         "--batch-size", "4") for name in MODEL_NAMES}
+    first = {
+        f"builtin-{name}": _export("--model", name, "--world-size", "2", "--rows-cap", "200", "--batch-size", "4")
+        for name in MODEL_NAMES
+    }
     first |= {
-        "user": _export("user_model.py:make_model", "--world-size", "2", "-o", "user.mlir",
-                        "--plan-json", "plan.json", "-v"),
+        "user": _export(
+            "user_model.py:make_model", "--world-size", "2", "-o", "user.mlir", "--plan-json", "plan.json", "-v"
+        ),
         "unknown-model": _export("--model", "dlrm-nope", "--world-size", "2"),
         "missing-file": _export("no_such_model.py:factory", "--world-size", "2"),
         "missing-factory": _export("user_model.py:no_such_factory", "--world-size", "2"),
@@ -121,8 +124,9 @@ def cli(tmp_path_factory) -> tuple[Path, dict[str, Run]]:
     }
     runs = _run_batch(first, tmp)
     second = {
-        "from-plan": _export("user_model.py:make_model", "--world-size", "2", "--sharding", "plan.json",
-                             "-o", "user_from_plan.mlir"),
+        "from-plan": _export(
+            "user_model.py:make_model", "--world-size", "2", "--sharding", "plan.json", "-o", "user_from_plan.mlir"
+        ),
         "plan-other-world": _export("user_model.py:make_model", "--world-size", "3", "--sharding", "plan.json"),
         "opt-user": [SPARSELIFT_OPT, "user.mlir", "-p", "lift-sparse"],
     }
@@ -187,8 +191,11 @@ def test_plan_for_another_world_size_is_rejected(cli):
         ("missing-file", "model file not found: no_such_model.py"),
         ("missing-factory", "user_model.py has no attribute 'no_such_factory'; callables there:"),
         ("max-pooling", "module 'emb', table 'emb.weight': max pooling is not supported (supported: sum, mean)"),
-        ("bad-sharding", "--sharding must be one of auto, table_wise, row_wise, data_parallel or a plan JSON "
-                         "file; 'diagonal' is neither"),
+        (
+            "bad-sharding",
+            "--sharding must be one of auto, table_wise, row_wise, data_parallel or a plan JSON "
+            "file; 'diagonal' is neither",
+        ),
         ("bad-plan", "--sharding bad_plan.json is not a valid sharding plan: missing key 'tables'"),
     ],
 )

@@ -36,8 +36,21 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, Run]]:
     fit = tmp / "fit.json"
     fit.write_text(json.dumps({"inter_node_bw_gbps": 20.0, "coll_alpha_us": 30}))
     commands = {
-        "sweep": [*SMALL, "--profile", "h100-nccl", "--world-size", "64", "--sweep", "8,16,...,4096",
-                  "--calibration", str(fit), "--json", str(tmp / "out.json"), "--png", str(tmp / "out.png")],
+        "sweep": [
+            *SMALL,
+            "--profile",
+            "h100-nccl",
+            "--world-size",
+            "64",
+            "--sweep",
+            "8,16,...,4096",
+            "--calibration",
+            str(fit),
+            "--json",
+            str(tmp / "out.json"),
+            "--png",
+            str(tmp / "out.png"),
+        ],
         "plain": [*SMALL, "--profile", "h200-nccl", "--world-size", "64", "--ranks-per-node", "64"],
     }
     done = {}
@@ -65,7 +78,10 @@ def test_sweep_writes_documented_json(runs):
     steps = [r["step_ms"] for r in data["rows"]]
     assert steps == sorted(steps)
     # The calibration's fitted values replace the profile's, and the output says so.
-    assert data["calibration"] == str(tmp / "fit.json") and data["calibrated_fields"] == ["coll_alpha_us", "inter_node_bw_gbps"]
+    assert data["calibration"] == str(tmp / "fit.json") and data["calibrated_fields"] == [
+        "coll_alpha_us",
+        "inter_node_bw_gbps",
+    ]
     assert data["profile_fields"]["inter_node_bw_gbps"] == 20.0 and data["profile_fields"]["net_bw_gbps"] == 350.0
     assert "fit.json" in data["cost_source"] and "inter_node_bw_gbps" in data["cost_source"]
     assert run.stdout.startswith("SIMULATED")
@@ -133,7 +149,11 @@ def test_argparse_errors_exit_2(capsys, args):
 
 
 def test_bad_input_from_the_shell_has_no_traceback():
-    run = subprocess.run([SPARSELIFT, "simulate", "--model", "dlrm-kaggle", "--world-size", "0"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [SPARSELIFT, "simulate", "--model", "dlrm-kaggle", "--world-size", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
     assert "world size must be at least 1" in run.stderr and "Traceback" not in run.stderr

@@ -55,7 +55,7 @@
 // CHECK:         rt.unpack(self, {{.*}}, batch=batches.own)
 // CHECK:         return [{{.*}}], [{{v[0-9]+}}, {{v[0-9]+}}, batches.saved()]
 // CHECK:       def _segment_0_backward(self, grads, saved):
-// CHECK:         ({{v[0-9]+}}, {{v[0-9]+}}, saved_batches,) = saved
+// CHECK:         {{v[0-9]+}}, {{v[0-9]+}}, saved_batches = saved
 // CHECK-NEXT:    batches = rt.saved_batch_sizes(saved_batches)
 // CHECK-NEXT:    = rt.pack(self, {{.*}}, batch=batches.own)
 // Synchronous, or overlapping the bottom MLP's backward; the updates run when backward ends.

@@ -6,13 +6,13 @@
 // The table on rank 0 stays a per-table op (a fused call of one table gains nothing).
 // CHECK-LABEL: sched.step @two_on_one_rank
 // CHECK:       sparse.lookup %l, %i table = #sparse.table<"t0"
-// CHECK-NEXT:  %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}} = sched.kernel @lookup_g_0(%l, %i) kind "lookup" {tables = [#sparse.table<"t1", {{.*}}>, #sparse.table<"t2", {{.*}}>], placements = [#sparse.placement<"t1", table_wise, rank = 1>, #sparse.placement<"t2", table_wise, rank = 1>], slots = [array<i64: 0>, array<i64: 1>], group = "g"} : (tensor<?xi32>, tensor<?xi64>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
+// CHECK-NEXT:  %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}} = sparse.fused_lookup %l, %i tables = [#sparse.table<"t1", {{.*}}>, #sparse.table<"t2", {{.*}}>] placements = [#sparse.placement<"t1", table_wise, rank = 1>, #sparse.placement<"t2", table_wise, rank = 1>] slots = [array<i64: 0>, array<i64: 1>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>, tensor<?x4xf32>
 // CHECK-NOT:   sparse.lookup {{.*}}"t1"
 // CHECK:       } backward {
 // CHECK:       sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0"
-// CHECK:       sched.kernel @lookup_update_g_1(%sl, %si, %g1, %g2) kind "lookup_update" {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.1>
+// CHECK:       sparse.fused_lookup_update %sl, %si grads(%g1, %g2 : tensor<?x8xf32>, tensor<?x4xf32>) {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"}
 // MIN3-LABEL:  sched.step @two_on_one_rank
-// MIN3-NOT:    sched.kernel
+// MIN3-NOT:    sparse.fused_
 sched.step @two_on_one_rank world_size = 2 outputs = 3 {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>):
   %p0 = sparse.lookup %l, %i table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
@@ -31,7 +31,7 @@ sched.step @two_on_one_rank world_size = 2 outputs = 3 {
 
 // Weighted and unweighted lookups read different operands: not fused together.
 // CHECK-LABEL: sched.step @weights_differ
-// CHECK-NOT:   sched.kernel
+// CHECK-NOT:   sparse.fused_
 sched.step @weights_differ world_size = 1 outputs = 2 {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>):
   %p0 = sparse.lookup %l, %i weights %w : tensor<?xf32> table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
@@ -49,11 +49,11 @@ sched.step @weights_differ world_size = 1 outputs = 2 {
 // CHECK-LABEL: sched.step @replicated_gradients
 // CHECK:       } backward {
 // CHECK-NEXT:  ^{{.*}}
-// CHECK-NEXT:  %[[G0:[0-9a-z_]+]], %[[G1:[0-9a-z_]+]] = sched.kernel @lookup_grad_dp_{{[0-9]+}}(%sl, %si, %g0, %g1) kind "lookup_grad" {{.*}} : (tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>, tensor<?x4xf32>) -> (tensor<10x8xf32>, tensor<6x4xf32>)
+// CHECK-NEXT:  %[[G0:[0-9a-z_]+]], %[[G1:[0-9a-z_]+]] = sparse.fused_lookup_grad %sl, %si grads(%g0, %g1 : tensor<?x8xf32>, tensor<?x4xf32>) {{.*}} {group = "dp"} : tensor<?xi32>, tensor<?xi64> -> tensor<10x8xf32>, tensor<6x4xf32>
 // CHECK-NEXT:  coll.all_reduce %[[G0]], %[[G1]]
 // CHECK-NOT:   sparse.lookup_grad
 // MIN3-LABEL:  sched.step @replicated_gradients
-// MIN3-NOT:    sched.kernel
+// MIN3-NOT:    sparse.fused_
 sched.step @replicated_gradients world_size = 2 outputs = 2 {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %x0: tensor<?x8xf32>, %x1: tensor<?x4xf32>):
   sched.yield %x0, %x1, %l, %i : tensor<?x8xf32>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
@@ -72,7 +72,7 @@ sched.step @replicated_gradients world_size = 2 outputs = 2 {
 // The first table gradient is all-reduced before the second one is computed: fusing them would
 // move the first past its reader, so both stay per-table ops.
 // CHECK-LABEL: sched.step @gradient_read_early
-// CHECK-NOT:   sched.kernel
+// CHECK-NOT:   sparse.fused_
 // CHECK:       sparse.lookup_grad
 // CHECK:       coll.all_reduce
 // CHECK:       sparse.lookup_grad
@@ -91,8 +91,8 @@ sched.step @gradient_read_early world_size = 2 outputs = 2 {
 }
 
 // Kaggle, 2 ranks: the table-wise lookups of each owner rank fuse into one kernel per rank.
-// KAGGLE-COUNT-2: sched.kernel @lookup_emb_l_table_wise_{{[0-9]+}}
+// KAGGLE-COUNT-2: sparse.fused_lookup {{.*}} {group = "emb_l/table_wise"}
 // KAGGLE-NOT:     sparse.lookup {{.*}}table_wise
 // Then, in backward, the replicated tables' gradients fuse into one kernel.
-// KAGGLE: sched.kernel @lookup_grad_emb_l_data_parallel_{{[0-9]+}}({{.*}}) kind "lookup_grad"
+// KAGGLE: sparse.fused_lookup_grad {{.*}} {group = "emb_l/data_parallel"}
 // KAGGLE-NOT: sparse.lookup_grad

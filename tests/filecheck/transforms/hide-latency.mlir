@@ -84,7 +84,7 @@
 // KAGGLE:         sparse.pack_ids
 // KAGGLE-NEXT:    coll.all_to_all_start {{.*}}input_packed
 // KAGGLE-NEXT:    sched.dense @dense_pre
-// KAGGLE:         sched.kernel @lookup_emb_l_data_parallel
+// KAGGLE:         sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // KAGGLE:         coll.wait
 // KAGGLE:       } backward {
 // KAGGLE:         coll.all_reduce_start

@@ -115,7 +115,7 @@
 // feature (its weights travel with the indices) and mean-pooled tables.
 // RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p lift-sparse | filecheck %s --check-prefix=TWOTOWER
 // TWOTOWER-NOT:     sparse.embedding_bag_collection
-// TWOTOWER-LABEL:   sched.step @step world_size = 2 outputs = 1 attributes {batch = "8", model = "TwoTower"}
+// TWOTOWER-LABEL:   sched.step @step world_size = 2 outputs = 1 attributes {batch = "8", model = "TwoTower", table_params = {item.tag_weight = "item.tag_weight"}}
 // TWOTOWER:         sparse.route {{.*}} weights({{.*}}) {{.*}} {group = "user/table_wise"}
 // TWOTOWER-NEXT:    coll.all_to_all {{.*}} role #coll.role<input_lengths>
 // TWOTOWER-NEXT:    coll.all_to_all {{.*}} role #coll.role<input_indices> send_splits(%[[US:[0-9]+]] : tensor<2xi64>)

@@ -186,37 +186,37 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 // The order of the final pipeline: generate-kernels then fuses within each lane, one kernel per
 // lane and rank, so the lanes stay concurrent.
 // FUSED:       sched.parallel lanes 2
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_table_wise_0{{.*}}table_wise, rank = 1>
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_table_wise_1{{.*}}table_wise, rank = 0>
+// FUSED-NEXT:    sparse.fused_lookup {{.*}}table_wise, rank = 1>] slots
+// FUSED-NEXT:    sparse.fused_lookup {{.*}}table_wise, rank = 0>] slots
 // FUSED-NEXT:    sched.yield
 // FUSED-NEXT:  }, {
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_table_wise_2{{.*}}table_wise, rank = 0>
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_table_wise_3{{.*}}table_wise, rank = 1>
+// FUSED-NEXT:    sparse.fused_lookup {{.*}}table_wise, rank = 0>] slots
+// FUSED-NEXT:    sparse.fused_lookup {{.*}}table_wise, rank = 1>] slots
 // FUSED-NEXT:    sched.yield
 // FUSED:       sched.parallel lanes 2
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_data_parallel_4
+// FUSED-NEXT:    sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // FUSED-NEXT:    sched.yield
 // FUSED-NEXT:  }, {
-// FUSED-NEXT:    sched.kernel @lookup_emb_l_data_parallel_5
+// FUSED-NEXT:    sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // FUSED:       } backward {
 // FUSED:       sched.parallel lanes 2 {
-// FUSED-NEXT:    sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}
-// FUSED-NEXT:    sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}
+// FUSED-NEXT:    sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise"}
+// FUSED-NEXT:    sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise"}
 // FUSED-NEXT:    sched.yield
 // FUSED-NEXT:  }, {
-// FUSED-NEXT:    sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}
-// FUSED-NEXT:    sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}
+// FUSED-NEXT:    sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise"}
+// FUSED-NEXT:    sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise"}
 // FUSED-NEXT:    sched.yield
 
 // The other order: fused kernels are one per rank already (the replicated tables' gradients
 // too), so only the replicated tables' updates (not fused) get lanes.
-// KFIRST:      sched.kernel @lookup_emb_l_table_wise_0{{.*}}remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"
-// KFIRST:      sched.kernel @lookup_emb_l_data_parallel_2
+// KFIRST:      sparse.fused_lookup {{.*}} {group = "emb_l/table_wise", remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"}
+// KFIRST:      sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // KFIRST:      } backward {
-// KFIRST:      sched.kernel @lookup_grad_emb_l_data_parallel_{{[0-9]+}}
+// KFIRST:      sparse.fused_lookup_grad {{.*}} {group = "emb_l/data_parallel"}
 // KFIRST:      sched.parallel lanes 2
 // KFIRST-NEXT:   sparse.lookup_update grad
-// KFIRST:      sched.kernel @lookup_update_emb_l_table_wise_{{[0-9]+}}{{.*}}remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"
+// KFIRST:      sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise", remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"}
 
 // The plan module: each lane is a closure returning what it yields; rt.parallel runs them.
 // PLAN:        def _segment_0_forward(
@@ -227,6 +227,6 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 // PLAN-NEXT:             [[V]] = None
 // PLAN:              return ([[V]], v
 // PLAN-NEXT:     def _lane_1():
-// PLAN:          ({{.*}}) = rt.parallel(self, [_lane_0, _lane_1])
+// PLAN:          {{v[0-9]+(, v[0-9]+)*}} = rt.parallel(self, [_lane_0, _lane_1])
 // PLAN:        def _segment_0_backward(
 // PLAN:          rt.parallel(self, [_lane_0, _lane_1])

@@ -9,16 +9,16 @@
 // (aggregation adds one role at a time), then the tables of the item tower fuse into generated
 // kernels. Roles with nothing to merge are rejected, with the reason.
 // CHECK:       builtin.module attributes {plan = "aggregate-comm{roles={{([a-z_]+,)*}}output_pooled,grad_pooled},generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate sparse_grad: no effect: aggregate-comm{roles=sparse_grad} left the IR unchanged (nothing to rewrite)", "aggregation aggregate dense_grad: no effect: aggregate-comm{roles=dense_grad} left the IR unchanged (nothing to rewrite)"]}
-// CHECK:       sched.kernel @lookup_{{.*}} kind "lookup"
+// CHECK:       sparse.fused_lookup 
 // CHECK:       coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
 // CHECK-NOT:   role #coll.role<output_pooled>
 // CHECK:       coll.all_to_all {{.*}} role #coll.role<grad_pooled> {{.*}} {group = "item/table_wise+user/table_wise"}
 // CHECK-NOT:   role #coll.role<grad_pooled>
-// CHECK:       sched.kernel @lookup_update_{{.*}} kind "lookup_update"
+// CHECK:       sparse.fused_lookup_update 
 
 // Replaying recorded decisions applies exactly those specs: no search, nothing rejected.
 // REPLAY:      builtin.module attributes {plan = "aggregate-comm{roles=output_pooled}"} {
-// REPLAY-NOT:  sched.kernel
+// REPLAY-NOT:  sparse.fused_
 // REPLAY:      coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
 // REPLAY-COUNT-2: coll.all_to_all {{.*}} role #coll.role<grad_pooled>
 

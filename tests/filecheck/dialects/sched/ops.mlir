@@ -38,31 +38,13 @@ sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i
   sched.yield
 }
 
-// Generated kernels of every kind.
-// CHECK-LABEL: func.func @kernels(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x32xf32>, %b: tensor<?xf32>) -> (tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>) {
-// CHECK-NEXT:    %p = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x32xf32>
-// CHECK-NEXT:    sched.kernel @fused_update(%l, %i, %g) kind "lookup_update" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> ()
-// CHECK-NEXT:    %tg = sched.kernel @fused_table_grad(%l, %i, %g) kind "lookup_grad" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = {{\[}}#sparse.placement<"t", data_parallel>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> tensor<10x32xf32>
-// CHECK-NEXT:    %buf = sched.kernel @fused_pack(%p) kind "pack" : (tensor<?x32xf32>) -> tensor<?xf32>
-// CHECK-NEXT:    %u0, %u1 = sched.kernel @fused_unpack(%b) kind "unpack" : (tensor<?xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>)
-// CHECK-NEXT:    func.return %p, %buf, %u0, %u1 : tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>
-// CHECK-NEXT:  }
-func.func @kernels(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x32xf32>, %b: tensor<?xf32>) -> (tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>) {
-  %p = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x32xf32>
-  sched.kernel @fused_update(%l, %i, %g) kind "lookup_update" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> ()
-  %tg = sched.kernel @fused_table_grad(%l, %i, %g) kind "lookup_grad" {tables = [#sparse.table<"t", rows = 10, dim = 32, f32, sum>], placements = [#sparse.placement<"t", data_parallel>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>, tensor<?x32xf32>) -> tensor<10x32xf32>
-  %buf = sched.kernel @fused_pack(%p) kind "pack" : (tensor<?x32xf32>) -> tensor<?xf32>
-  %u0, %u1 = sched.kernel @fused_unpack(%b) kind "unpack" : (tensor<?xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>)
-  func.return %p, %buf, %u0, %u1 : tensor<?x32xf32>, tensor<?xf32>, tensor<?x16xf32>, tensor<?x16xf32>
-}
-
 // Parallel lanes without results.
 // CHECK-LABEL: func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
 // CHECK-NEXT:    sched.parallel lanes 3 {
-// CHECK-NEXT:      sched.kernel @k0(%l, %i, %g) kind "lookup_update" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>) -> ()
+// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
 // CHECK-NEXT:      sched.yield
 // CHECK-NEXT:    }, {
-// CHECK-NEXT:      sched.kernel @k1(%l, %i, %g) kind "lookup_update" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>) -> ()
+// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"u", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
 // CHECK-NEXT:      sched.yield
 // CHECK-NEXT:    }, {
 // CHECK-NEXT:      sched.yield
@@ -71,10 +53,10 @@ func.func @kernels(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x32xf32>, %
 // CHECK-NEXT:  }
 func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
   sched.parallel lanes 3 {
-    sched.kernel @k0(%l, %i, %g) kind "lookup_update" {tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>) -> ()
+    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"t", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
     sched.yield
   }, {
-    sched.kernel @k1(%l, %i, %g) kind "lookup_update" {tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>], optimizer = #sparse.optimizer<sgd, lr = 0.1>} : (tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>) -> ()
+    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"u", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
     sched.yield
   }, {
     sched.yield
@@ -85,8 +67,8 @@ func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<
 // Parallel lanes with results, in lane order (a lane may yield several values or none).
 // CHECK-LABEL: func.func @parallel_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %x: tensor<?x13xf32>) -> (tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x16xf32>) {
 // CHECK-NEXT:    %r, %r_1, %r_2 = sched.parallel lanes 3 -> (tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x16xf32>) {
-// CHECK-NEXT:      %a = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x16xf32>
-// CHECK-NEXT:      %b = sched.kernel @fused_lookup_1(%l, %i) kind "lookup" {tables = {{\[}}#sparse.table<"u", rows = 10, dim = 8, f32, sum>], placements = {{\[}}#sparse.placement<"u", table_wise, rank = 0>], slots = {{\[}}array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x8xf32>
+// CHECK-NEXT:      %a = sparse.fused_lookup %l, %i tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] : tensor<?xi32>, tensor<?xi64> -> tensor<?x16xf32>
+// CHECK-NEXT:      %b = sparse.fused_lookup %l, %i tables = {{\[}}#sparse.table<"u", rows = 10, dim = 8, f32, sum>] placements = {{\[}}#sparse.placement<"u", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
 // CHECK-NEXT:      sched.yield %a, %b : tensor<?x16xf32>, tensor<?x8xf32>
 // CHECK-NEXT:    }, {
 // CHECK-NEXT:      sched.yield
@@ -98,8 +80,8 @@ func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<
 // CHECK-NEXT:  }
 func.func @parallel_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %x: tensor<?x13xf32>) -> (tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x16xf32>) {
   %r:3 = sched.parallel lanes 3 -> (tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x16xf32>) {
-    %a = sched.kernel @fused_lookup(%l, %i) kind "lookup" {tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>], placements = [#sparse.placement<"t", table_wise, rank = 0>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x16xf32>
-    %b = sched.kernel @fused_lookup_1(%l, %i) kind "lookup" {tables = [#sparse.table<"u", rows = 10, dim = 8, f32, sum>], placements = [#sparse.placement<"u", table_wise, rank = 0>], slots = [array<i64: 0>]} : (tensor<?xi32>, tensor<?xi64>) -> tensor<?x8xf32>
+    %a = sparse.fused_lookup %l, %i tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"t", table_wise, rank = 0>] slots = [array<i64: 0>] : tensor<?xi32>, tensor<?xi64> -> tensor<?x16xf32>
+    %b = sparse.fused_lookup %l, %i tables = [#sparse.table<"u", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"u", table_wise, rank = 0>] slots = [array<i64: 0>] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
     sched.yield %a, %b : tensor<?x16xf32>, tensor<?x8xf32>
   }, {
     sched.yield

@@ -217,3 +217,50 @@ func.func @pack_ids(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>) -> 
   %l3, %i3 = sparse.unpack_ids %b, %s features = [1, 3] : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<?xi64>
   func.return %l2, %i2, %w2, %i3 : tensor<?xi32>, tensor<?xi64>, tensor<?xf32>, tensor<?xi64>
 }
+
+// A fused lookup of two tables reading weighted ids: one pooled value per table (t1 serves two
+// features side by side).
+// CHECK-LABEL: func.func @fused_lookup(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>) -> (tensor<?x4xf32>, tensor<?x16xf32>) {
+// CHECK-NEXT:    %p, %q = sparse.fused_lookup %l, %i weights %w : tensor<?xf32> tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, mean>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1, 2>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>, tensor<?x16xf32>
+// CHECK-NEXT:    func.return %p, %q : tensor<?x4xf32>, tensor<?x16xf32>
+// CHECK-NEXT:  }
+func.func @fused_lookup(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>) -> (tensor<?x4xf32>, tensor<?x16xf32>) {
+  %p, %q = sparse.fused_lookup %l, %i weights %w : tensor<?xf32> tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, mean>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1, 2>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>, tensor<?x16xf32>
+  func.return %p, %q : tensor<?x4xf32>, tensor<?x16xf32>
+}
+
+// A fused update: one pooled gradient per table, the optimizer fused in.
+// CHECK-LABEL: func.func @fused_lookup_update(%l: tensor<?xi32>, %i: tensor<?xi32>, %g0: tensor<?x4xf32>, %g1: tensor<?x8xf32>) {
+// CHECK-NEXT:    sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  }
+func.func @fused_lookup_update(%l: tensor<?xi32>, %i: tensor<?xi32>, %g0: tensor<?x4xf32>, %g1: tensor<?x8xf32>) {
+  sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>
+  func.return
+}
+
+// The replicated tables' whole-table gradients in one call, one [rows, dim] per table.
+// CHECK-LABEL: func.func @fused_lookup_grad(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: tensor<?x8xf32>, %g1: tensor<?x4xf32>) -> (tensor<10x8xf32>, tensor<6x4xf32>) {
+// CHECK-NEXT:    %t0, %t1 = sparse.fused_lookup_grad %l, %i grads(%g0, %g1 : tensor<?x8xf32>, tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 8, f32, sum>, #sparse.table<"t1", rows = 6, dim = 4, f32, sum>] placements = [#sparse.placement<"t0", data_parallel>, #sparse.placement<"t1", data_parallel>] slots = [array<i64: 0>, array<i64: 1>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x8xf32>, tensor<6x4xf32>
+// CHECK-NEXT:    func.return %t0, %t1 : tensor<10x8xf32>, tensor<6x4xf32>
+// CHECK-NEXT:  }
+func.func @fused_lookup_grad(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: tensor<?x8xf32>, %g1: tensor<?x4xf32>) -> (tensor<10x8xf32>, tensor<6x4xf32>) {
+  %t0, %t1 = sparse.fused_lookup_grad %l, %i grads(%g0, %g1 : tensor<?x8xf32>, tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 8, f32, sum>, #sparse.table<"t1", rows = 6, dim = 4, f32, sum>] placements = [#sparse.placement<"t0", data_parallel>, #sparse.placement<"t1", data_parallel>] slots = [array<i64: 0>, array<i64: 1>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x8xf32>, tensor<6x4xf32>
+  func.return %t0, %t1 : tensor<10x8xf32>, tensor<6x4xf32>
+}
+
+// A fused lookup in a routed step (rank 1 serves f0 then f1): its tables, placements and slots
+// are the route's.
+// CHECK-LABEL: sched.step @fused_lookup_routed world_size = 2 outputs = 2 {
+// CHECK:         %p0, %p1 = sparse.fused_lookup %rl, %ri tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] slots = [array<i64: 0>, array<i64: 1>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>, tensor<?x8xf32>
+sched.step @fused_lookup_routed world_size = 2 outputs = 2 {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
+  %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[0, 2], [0, 2]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  %ri, %rs = coll.all_to_all %ix on #coll.group<[0, 1]> role #coll.role<input_indices> send_splits(%sp : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %p0, %p1 = sparse.fused_lookup %rl, %ri tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 1>, #sparse.placement<"t1", table_wise, rank = 1>] slots = [array<i64: 0>, array<i64: 1>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x4xf32>, tensor<?x8xf32>
+  sched.yield %p0, %p1 : tensor<?x4xf32>, tensor<?x8xf32>
+} backward {
+^bb1(%g0: tensor<?x4xf32>, %g1: tensor<?x8xf32>):
+  sched.yield
+}

@@ -13,7 +13,10 @@ balanced policy used by `sharding="auto"`:
 4. The rest: table-wise, greedily (largest first) onto the rank with the least load, where a
    table's load is the bytes it gathers per sample, `pooling_factor x dim x dtype bytes`.
 
-The planner refines this later; this module has no torch dependency.
+The frontend places tables with it when it exports (`sharding=` of `export` / `compile`), the
+simulator places them at each projected world size, and the runtime and codegen read the
+placements; the planner may choose another policy's plan over "auto". A leaf module (attrs
+only, no torch, nothing else of SparseLift), so every stage may import it.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ class TableStats:
 @attrs.frozen
 class TablePlacement:
     kind: PlacementKind = attrs.field(converter=PlacementKind)
-    ranks: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    row_bounds: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    # Converters spelled `tuple[int, ...]`: mypy's attrs plugin cannot type a bare generic `tuple`.
+    ranks: tuple[int, ...] = attrs.field(default=(), converter=tuple[int, ...])
+    row_bounds: tuple[int, ...] = attrs.field(default=(), converter=tuple[int, ...])
 
     @staticmethod
     def table_wise(rank: int) -> TablePlacement:
@@ -103,12 +107,17 @@ class TablePlacement:
         return TablePlacement(data["kind"], tuple(data.get("ranks", ())), tuple(data.get("row_bounds", ())))
 
 
+def _own_placements(tables: Mapping[str, TablePlacement]) -> dict[str, TablePlacement]:
+    """A plan's own copy of the placements it is given (a typed converter for mypy's attrs plugin)."""
+    return dict(tables)
+
+
 @attrs.frozen
 class ShardingPlan:
     """A placement for every table, for one world size."""
 
     world_size: int
-    tables: Mapping[str, TablePlacement] = attrs.field(converter=dict)
+    tables: Mapping[str, TablePlacement] = attrs.field(converter=_own_placements)
 
     def __getitem__(self, table: str) -> TablePlacement:
         try:
@@ -189,9 +198,7 @@ def _balance_table_wise(
     return ShardingPlan(world_size, {n: placements[n] for n in order if n in placements})
 
 
-def auto_shard(
-    tables: Sequence[TableStats], world_size: int, *, dp_max_bytes: int = 64 * 1024
-) -> ShardingPlan:
+def auto_shard(tables: Sequence[TableStats], world_size: int, *, dp_max_bytes: int = 64 * 1024) -> ShardingPlan:
     """The documented balanced placement (see the module docstring)."""
     if world_size < 1:
         raise ValueError(f"world size must be at least 1, got {world_size}")

@@ -1,0 +1,125 @@
+"""The C kernels' interface, stated once: every entry point's name, return type and arguments.
+
+`sparselift.codegen.ckernels` renders the C definitions' prototypes from `ENTRY_POINTS`;
+`sparselift.runtime.kernels` derives the ctypes `argtypes` / `restype` from the same records;
+`ABI_VERSION` is a hash of their canonical text, compiled into `sl_abi_version()` and checked
+when a library is loaded, so a cached `.so` built against another interface is never called.
+Torch-free (no ctypes either: the C type names are the description).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import attrs
+
+__all__ = ["Arg", "EntryPoint", "ENTRY_POINTS", "ABI_VERSION", "abi_text", "entry_point"]
+
+
+@attrs.frozen
+class Arg:
+    """One parameter: its name and its C type as the prototype spells it (`const int32_t*`)."""
+
+    name: str
+    ctype: str
+
+
+@attrs.frozen
+class EntryPoint:
+    """One exported C function."""
+
+    name: str
+    restype: str  # "int" | "void"
+    args: tuple[Arg, ...] = ()
+
+    def signature(self) -> str:
+        """The canonical one-line prototype (what `ABI_VERSION` hashes)."""
+        params = ", ".join(f"{a.ctype} {a.name}" for a in self.args) or "void"
+        return f"{self.restype} {self.name}({params})"
+
+    def prototype(self, width: int = 118) -> str:
+        """The prototype wrapped at `width` columns, continuation lines aligned after `(`."""
+        head = f"{self.restype} {self.name}("
+        params = [f"{a.ctype} {a.name}" for a in self.args] or ["void"]
+        lines, line = [], head
+        for i, p in enumerate(params):
+            piece = p + ("," if i + 1 < len(params) else ")")
+            if line != head and len(line) + 1 + len(piece) > width:
+                lines.append(line)
+                line = " " * len(head) + piece
+            else:
+                line = line + ("" if line == head else " ") + piece
+        lines.append(line)
+        return "\n".join(lines)
+
+
+def _args(text: str) -> tuple[Arg, ...]:
+    """`"int ntab, const int32_t* fn"` -> (Arg("ntab", "int"), Arg("fn", "const int32_t*"))."""
+    out = []
+    for part in text.split(","):
+        ctype, _, name = part.strip().rpartition(" ")
+        out.append(Arg(name, ctype))
+    return tuple(out)
+
+
+# Arguments shared by the multi-table calls after their per-table arrays: the bags, the ids
+# (i64 when idx64, else i32) and the optional per-id weights, then the geometry.
+_BAGS = (
+    "const int32_t* lengths, int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, "
+    "int64_t F, int64_t B"
+)
+
+ENTRY_POINTS: tuple[EntryPoint, ...] = (
+    EntryPoint(
+        "sl_forward",
+        "int",
+        _args(
+            "int ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off, "
+            "const int32_t* slots, void* const* out, const int64_t* ldo, " + _BAGS + ", int nthreads, int64_t* err"
+        ),
+    ),
+    EntryPoint(
+        "sl_update",
+        "int",
+        _args(
+            "int ntab, const int32_t* fn, void* const* W, float* const* state, const int64_t* rows, "
+            "const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int64_t* ldg, "
+            + _BAGS
+            + ", float lr, float eps, float gscale, int nthreads, int64_t* err"
+        ),
+    ),
+    EntryPoint(
+        "sl_grad",
+        "int",
+        _args(
+            "int ntab, const int32_t* fn, float* const* G, const int64_t* rows, const int32_t* slot_off, "
+            "const int32_t* slots, const float* const* grad, const int64_t* ldg, "
+            + _BAGS
+            + ", float gscale, int64_t* err"
+        ),
+    ),
+    EntryPoint(
+        "sl_concat_ids",
+        "int",
+        _args(
+            "int n, const void* const* src, const int32_t* src64, const int64_t* counts, const int64_t* rows, "
+            "void* dst, int dst64, int64_t* err"
+        ),
+    ),
+    EntryPoint("sl_copy_blocks", "void", _args("int64_t n, const int64_t* desc")),
+    EntryPoint("sl_abi_version", "int"),
+    EntryPoint("sl_have_openmp", "int"),
+)
+
+
+def entry_point(name: str) -> EntryPoint:
+    return next(e for e in ENTRY_POINTS if e.name == name)
+
+
+def abi_text() -> str:
+    """The canonical text of the interface: one signature per line, in `ENTRY_POINTS` order."""
+    return "\n".join(e.signature() for e in ENTRY_POINTS) + "\n"
+
+
+# A positive C int, stable across runs and machines (sha256, not `hash()`).
+ABI_VERSION = int.from_bytes(hashlib.sha256(abi_text().encode()).digest()[:4], "big") & 0x7FFFFFFF
