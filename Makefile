@@ -51,4 +51,4 @@ demo: $(STAMP)
 	@echo "  $(BIN)/sparselift bench dlrm --model dlrm-bench --rows-cap 1000000 --world-size 2"
 
 clean:
-	rm -rf $(VENV) .pytest_cache tests/filecheck/.lit_test_times.txt
+	rm -rf $(VENV) .pytest_cache .mypy_cache tests/filecheck/.lit_test_times.txt

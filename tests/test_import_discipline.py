@@ -81,15 +81,15 @@ def import_graph(root: Path, package: Path) -> nx.DiGraph:
     relative imports resolved; `from pkg import name` is an edge to the submodule `pkg.name`
     when there is one, else to `pkg`. A module depends on its parent package's `__init__` only
     when it imports it: Python runs the parent first anyway, and counting that would make every
-    package that imports its own submodules a cycle. Imports under `if TYPE_CHECKING:` are
-    annotations for the type checker, never run, so they are not edges.
+    package that imports its own submodules a cycle. Imports under `if TYPE_CHECKING:` count
+    too: a cycle only the type checker follows is still two modules that need each other.
     """
     modules = module_names(root, package)
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for name, path in modules.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in _run_time_nodes(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -101,18 +101,6 @@ def import_graph(root: Path, package: Path) -> nx.DiGraph:
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             graph.add_edges_from((name, t) for t in targets if t in modules and t != name)
     return graph
-
-
-def _run_time_nodes(tree: ast.AST):
-    """Every node of `tree` except the bodies of `if TYPE_CHECKING:` blocks (their `else` runs)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            stack.extend(node.orelse)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def import_cycles(root: Path, package: Path) -> list[list[str]]:
@@ -128,8 +116,8 @@ def test_no_import_cycles():
 
 def test_the_cycle_check_finds_lazy_relative_and_from_package_cycles(tmp_path):
     """The checker itself: a cycle through a function-level import, a relative import and a
-    `from pkg import submodule` is found; a package importing its own leaf submodule, or an
-    import only the type checker sees, is not one."""
+    `from pkg import submodule` is found, and so is one through an import only the type checker
+    sees; a package importing its own leaf submodule is not one."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from pkg import leaf\n")
@@ -139,10 +127,13 @@ def test_the_cycle_check_finds_lazy_relative_and_from_package_cycles(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "c.py").write_text("from ..a import f\n")
     assert import_cycles(tmp_path, pkg) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
-    # The cycle broken: c.py names a.py's types only for the type checker.
+    # Still a cycle when c.py names a.py's types only for the type checker.
     (pkg / "sub" / "c.py").write_text(
         "from typing import TYPE_CHECKING\nimport pkg.leaf\nif TYPE_CHECKING:\n    from ..a import f\n"
     )
+    assert import_cycles(tmp_path, pkg) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+    # Broken: c.py no longer imports a.py.
+    (pkg / "sub" / "c.py").write_text("import pkg.leaf\n")
     assert import_cycles(tmp_path, pkg) == []
     assert set(import_graph(tmp_path, pkg).edges) == {
         ("pkg", "pkg.leaf"),

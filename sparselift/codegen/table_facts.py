@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import attrs
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerType, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, IntegerType, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Operation, OpResult
 
 from sparselift.codegen.ckernels import INDEX_DTYPES, STORAGE_DTYPES, TableSpec
@@ -33,7 +33,6 @@ from sparselift.ir.sparse import (
 )
 from sparselift.placement import ShardingPlan, TablePlacement
 
-PARAMS_ATTR = "table_params"  # step attribute: table name -> state-dict FQN, where not "<name>.weight"
 _MAX_KERNEL_DIM = 4096  # the widest row the generated C kernels take (ckernels.TableSpec)
 
 
@@ -207,14 +206,10 @@ def group_names(module: ModuleOp | StepOp) -> list[str]:
 
 def batch_size(module: ModuleOp | StepOp) -> int:
     """The example batch the step was exported with."""
-    return int(cast(StringAttr, step_of(module).attributes["batch"]).data)
-
-
-def _params(step: StepOp) -> dict[str, str]:
-    held = step.attributes.get(PARAMS_ATTR)
-    if not isinstance(held, DictionaryAttr):
-        return {}
-    return {k: v.data for k, v in held.data.items() if isinstance(v, StringAttr)}
+    step = step_of(module)
+    if step.batch_size is None:
+        raise ValueError(f"sched.step @{step.sym_name.data} has no batch: it was not exported by sparselift.export")
+    return step.batch_size
 
 
 def _shards(p: PlacementAttr, rows: int, world: int) -> tuple[tuple[int, int, int], ...]:
@@ -244,7 +239,6 @@ def describe_tables(module: ModuleOp | StepOp, world: int | None = None) -> list
     step = step_of(module)
     world = step.world_size.data if world is None else world
     c = _collect(step)
-    params = _params(step)
     order = list(dict.fromkeys([f.table for _, f in c.features] + list(c.tables)))
     out = []
     for name in order:
@@ -258,7 +252,7 @@ def describe_tables(module: ModuleOp | StepOp, world: int | None = None) -> list
         out.append(
             TableFact(
                 name=name,
-                param=params.get(name, f"{name}.weight"),
+                param=step.param_name(name),
                 rows=t.rows.data,
                 dim=t.dim.data,
                 dtype=str(t.dtype),
@@ -311,6 +305,5 @@ __all__ = [
     "render_tables",
     "sharding_plan",
     "step_of",
-    "PARAMS_ATTR",
     "PLAN_MODULE_IMPORTS",
 ]

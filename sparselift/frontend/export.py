@@ -21,7 +21,6 @@ import torch.utils._pytree as pytree
 from torch import fx, nn
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
-    DictionaryAttr,
     FlatSymbolRefAttr,
     IntegerAttr,
     ModuleOp,
@@ -64,9 +63,6 @@ _DTYPES: dict[torch.dtype, Attribute] = {
     torch.bool: i1,
 }
 SHARDING_CHOICES = ("auto", "table_wise", "row_wise", "data_parallel")
-# Step attribute: table name -> state-dict FQN where that is not "<name>.weight" (read back by
-# sparselift.codegen.table_facts, PARAMS_ATTR).
-TABLE_PARAMS_ATTR = "table_params"
 
 
 def dynamic_shapes(model: nn.Module, example_inputs: tuple) -> Any:
@@ -612,11 +608,8 @@ def _build_step(
         )
     bwd.add_op(YieldOp())
     step = StepOp("step", plan.world_size, len(regions.outputs), Region(fwd), Region(bwd))
-    step.attributes["batch"] = StringAttr(str(batch))
-    step.attributes["model"] = StringAttr(model_name)
-    params = {t.name: StringAttr(t.param) for t in tables.values() if t.param != f"{t.name}.weight"}
-    if params:  # the state-dict names the IR names do not imply
-        step.attributes[TABLE_PARAMS_ATTR] = DictionaryAttr(params)
+    params = {t.name: t.param for t in tables.values() if t.param != f"{t.name}.weight"}
+    step.set_model_facts(batch=batch, model=model_name, params=params)
     return step
 
 
@@ -693,4 +686,4 @@ def _add_collections(
     return pooled_of
 
 
-__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES", "TABLE_PARAMS_ATTR"]
+__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]

@@ -21,15 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, StringAttr
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-if TYPE_CHECKING:  # for annotations only: importing the dialects at run time would be a cycle
-    from sparselift.ir.coll import GroupAttr, SplitsAttr
-    from sparselift.ir.sparse_attrs import FeatureAttr, LayoutAttr, PlacementAttr, TableAttr
+from sparselift.ir.sparse_attrs import FeatureAttr, PlacementAttr, TableAttr
 
 STEP = "sched.step"
 ROUTE = "sparse.route"
@@ -359,34 +357,6 @@ def check_rank(op: Operation, rank: int) -> None:
     world = enclosing_world_size(op)
     if rank < 0 or (world is not None and rank >= world):
         raise VerifyException(f"{op.name}: on_rank {rank} is out of range for world size {world}")
-
-
-def check_unpack_segments(op: Operation, layout: LayoutAttr, rank: int | None, buffer: SSAValue) -> None:
-    """An unpack of an all-to-all's result reads one segment per peer of the exchange, each as
-    wide as that peer sent (column `r` of the static splits, for each rank `r` it runs on)."""
-    src = received_from(buffer)
-    if src is None or src.name not in ("coll.all_to_all", "coll.all_to_all_start"):
-        return
-    ranks = cast("GroupAttr", src.properties["group"]).rank_list
-    if layout.num_segments != len(ranks):
-        raise VerifyException(
-            f"{op.name}: its layout has {_count(layout.num_segments, 'segment')} but the {src.name} it reads "
-            f"exchanges with {len(ranks)} ranks"
-        )
-    splits = cast("SplitsAttr | None", src.properties.get("splits"))
-    segments = layout.segments
-    if splits is None or any(size < 0 for seg in segments for _, size in seg):  # jagged members: sizes at run time
-        return
-    matrix = splits.matrix
-    cols = [ranks.index(rank)] if rank is not None and rank in ranks else range(len(ranks))
-    for s, seg in enumerate(segments):
-        width = sum(size for _, size in seg)
-        for col in cols:
-            if matrix[s][col] != width:
-                raise VerifyException(
-                    f"{op.name}: segment {s} holds {width} elements per sample, but the {src.name}'s splits "
-                    f"send {matrix[s][col]} from rank {ranks[s]} to rank {ranks[col]}"
-                )
 
 
 def verify_tables_features_placements(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import auto
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from xdsl.dialects.builtin import AnyFloat, ArrayAttr, IntAttr, IntegerType, StringAttr, TensorType
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
@@ -40,9 +40,7 @@ from xdsl.utils.str_enum import StrEnum
 
 from sparselift.ir._refs import check_group_label, check_segment_counts, enclosing_world_size
 from sparselift.ir._syntax import DYNAMIC, dim, int_array, ints, parse_int_list, print_int_list, tensor_type
-
-if TYPE_CHECKING:  # for annotations only: `sparse` imports this dialect
-    from sparselift.ir.sparse_attrs import LayoutAttr
+from sparselift.ir.sparse_attrs import LayoutAttr
 
 
 class Role(StrEnum):
@@ -245,7 +243,7 @@ def _verify_packed_inputs(op: _AllToAllBase) -> None:
         pack = v.owner
         if not isinstance(pack, Operation) or pack.name != "sparse.pack":
             continue
-        layout = cast("LayoutAttr", pack.properties["layout"])
+        layout = cast(LayoutAttr, pack.properties["layout"])
         if layout.num_segments != g:
             raise VerifyException(
                 f"{op.name}: input {k} is packed in {layout.num_segments} "
@@ -541,7 +539,7 @@ class ReduceScatterOp(_ReduceBase):
         super().verify_()
         pack = self.input.owner
         if isinstance(pack, Operation) and pack.name == "sparse.pack":  # one segment (chunk) per group rank
-            segments = cast("LayoutAttr", pack.properties["layout"]).num_segments
+            segments = cast(LayoutAttr, pack.properties["layout"]).num_segments
             if segments != self.group.size:
                 raise VerifyException(
                     f"coll.reduce_scatter: its input is packed in {segments} segment{'' if segments == 1 else 's'} "

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from enum import auto
 
 from xdsl.dialects.builtin import (
+    DictionaryAttr,
     FlatSymbolRefAttr,
     FloatData,
     IntAttr,
+    IntegerAttr,
     NoneAttr,
     StringAttr,
     SymbolNameConstraint,
@@ -24,9 +26,11 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Dialect, Operation, OpResult, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    base,
     irdl_attr_definition,
     irdl_op_definition,
     lazy_traits_def,
+    opt_attr_def,
     prop_def,
     region_def,
     traits_def,
@@ -172,6 +176,11 @@ class StepOp(IRDLOperation):
     sym_name = prop_def(SymbolNameConstraint())
     world_size = prop_def(IntAttr)
     num_outputs = prop_def(IntAttr)
+    # What the frontend knew of the model, declared so that it is typed and verified here and
+    # read through the accessors below (printed in the attribute dictionary):
+    batch = opt_attr_def(base(StringAttr) | base(IntegerAttr))  # the example batch per rank: "128" or 128
+    model = opt_attr_def(StringAttr)  # the model's class name
+    table_params = opt_attr_def(DictionaryAttr)  # table -> state-dict name, where not "<table>.weight"
 
     forward = region_def("single_block")
     backward = region_def("single_block")
@@ -224,6 +233,7 @@ class StepOp(IRDLOperation):
     def verify_(self) -> None:
         if self.world_size.data < 1:
             raise VerifyException(f"sched.step @{self.sym_name.data}: world_size must be at least 1")
+        self._verify_metadata()
         for region in (self.forward, self.backward):
             _check_defined_before_use(region, f"sched.step @{self.sym_name.data}")
         fwd_yield = _yield_of(self.forward, "the forward region")
@@ -242,9 +252,44 @@ class StepOp(IRDLOperation):
                 f"the saved values, with types {[str(t) for t in expected]}; got {[str(t) for t in got]}"
             )
 
+    def _verify_metadata(self) -> None:
+        where = f"sched.step @{self.sym_name.data}"
+        if self.batch is not None and (self.batch_size is None or self.batch_size < 1):
+            raise VerifyException(f"{where}: batch must be a positive integer, got {self.batch}")
+        if self.table_params is not None:
+            for table, param in self.table_params.data.items():
+                if not isinstance(param, StringAttr) or not param.data:
+                    raise VerifyException(f"{where}: table_params['{table}'] must be a parameter name, got {param}")
+
     @property
     def saved(self):
         return _yield_of(self.forward, "forward").values[self.num_outputs.data :]
+
+    @property
+    def batch_size(self) -> int | None:
+        """The example batch per rank the frontend exported with, if it wrote one."""
+        if isinstance(self.batch, IntegerAttr):
+            return self.batch.value.data
+        if isinstance(self.batch, StringAttr) and self.batch.data.strip().isdigit():
+            return int(self.batch.data)
+        return None
+
+    @property
+    def model_name(self) -> str:
+        """The model's class name, or the step's symbol when the frontend did not write one."""
+        return self.model.data if self.model is not None else self.sym_name.data
+
+    def param_name(self, table: str) -> str:
+        """The state-dict parameter of `table`: `<table>.weight` unless `table_params` says otherwise."""
+        held = self.table_params.data.get(table) if self.table_params is not None else None
+        return held.data if isinstance(held, StringAttr) else f"{table}.weight"
+
+    def set_model_facts(self, *, batch: int, model: str, params: dict[str, str]) -> None:
+        """Write what the frontend knows of the model (`params`: only names not `<table>.weight`)."""
+        self.attributes["batch"] = StringAttr(str(batch))
+        self.attributes["model"] = StringAttr(model)
+        if params:
+            self.attributes["table_params"] = DictionaryAttr({t: StringAttr(p) for t, p in params.items()})
 
 
 @irdl_op_definition

@@ -8,9 +8,10 @@ pooled outputs back in model feature order. `sparselift.ir.sparse` re-exports ev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, IntegerType, TensorType, f32, i32, i64
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -32,10 +33,11 @@ from sparselift.ir._refs import (
     check_group_label,
     check_rank,
     check_segment_counts,
-    check_unpack_segments,
     enclosing_world_size,
+    received_from,
 )
 from sparselift.ir._syntax import DYNAMIC, tensor_type
+from sparselift.ir.coll import GroupAttr, SplitsAttr
 from sparselift.ir.sparse_attrs import LayoutAttr
 
 
@@ -333,3 +335,35 @@ class FoldSingleMemberUnpack(RewritePattern):
             and _single_member_identity(op.layout, op.members[0], op.buffer)
         ):
             rewriter.replace(op, [], [op.buffer])
+
+
+def check_unpack_segments(op: Operation, layout: LayoutAttr, rank: int | None, buffer: SSAValue) -> None:
+    """An unpack of an all-to-all's result reads one segment per peer of the exchange, each as
+    wide as that peer sent (column `r` of the static splits, for each rank `r` it runs on)."""
+    src = received_from(buffer)
+    if src is None or src.name not in ("coll.all_to_all", "coll.all_to_all_start"):
+        return
+    ranks = cast(GroupAttr, src.properties["group"]).rank_list
+    if layout.num_segments != len(ranks):
+        raise VerifyException(
+            f"{op.name}: its layout has {_segments(layout.num_segments)} but the {src.name} it reads "
+            f"exchanges with {len(ranks)} ranks"
+        )
+    splits = cast(SplitsAttr | None, src.properties.get("splits"))
+    segments = layout.segments
+    if splits is None or any(size < 0 for seg in segments for _, size in seg):  # jagged members: sizes at run time
+        return
+    matrix = splits.matrix
+    cols = [ranks.index(rank)] if rank is not None and rank in ranks else range(len(ranks))
+    for s, seg in enumerate(segments):
+        width = sum(size for _, size in seg)
+        for col in cols:
+            if matrix[s][col] != width:
+                raise VerifyException(
+                    f"{op.name}: segment {s} holds {width} elements per sample, but the {src.name}'s splits "
+                    f"send {matrix[s][col]} from rank {ranks[s]} to rank {ranks[col]}"
+                )
+
+
+def _segments(n: int) -> str:
+    return f"{n} segment{'' if n == 1 else 's'}"

@@ -85,10 +85,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import attrs
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp
@@ -280,9 +280,7 @@ def workload_from_module(module: ModuleOp, *, dense_param_bytes: int = 0, model:
             bwd_regions += 1
             if op.callee.root_reference.data in pre_callees:
                 pre_bwd += flops
-    name = model or (
-        cast(StringAttr, step.attributes["model"]).data if "model" in step.attributes else step.sym_name.data
-    )
+    name = model or (step.model_name)
     return Workload(
         model=name,
         batch=batch,

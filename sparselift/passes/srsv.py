@@ -380,19 +380,25 @@ def step_batch(step: StepOp) -> int | None:
     """The local batch `B` the frontend wrote on the step (`batch = "128"`), if any.
 
     Passes that size buffers without one use `step_batch(step) or 1` (bytes per sample)."""
-    return attr_int(step.attributes.get("batch"))
+    return step.batch_size
+
+
+def tables_of(ops: Iterable[Operation]) -> dict[str, TableAttr]:
+    """The tables `ops` look up, update or take gradients of, by name, in the order first met:
+    per-table lookups, updates and gradients, and fused table ops (all their tables)."""
+    tables: dict[str, TableAttr] = {}
+    for op in ops:
+        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
+            tables.setdefault(op.table.name_str, op.table)
+        elif isinstance(op, FusedTableOp):
+            for t in op.tables.data:
+                tables.setdefault(t.name_str, t)
+    return tables
 
 
 def table_names(ops: Iterable[Operation]) -> set[str]:
-    """The tables `ops` look up, update or take gradients of: per-table lookups, updates and
-    gradients, and fused table kernels (all their tables)."""
-    names: set[str] = set()
-    for op in ops:
-        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
-            names.add(op.table.name_str)
-        elif isinstance(op, FusedTableOp):
-            names.update(t.name_str for t in op.tables.data)
-    return names
+    """The names of the tables `ops` read or write (`tables_of`)."""
+    return set(tables_of(ops))
 
 
 _Key = TypeVar("_Key", bound=Hashable)  # what identifies an exchange in flight

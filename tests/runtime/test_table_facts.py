@@ -12,7 +12,6 @@ from torch import nn
 import sparselift
 from sparselift.codegen.plan_module import emit_plan_module
 from sparselift.codegen.table_facts import (
-    PARAMS_ATTR,
     batch_size,
     describe_features,
     describe_tables,
@@ -20,7 +19,6 @@ from sparselift.codegen.table_facts import (
     sharding_plan,
 )
 from sparselift.compiler import lift_spec
-from sparselift.frontend.export import TABLE_PARAMS_ATTR
 from sparselift.ir import make_context
 from sparselift.models import build
 from sparselift.optim import RowWiseAdagrad
@@ -91,7 +89,8 @@ def test_facts_of_exported_and_lifted_ir_agree():
     assert a.index_dtype == "i64" and not b.holds(0)
     # The parameter name the IR name does not imply travels on the step.
     assert c.param == "table" and c.shards == ((0, 0, 9), (1, 0, 9))
-    assert TABLE_PARAMS_ATTR == PARAMS_ATTR and PARAMS_ATTR in program.module.body.block.first_op.attributes
+    step = program.module.body.block.first_op
+    assert step.table_params is not None and step.param_name(c.name) == c.param != f"{c.name}.weight"
     # Lifting adds the optimizer and the kernels; every other fact is the same.
     for name, before in exported.items():
         after = lifted[name]

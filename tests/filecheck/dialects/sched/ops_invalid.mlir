@@ -70,6 +70,36 @@ sched.step @no_ranks world_size = 0 outputs = 0 {
 
 // -----
 
+// The example batch is a positive integer.
+// CHECK: sched.step @bad_batch: batch must be a positive integer, got "eight"
+sched.step @bad_batch world_size = 1 outputs = 0 attributes {batch = "eight"} {
+  sched.yield
+} backward {
+  sched.yield
+}
+
+// -----
+
+// The model's name is a string (a declared attribute, checked by its constraint).
+// CHECK: 3 : i64 should be of base attribute string
+sched.step @bad_model world_size = 1 outputs = 0 attributes {model = 3 : i64} {
+  sched.yield
+} backward {
+  sched.yield
+}
+
+// -----
+
+// table_params maps a table to its state-dict parameter name.
+// CHECK: sched.step @bad_params: table_params['t0'] must be a parameter name, got 3 : i64
+sched.step @bad_params world_size = 1 outputs = 0 attributes {batch = "8", table_params = {t0 = 3 : i64}} {
+  sched.yield
+} backward {
+  sched.yield
+}
+
+// -----
+
 // The forward region ends with sched.yield.
 // CHECK: the forward region must end with sched.yield
 sched.step @forward_no_yield world_size = 1 outputs = 0 {
