@@ -200,14 +200,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
     inits = table_initializers(model, facts, options.table_init, seed)
-    missing = missing_inits(facts, model_tables, inits)
-    if missing:  # every rank exported the same program, so every rank raises this, before allocating
-        raise ExportError(
-            f"table '{missing[0]}' is on the meta device and SparseLift does not know how to initialize it "
-            f"(not an nn.EmbeddingBag/nn.Embedding or a TorchRec EmbeddingBagCollection table"
-            f"{'; also ' + ', '.join(repr(m) for m in missing[1:]) if missing[1:] else ''}): pass "
-            "CompileOptions(table_init=fn), fn(table, shard, row_offset) filling the shard in place"
-        )
+    _check_inits(facts, model_tables, inits)
     take = functools.partial(
         _take_shards,
         model_tables,
@@ -226,15 +219,10 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     lift = lift_spec(optimizer)
 
     if options.passes or options.plan == "none":
-        extra = split_pipeline(options.passes)
-        # Generated kernels fuse right after lifting unless the pipeline places generate-kernels
-        # itself (after parallelize-tables, it fuses per lane).
-        fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
-        specs = [lift, *(["generate-kernels"] if fuse else []), *extra]
         return _build_on_every_rank(
             program,
             local,
-            specs,
+            _explicit_pipeline(options, lift),
             rank=rank,
             world=world,
             process_group=process_group,
@@ -242,6 +230,59 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
             options=options,
         )
 
+    return _compile_planned(
+        model,
+        example_inputs,
+        program,
+        local,
+        take,
+        sharding=sharding,
+        lift=lift,
+        rank=rank,
+        world=world,
+        process_group=process_group,
+        optimizer=optimizer,
+        options=options,
+    )
+
+
+def _check_inits(facts, model_tables, inits) -> None:
+    """Every meta-device table must have an initializer (raised before allocating)."""
+    missing = missing_inits(facts, model_tables, inits)
+    if missing:  # every rank exported the same program, so every rank raises this, before allocating
+        raise ExportError(
+            f"table '{missing[0]}' is on the meta device and SparseLift does not know how to initialize it "
+            f"(not an nn.EmbeddingBag/nn.Embedding or a TorchRec EmbeddingBagCollection table"
+            f"{'; also ' + ', '.join(repr(m) for m in missing[1:]) if missing[1:] else ''}): pass "
+            "CompileOptions(table_init=fn), fn(table, shard, row_offset) filling the shard in place"
+        )
+
+
+def _explicit_pipeline(options: CompileOptions, lift: str) -> list[str]:
+    """The pass specs of an explicit pipeline (`options.passes` or `plan="none"`): no planning."""
+    extra = split_pipeline(options.passes)
+    # Generated kernels fuse right after lifting unless the pipeline places generate-kernels
+    # itself (after parallelize-tables, it fuses per lane).
+    fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
+    return [lift, *(["generate-kernels"] if fuse else []), *extra]
+
+
+def _compile_planned(
+    model,
+    example_inputs: tuple,
+    program,
+    local: LocalTables,
+    take: Callable[[Any], LocalTables],
+    *,
+    sharding,
+    lift: str,
+    rank: int,
+    world: int,
+    process_group,
+    optimizer,
+    options: CompileOptions,
+) -> CompiledModel:
+    """The planner's plan (reused or planned now, `resolve_plan`), built on every rank."""
     builder = CompilerCandidateBuilder(
         model, example_inputs, rank=rank, world=world, process_group=process_group, optimizer=optimizer, take=take
     )

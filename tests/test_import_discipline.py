@@ -32,6 +32,7 @@ FORBIDDEN_FOR_MODULE = {
     # The planner gets its builder from the compiler (`CandidateBuilder`), as the search gets its
     # `Confirmer` from the planner: one way only.
     "planner.py": {"sparselift.compiler", "sparselift.frontend"},
+    "plan_timing.py": {"sparselift.compiler", "sparselift.planner", "sparselift.frontend"},
     "plan_key.py": {"sparselift.compiler", "sparselift.planner", "sparselift.runtime", "sparselift.frontend"},
     "plan_record.py": {
         "torch",

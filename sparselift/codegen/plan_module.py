@@ -27,20 +27,19 @@ No torch here: this file only writes text.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, cast
 
-import networkx as nx
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.target import Target
 
+from sparselift.codegen.plan_segments import EmitError, Segment, find_segments, split_stages
 from sparselift.codegen.table_facts import PLAN_MODULE_IMPORTS, describe_tables, render_tables
 from sparselift.ir.coll import (
     INPUT_ROLES,
@@ -51,7 +50,7 @@ from sparselift.ir.coll import (
     ReduceScatterOp,
     WaitOp,
 )
-from sparselift.ir.sched import DenseOp, ParallelOp, StepOp, YieldOp, values_used_from_outside
+from sparselift.ir.sched import DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     FusedLookupGradOp,
     FusedLookupOp,
@@ -85,33 +84,10 @@ def as_tuple(names: Sequence[str]) -> str:
     return f"({', '.join(names)}{',' if len(names) == 1 else ''})"
 
 
-def _outer(op: Operation, block) -> Operation:
-    """The op of `block` that is `op` or holds it (a use inside a lane belongs to the parallel)."""
-    while op.parent_block() is not block and (parent := op.parent_op()) is not None:
-        op = parent
-    return op
-
-
 def plan_hash(module: ModuleOp) -> str:
     out = io.StringIO()
     Printer(stream=out).print_op(module)
     return hashlib.sha256(out.getvalue().encode()).hexdigest()[:16]
-
-
-class EmitError(ValueError):
-    """The IR cannot be turned into a plan module (e.g. it still holds an opaque op)."""
-
-
-@dataclass
-class _Segment:
-    index: int
-    ops: list[Operation]
-    inputs: list[SSAValue]
-    outputs: Sequence[SSAValue]
-    saved: list[SSAValue]
-    backward_ops: list[Operation]
-    grad_of: list[SSAValue | None]  # backward values that are gradients of `outputs` (same order), if any
-    stages: list[list[Operation]] = dataclasses.field(default_factory=list)
 
 
 class _Emitter:
@@ -150,147 +126,13 @@ class _Emitter:
         return self._const_names[key]
 
     # -- structure ---------------------------------------------------------------------------
-    def segments(self) -> list[_Segment]:
-        """Sparse segments: the connected groups of forward sparse ops.
-
-        Two sparse ops share a segment when one reads the other's value, or when a backward op
-        reads values of both. A segment may straddle dense regions that do not read it (after
-        `hide-latency`, e.g. an input exchange started before the bottom MLP and waited on
-        after it): those dense regions split it into *stages*.
-        """
-        fwd = [op for op in self.step.forward.block.ops if not isinstance(op, YieldOp)]
-        position = {op: i for i, op in enumerate(fwd)}
-        fwd_yield = self.step.forward.block.last_op
-        assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
-        n_out = self.step.num_outputs.data
-        saved_values = list(fwd_yield.values[n_out:])
-        bwd = self.step.backward.block
-        saved_arg: dict[SSAValue, SSAValue] = dict(zip(bwd.args[n_out:], saved_values))
-        grad_source = self._gradient_sources(fwd)
-        forward_of, components = self._components(fwd, position, {**saved_arg, **grad_source})
-        segments = [self._segment(k, ops, position, saved_values) for k, ops in enumerate(components)]
-        self._add_backward(segments, forward_of, grad_source)
+    def segments(self) -> list[Segment]:
+        """Sparse segments (`plan_segments.find_segments`); remembers which forward value each
+        saved backward argument stands for."""
+        segments, saved_arg = find_segments(self.step)
         self.saved_arg = {v: arg for arg, v in saved_arg.items()}
         self.saved_value = dict(saved_arg)
         return segments
-
-    def _gradient_sources(self, fwd: Sequence[Operation]) -> dict[SSAValue, SSAValue]:
-        """Backward value -> the forward value it is the gradient of: a backward dense op's result
-        k is the gradient of its forward twin's operand k, the backward region's first arguments
-        those of the step's outputs."""
-        n_out = self.step.num_outputs.data
-        bwd = self.step.backward.block
-        forward_dense = {op.callee.root_reference.data: op for op in fwd if isinstance(op, DenseOp)}
-        grad_source: dict[SSAValue, SSAValue] = {}
-        for op in bwd.ops:
-            if isinstance(op, DenseOp) and op.phase.data == "backward":
-                twin = forward_dense[op.callee.root_reference.data]
-                grad_source.update(zip(op.res, twin.args))
-        fwd_yield = self.step.forward.block.last_op
-        assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
-        grad_source.update(zip(bwd.args[:n_out], fwd_yield.values[:n_out]))
-        return grad_source
-
-    def _components(
-        self, fwd: Sequence[Operation], position: dict[Operation, int], backward_args: dict[SSAValue, SSAValue]
-    ) -> tuple[dict[SSAValue, Operation], list[list[Operation]]]:
-        """The forward sparse ops grouped into segments (in block order), and for each backward
-        value the forward op whose segment it belongs to (`backward_args`: saved values and
-        gradients -> the forward values they stand for)."""
-        sparse = [op for op in fwd if not isinstance(op, DenseOp)]
-        groups = nx.utils.UnionFind(sparse)
-        for op in sparse:
-            for v in values_used_from_outside(op):
-                if v.owner in position and not isinstance(v.owner, DenseOp):
-                    groups.union(op, v.owner)
-        # Backward ops tie together the forward ops whose values they read.
-        forward_of: dict[SSAValue, Operation] = {}
-        for arg, value in backward_args.items():
-            if isinstance(value.owner, Operation) and value.owner in position and not isinstance(value.owner, DenseOp):
-                forward_of[arg] = value.owner
-        for op in self.step.backward.block.ops:
-            if isinstance(op, DenseOp | YieldOp):
-                continue
-            owners = [forward_of[v] for v in values_used_from_outside(op) if v in forward_of]
-            for result in op.results:
-                if owners:
-                    forward_of[result] = owners[0]
-            if owners:
-                groups.union(*owners)
-        components = sorted(
-            (sorted(c, key=position.__getitem__) for c in groups.to_sets()), key=lambda c: position[c[0]]
-        )
-        return forward_of, components
-
-    def _segment(
-        self, k: int, ops: list[Operation], position: dict[Operation, int], saved_values: Sequence[SSAValue]
-    ) -> _Segment:
-        """Segment `k` of forward ops `ops`: what it reads, what it returns and what it saves."""
-        n_out = self.step.num_outputs.data
-        defined = {r for op in ops for r in op.results}
-        inputs: list[SSAValue] = []
-        for op in ops:
-            for v in values_used_from_outside(op):
-                if v not in defined and v not in inputs:
-                    inputs.append(v)
-        for v in inputs:
-            if isinstance(v.owner, Operation) and position[v.owner] > position[ops[0]]:
-                raise EmitError(
-                    f"sparse segment {k} ({ops[0].name} ...) reads a value of {v.owner.name} computed after it "
-                    "starts; plan-module needs a segment's inputs to exist when it starts"
-                )
-        outputs = [
-            r
-            for r in defined
-            if any(
-                not isinstance(u.operation, YieldOp) or u.index < n_out
-                for u in r.uses
-                if u.operation.parent_block() is not None and _outer(u.operation, self.step.forward.block) not in ops
-            )
-        ]
-        outputs.sort(key=lambda r: (position[r.owner], r.index))
-        last = position[ops[-1]]
-        for r in outputs:
-            for u in r.uses:
-                if u.operation in position and position[u.operation] < last:
-                    raise EmitError(
-                        f"{u.operation.name} reads a result of sparse segment {k} before the segment's last op; "
-                        "plan-module runs a segment's outputs out at its end"
-                    )
-        saved = [v for v in saved_values if v in defined]
-        return _Segment(k, ops, inputs, outputs, saved, [], [])
-
-    def _add_backward(
-        self, segments: list[_Segment], forward_of: dict[SSAValue, Operation], grad_source: dict[SSAValue, SSAValue]
-    ) -> None:
-        """Each backward op into the one segment whose values it reads, and each segment's
-        gradients of its outputs."""
-        owner = {op: seg for seg in segments for op in seg.ops}
-        for op in self.step.backward.block.ops:
-            if isinstance(op, DenseOp | YieldOp):
-                continue
-            segs = {owner[forward_of[v]].index for v in values_used_from_outside(op) if v in forward_of}
-            if len(segs) != 1:
-                raise EmitError(f"{op.name} in backward reads values of {len(segs)} sparse segments; expected one")
-            segments[segs.pop()].backward_ops.append(op)
-        for seg in segments:
-            used = {v for op in seg.backward_ops for v in values_used_from_outside(op)}
-            seg.grad_of = [None] * len(seg.outputs)
-            for grad, value in grad_source.items():
-                if grad in used and value in seg.outputs:
-                    seg.grad_of[seg.outputs.index(value)] = grad
-
-    @staticmethod
-    def _stages(ops: Sequence[Operation], block_ops: Sequence[Operation]) -> list[list[Operation]]:
-        """`ops` (in block order) split wherever a dense op of the block lies between two of them."""
-        position = {op: i for i, op in enumerate(block_ops)}
-        dense = [position[op] for op in block_ops if isinstance(op, DenseOp)]
-        stages = [[ops[0]]]
-        for prev, op in zip(ops, ops[1:]):
-            if any(position[prev] < d < position[op] for d in dense):
-                stages.append([])
-            stages[-1].append(op)
-        return stages
 
     # -- emission ----------------------------------------------------------------------------
     def emit(self) -> str:
@@ -305,9 +147,9 @@ class _Emitter:
         # whole with `segment` when the segment has one stage), middle stages `resume`, and the
         # last stage runs inside the autograd-aware `segment` call, which returns the outputs.
         calls: dict[Operation, str] = {}
-        ahead: list[_Segment] = []  # segments whose input exchanges `start` can run for the next batch
+        ahead: list[Segment] = []  # segments whose input exchanges `start` can run for the next batch
         for seg in segments:
-            stages = self._stages(seg.ops, ops)
+            stages = split_stages(seg.ops, ops)
             seg.stages = stages
             inputs = f"[{self.names_of(seg.inputs)}]"
             final = assign(self.targets(seg.outputs), f"self.segment({seg.index}, {inputs})")
@@ -353,7 +195,7 @@ class _Emitter:
     def _input_starts(self, ops: Sequence[Operation]) -> list[AllToAllStartOp]:
         return [op for op in ops if isinstance(op, AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES]
 
-    def emit_segment(self, seg: _Segment) -> list[str]:
+    def emit_segment(self, seg: Segment) -> list[str]:
         out = [
             "",
             f"    def _segment_{seg.index}_forward(self, {self.names_of(seg.inputs)}):",
@@ -387,7 +229,7 @@ class _Emitter:
             "        " + assign(saved_args, "saved"),
             "        batches = rt.saved_batch_sizes(saved_batches)",
         ]
-        bwd_stages = self._stages(seg.backward_ops, list(self.step.backward.block.ops)) if seg.backward_ops else []
+        bwd_stages = split_stages(seg.backward_ops, list(self.step.backward.block.ops)) if seg.backward_ops else []
         # The first stage runs when autograd reaches the segment; after a dense region the IR
         # put in between (started exchanges in flight), the rest runs when backward ends.
         for s, stage in enumerate(bwd_stages):
@@ -557,7 +399,7 @@ class _Emitter:
             return [*lines, call]
         return [*lines, assign(self.targets(op.res), call)]
 
-    def _fake_spec(self, seg: _Segment):
+    def _fake_spec(self, seg: Segment):
         """Shapes for tracing (register_fake): outputs are [batch, width]; saved values are 1-D
         (the last one the segment's batch sizes, `rt.BatchSizes.saved`)."""
         route = next(op for op in seg.ops if isinstance(op, RouteOp))
@@ -793,7 +635,7 @@ class _Emitter:
             list(op.members),
         )
 
-    def module_text(self, body: list[str], segments: list[_Segment]) -> str:
+    def module_text(self, body: list[str], segments: list[Segment]) -> str:
         ops = [op for op in self.step.walk()]
         colls = [op for op in ops if op.name.startswith("coll.") and op.name != "coll.wait"]
         fwd_colls = [op for op in colls if op.parent_region() is self.step.forward]

@@ -337,7 +337,6 @@ class _GroupLifter:
         return grads
 
     def _lift_backward(self, grads: Sequence[SSAValue], lookups: dict[str, LookupOp]) -> None:
-        W = self.world
         bwd = self.step.backward.block
         producers = [g.owner for g in grads if isinstance(g.owner, Operation)]
         last = max(producers, key=lambda op: bwd.get_operation_index(op)) if producers else None
@@ -346,9 +345,19 @@ class _GroupLifter:
         # Gradients are gathered straight into packing order (no permute needed backward).
         order = self._packing_order()
         by_packing = [grads[i] for _, _, i in order]
-        feature_width = [self.tables[n].dim.data for _, n, _ in order]
-        saved_lengths, saved_indices, saved_weights = self._save_received()
+        saved = self._save_received()
+        table_grads = self._exchange_grads(order, by_packing)
+        dense_grads = self._update_tables(lookups, table_grads, saved)
+        if dense_grads:
+            self._update_replicated(lookups, dense_grads)
 
+    def _exchange_grads(
+        self, order: Sequence[tuple[int, str, int]], by_packing: Sequence[SSAValue]
+    ) -> dict[str, SSAValue]:
+        """The pooled gradients (in packing order) packed, sent to the tables' ranks and unpacked
+        there: each table's gradient."""
+        W = self.world
+        feature_width = [self.tables[n].dim.data for _, n, _ in order]
         table_types = {n: _t([-1, self._width(n)], self.dtype) for n in self.table_order}
         if W > 1 and self.kind == "table_wise":
             per_owner = [[(m, feature_width[m]) for m, (r, _, _) in enumerate(order) if r == p] for p in range(W)]
@@ -371,23 +380,32 @@ class _GroupLifter:
                     rank,
                 )
                 table_grads.update(zip(owned, unpack.members))
-        else:
-            segments = W if (W > 1 and self.kind == "row_wise") else 1
-            everything = [(m, feature_width[m]) for m in range(len(order))]
-            pack = self._pack(self._next(), by_packing, self._layout([everything] * segments, len(order)))
-            buffer = pack.buffer
-            if segments > 1:
-                total = sum(feature_width)
-                buffer = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[total] * W] * W).outputs[0]
-            seg = [(i, self._width(n)) for i, n in enumerate(self.table_order)]
-            unpack = self._unpack(
-                self._next(),
-                buffer,
-                [table_types[n] for n in self.table_order],
-                self._layout([seg] * segments, len(seg)),
-            )
-            table_grads = dict(zip(self.table_order, unpack.members))
+            return table_grads
+        segments = W if (W > 1 and self.kind == "row_wise") else 1
+        everything = [(m, feature_width[m]) for m in range(len(order))]
+        pack = self._pack(self._next(), by_packing, self._layout([everything] * segments, len(order)))
+        buffer = pack.buffer
+        if segments > 1:
+            total = sum(feature_width)
+            buffer = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[total] * W] * W).outputs[0]
+        seg = [(i, self._width(n)) for i, n in enumerate(self.table_order)]
+        unpack = self._unpack(
+            self._next(),
+            buffer,
+            [table_types[n] for n in self.table_order],
+            self._layout([seg] * segments, len(seg)),
+        )
+        return dict(zip(self.table_order, unpack.members))
 
+    def _update_tables(
+        self,
+        lookups: dict[str, LookupOp],
+        table_grads: dict[str, SSAValue],
+        saved: tuple[SSAValue, SSAValue, SSAValue | None],
+    ) -> dict[str, SSAValue]:
+        """Each table's update from its pooled gradient and the saved ids; replicated tables'
+        dense gradients instead (returned, for `_update_replicated`)."""
+        saved_lengths, saved_indices, saved_weights = saved
         dense_grads: dict[str, SSAValue] = {}
         for name in self.table_order:
             lookup = lookups[name]
@@ -395,7 +413,7 @@ class _GroupLifter:
             weights = [saved_weights] if use_weights and saved_weights is not None else []
             operands = [saved_lengths, saved_indices, *weights, table_grads[name]]
             common = {"table": lookup.table, "placement": lookup.placement, "slots": lookup.slots}
-            if W > 1 and self.kind == "data_parallel":
+            if self.world > 1 and self.kind == "data_parallel":
                 table = self.tables[name]
                 dense_type = TensorType(self.dtype, [table.rows.data, table.dim.data])
                 dense_grads[name] = self._insert(
@@ -415,31 +433,33 @@ class _GroupLifter:
                     ),
                     self._next(),
                 )
-        if dense_grads:
-            # Replicated tables: one all-reduce for the whole group's dense gradients, then the updates.
-            reduced = self._insert(
-                AllReduceOp.create(
-                    operands=list(dense_grads.values()),
-                    result_types=[v.type for v in dense_grads.values()],
-                    properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
+        return dense_grads
+
+    def _update_replicated(self, lookups: dict[str, LookupOp], dense_grads: dict[str, SSAValue]) -> None:
+        """Replicated tables: one all-reduce for the whole group's dense gradients, then the updates."""
+        reduced = self._insert(
+            AllReduceOp.create(
+                operands=list(dense_grads.values()),
+                result_types=[v.type for v in dense_grads.values()],
+                properties={"group": self.group, "role": RoleAttr("sparse_grad"), "reduction": StringAttr("sum")},
+            ),
+            self._next(),
+        )
+        for name, grad in zip(dense_grads, reduced.outputs):
+            lookup = lookups[name]
+            self._insert(
+                LookupUpdateOp.create(
+                    operands=[grad],
+                    properties={
+                        "table": lookup.table,
+                        "placement": lookup.placement,
+                        "slots": lookup.slots,
+                        "optimizer": self.optimizer,
+                        "operandSegmentSizes": _segments(0, 0, 0, 1),
+                    },
                 ),
                 self._next(),
             )
-            for name, grad in zip(dense_grads, reduced.outputs):
-                lookup = lookups[name]
-                self._insert(
-                    LookupUpdateOp.create(
-                        operands=[grad],
-                        properties={
-                            "table": lookup.table,
-                            "placement": lookup.placement,
-                            "slots": lookup.slots,
-                            "optimizer": self.optimizer,
-                            "operandSegmentSizes": _segments(0, 0, 0, 1),
-                        },
-                    ),
-                    self._next(),
-                )
 
     def _save_received(self) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """Thread the received lengths/indices/weights from forward to backward as saved values."""

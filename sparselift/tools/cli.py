@@ -226,18 +226,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return importlib.import_module(BENCHES[args.which]).main(args.rest)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # --traceback before or after the subcommand (SUPPRESS: a subcommand's default does not
-    # override the flag given before it).
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(TRACEBACK_FLAG, action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
-    parser = argparse.ArgumentParser(
-        prog="sparselift",
-        parents=[common],
-        description="SparseLift: compile the sparse path of recommendation training.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_export_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """`sparselift export`: a model to SparseLift IR."""
     ex = sub.add_parser("export", parents=[common], help="export a model to SparseLift IR (opaque sparse groups)")
     ex.add_argument("factory", nargs="?", help="path/to/file.py:factory returning (model, example_inputs)")
     ex.add_argument("--model", choices=MODEL_NAMES, help="a built-in example model")
@@ -251,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-v", "--verbose", action="store_true", help="print the sharding plan to stderr")
     ex.set_defaults(func=cmd_export)
 
+
+def _add_simulate_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """`sparselift simulate`: the analytic step-time projection at N ranks."""
     sim = sub.add_parser(
         "simulate",
         parents=[common],
@@ -290,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--png", help="write a plot (step time and stage shares vs world size) here")
     sim.set_defaults(func=cmd_simulate)
 
+
+def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """`sparselift explain`: the planner's decisions."""
     exp = sub.add_parser(
         "explain",
         parents=[common],
@@ -319,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--json", help="also write the plan record here")
     exp.set_defaults(func=cmd_explain)
 
+
+def _add_bench_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """`sparselift bench`: the benchmarks."""
     bench = sub.add_parser(
         "bench",
         parents=[common],
@@ -330,6 +329,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")
     bench.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --traceback before or after the subcommand (SUPPRESS: a subcommand's default does not
+    # override the flag given before it).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(TRACEBACK_FLAG, action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
+    parser = argparse.ArgumentParser(
+        prog="sparselift",
+        parents=[common],
+        description="SparseLift: compile the sparse path of recommendation training.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_export_parser, _add_simulate_parser, _add_explain_parser, _add_bench_parser):
+        add(sub, common)
     return parser
 
 

@@ -1,0 +1,186 @@
+"""The collectives a generated plan module calls (over torch.distributed), and the id buffers they carry.
+
+`plan_ops` re-exports every one of them (a plan module calls them as `rt.<name>`). Exchanges
+return their results, or with `async_op=True` a `_Pending` that `wait` finishes; `pack_ids` /
+`unpack_ids` lay out and split the jagged per-peer segments of a merged ids exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+
+class _Group(Protocol):
+    """What the collectives read of a rank's `plan_ops.PlanBase`."""
+
+    rank: int
+    world: int
+    pg: Any
+
+
+class _Pending:
+    """An in-flight collective and what its wait returns."""
+
+    def __init__(self, works, finish):
+        self.works = works
+        self.finish = finish
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return self.finish()
+
+
+def all_to_all(plan: _Group, inputs, *, splits, role: str, batches: Sequence[int], async_op: bool = False):
+    """A static-splits exchange: `splits[s][p]` elements per sample from rank `s` to `p`, the
+    samples being those of the rank that owns them (`batches[r]`: rank `r`'s local batch): the
+    sender's for ids and pooled gradients, the receiver's for pooled outputs."""
+    x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
+    r, world = plan.rank, plan.world
+    if "output_pooled" in role.split("+"):  # from the tables' owners back to the samples' ranks
+        send = [splits[r][p] * batches[p] for p in range(world)]
+        recv = [splits[s][r] * batches[r] for s in range(world)]
+    else:
+        send = [splits[r][p] * batches[r] for p in range(world)]
+        recv = [splits[s][r] * batches[s] for s in range(world)]
+    if x.numel() != sum(send):
+        raise RuntimeError(
+            f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
+            f"{tuple(batches)} make {sum(send)}"
+        )
+    out = x.new_empty(sum(recv))
+    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (out,))
+    return pending if async_op else pending.wait()
+
+
+def all_to_all_dynamic(plan: _Group, inputs, send_splits, recv_splits=None, *, role: str, async_op: bool = False):
+    x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
+    if recv_splits is None:  # exchange the sizes first (one small all-to-all)
+        recv_splits = torch.empty_like(send_splits)
+        dist.all_to_all_single(recv_splits, send_splits, group=plan.pg)
+    send, recv = send_splits.tolist(), recv_splits.tolist()
+    out = x.new_empty(sum(recv))
+    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (out, recv_splits))
+    return pending if async_op else pending.wait()
+
+
+def exchange_sizes(plan: _Group, send_splits: torch.Tensor, async_op: bool = False):
+    """What every peer will send us (one integer per peer), for a dynamic all-to-all."""
+    recv = torch.empty_like(send_splits)
+    work = dist.all_to_all_single(recv, send_splits, group=plan.pg, async_op=True)
+    pending = _Pending([work], lambda: (recv,))
+    return pending if async_op else pending.wait()
+
+
+def recv_splits(plan: _Group, lengths: torch.Tensor, batches: Sequence[int]) -> torch.Tensor:
+    """Ids each source sends, from the received lengths (source `s`'s segment holds the same
+    features' lengths for its `batches[s]` samples)."""
+    if len(set(batches)) == 1:
+        return lengths.reshape(plan.world, -1).sum(dim=1, dtype=torch.int64)
+    per_sample = lengths.numel() // sum(batches)
+    return torch.stack([seg.sum(dtype=torch.int64) for seg in lengths.split([per_sample * b for b in batches])])
+
+
+def wait(pending: _Pending):
+    return pending.wait()
+
+
+def pack_ids(plan: _Group, lengths, indices, weights, *, features: Sequence[int], batch: int):
+    """Per destination: its lengths, ids and bit-cast weights in one int64 segment
+    (sparse.pack_ids); `batch` is this rank's."""
+    b = batch
+    lens = lengths.split([f * b for f in features])
+    n_ids = torch.stack([seg.sum(dtype=torch.int64) for seg in lens]).tolist()
+    ids = indices.split(n_ids)
+    ws = weights.split(n_ids) if weights is not None else None
+    parts = []
+    for d in range(len(features)):
+        parts += [lens[d].to(torch.int64), ids[d].to(torch.int64)]
+        if ws is not None:  # bit-exact: the f32 bits, sign-extended
+            parts.append(ws[d].contiguous().view(torch.int32).to(torch.int64))
+    sizes = [f * b + n * (2 if ws is not None else 1) for f, n in zip(features, n_ids)]
+    return torch.cat(parts), torch.tensor(sizes, dtype=torch.int64, device=indices.device)
+
+
+def unpack_ids(
+    plan: _Group, buffer, sizes, *, features: Sequence[int], weighted: bool, index_dtype, batches: Sequence[int]
+):
+    """Split a received sparse.pack_ids buffer into lengths, ids (and weights), sources in rank
+    order; source `s`'s segment starts with the lengths of its `batches[s]` samples."""
+    lengths, ids, ws = [], [], []
+    for seg, batch in zip(buffer.split(sizes.tolist()), batches):
+        n_len = features[plan.rank] * batch
+        n_ids = (seg.numel() - n_len) // (2 if weighted else 1)
+        lengths.append(seg[:n_len])
+        ids.append(seg[n_len : n_len + n_ids])
+        ws.append(seg[n_len + n_ids :])
+    out = [torch.cat(lengths).to(torch.int32), torch.cat(ids).to(index_dtype)]
+    if weighted:
+        out.append(torch.cat(ws).to(torch.int32).view(torch.float32))
+    return tuple(out)
+
+
+def reduce_scatter(plan: _Group, x, *, reduction: str, batches: Sequence[int]):
+    """Sum over ranks, rank r keeps segment r (an all-to-all plus a local sum: gloo has no
+    reduce-scatter); segment `p` holds rank `p`'s `batches[p]` samples."""
+    total = sum(batches)
+    per_sample = x.numel() // total if total else 0
+    if per_sample * total != x.numel():
+        raise RuntimeError(
+            f"reduce_scatter on rank {plan.rank}: {x.numel()} elements are not whole samples of the "
+            f"batch sizes {tuple(batches)}"
+        )
+    own = batches[plan.rank] * per_sample
+    out = x.new_empty(plan.world * own)
+    dist.all_to_all_single(out, x.contiguous(), [own] * plan.world, [b * per_sample for b in batches], group=plan.pg)
+    summed = out.reshape(plan.world, own).sum(dim=0)
+    return summed / plan.world if reduction == "mean" else summed
+
+
+def all_reduce(plan: _Group, inputs, *, reduction: str, async_op: bool = False):
+    """One all-reduce for all operands: flattened into one buffer, reduced, split back.
+
+    Operands that already lie back to back in one buffer (`fused_lookup_grad`) are reduced in
+    place, without the copy into a new buffer."""
+    flat = _back_to_back(inputs)
+    if flat is None:
+        flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
+    work = dist.all_reduce(flat, group=plan.pg, async_op=True)
+
+    def finish():
+        if reduction == "mean":
+            flat.div_(plan.world)
+        out, offset = [], 0
+        for x in inputs:
+            out.append(flat[offset : offset + x.numel()].view_as(x).to(x.dtype))
+            offset += x.numel()
+        return out
+
+    pending = _Pending([work], finish)
+    return pending if async_op else pending.wait()
+
+
+def _back_to_back(inputs) -> torch.Tensor | None:
+    """The `fused_lookup_grad` buffer that `inputs` tile exactly, in order; else None."""
+    if len(inputs) < 2:
+        return None
+    base = inputs[0]._base
+    if base is None or not getattr(base, "_sparselift_grad_buffer", False):
+        return None
+    offset = 0
+    for x in inputs:
+        if (
+            x._base is not base
+            or x.dtype != base.dtype
+            or not x.is_contiguous()
+            or x.storage_offset() != base.storage_offset() + offset
+        ):
+            return None
+        offset += x.numel()
+    return base if offset == base.numel() else None

@@ -1,0 +1,155 @@
+"""The generated C kernels' buffer ops: `concat_ids`, `pack` and `unpack` (strided block copies).
+
+`BufferOps` is a base of `sparselift.runtime.kernels.GeneratedKernels` (which provides `_lib` and
+`_ensure`); jagged layouts and tensors off the CPU use `sparselift.runtime.reference`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import torch
+
+from sparselift.runtime import reference as ref
+from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
+
+
+class BufferOps:
+    """`concat_ids`, `pack` and `unpack` of `GeneratedKernels`."""
+
+    def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
+        """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to
+        lie in `[0, rows[k])` in the same pass. A bad id raises `IndexError` whose `args` are
+        (feature number, position, value); callers turn that into a message naming the feature."""
+        ids = [i if i.is_contiguous() else i.contiguous() for i in ids]
+        if (
+            index_dtype not in _INDEX
+            or len(ids) != len(rows)
+            or not _on_cpu(*ids)
+            or any(i.dim() != 1 or i.dtype not in _INDEX for i in ids)
+        ):
+            raise ValueError("concat_ids: 1-D int32/int64 CPU ids, one row count per feature, int32/int64 output")
+        counts = [i.numel() for i in ids]
+        out = torch.empty(sum(counts), dtype=index_dtype)
+        if not ids:
+            return out
+        lib = self._lib or self._ensure(set())
+        s, s_p = _addr_array(ctypes.c_void_p, [i.data_ptr() for i in ids])
+        w, w_p = _addr_array(ctypes.c_int32, [int(i.dtype == torch.int64) for i in ids])
+        c, c_p = _addr_array(ctypes.c_int64, counts)
+        r, r_p = _addr_array(ctypes.c_int64, [int(x) for x in rows])
+        err = (ctypes.c_int64 * 4)()
+        if lib.lib.sl_concat_ids(
+            len(ids), s_p, w_p, c_p, r_p, out.data_ptr(), int(index_dtype == torch.int64), ctypes.addressof(err)
+        ):
+            raise IndexError(int(err[3]), int(err[1]), int(err[2]))
+        return out
+
+    def _copy(self, descs: list[int]) -> None:
+        if not descs:
+            return
+        lib = self._lib or self._ensure(set())
+        arr, p = _addr_array(ctypes.c_int64, descs)
+        lib.lib.sl_copy_blocks(len(descs) // 6, p)
+
+    def pack(
+        self,
+        members: Sequence[torch.Tensor],
+        layout: Sequence[Sequence[tuple[int, int]]],
+        batch: int,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """Same signature and result as `reference.pack` (jagged layouts use the reference)."""
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(*members):
+            return ref.pack(members, layout, batch, dtype)
+        batch = int(batch)
+        widths = [sum(size for off, size in seg) for seg in layout]
+        buf = torch.empty(batch * sum(widths), dtype=dtype)
+        if batch == 0 or buf.numel() == 0:
+            return buf
+        esz = buf.element_size()
+        prepared: dict[int, torch.Tensor] = {}
+        descs: list[int] = []
+        start = 0
+        for s, seg in enumerate(layout):
+            if len(seg) != len(members):
+                raise ValueError(f"pack: segment {s} of the layout lists {len(seg)} members, got {len(members)}")
+            for m, (off, size) in enumerate(seg):
+                if size <= 0:
+                    continue
+                x = prepared.get(m)
+                if x is None:
+                    x = members[m]
+                    x = x.reshape(x.shape[0], -1) if x.dim() else x.reshape(1, 1)
+                    x = x.to(dtype).contiguous()
+                    prepared[m] = x
+                if x.shape[1] != size:
+                    raise ValueError(
+                        f"pack: member {m} has {x.shape[1]} columns, the layout gives it {size} in segment {s}"
+                    )
+                row0 = 0 if x.shape[0] == batch else s * batch
+                if x.shape[0] < row0 + batch:
+                    raise ValueError(
+                        f"pack: member {m} has {x.shape[0]} rows, segment {s} needs rows {row0}..{row0 + batch}"
+                    )
+                descs += [
+                    buf.data_ptr() + (start + off) * esz,
+                    widths[s] * esz,
+                    x.data_ptr() + row0 * size * esz,
+                    size * esz,
+                    size * esz,
+                    batch,
+                ]
+            start += batch * widths[s]
+        self._copy(descs)
+        return buf
+
+    def unpack(
+        self,
+        buffer: torch.Tensor,
+        layout: Sequence[Sequence[tuple[int, int]]],
+        batch: int,
+        member_widths: Sequence[int],
+    ) -> list[torch.Tensor]:
+        """Same signature and result as `reference.unpack` (jagged layouts use the reference)."""
+        if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(buffer):
+            return ref.unpack(buffer, layout, batch, member_widths)
+        batch = int(batch)
+        widths = [sum(size for off, size in seg) for seg in layout]
+        starts = [0]
+        for w in widths:
+            starts.append(starts[-1] + w * batch)
+        if buffer.dim() != 1 or buffer.numel() < starts[-1]:
+            raise ValueError(f"unpack: buffer of shape {tuple(buffer.shape)}, the layout needs {starts[-1]} elements")
+        buffer = buffer.contiguous()
+        esz = buffer.element_size()
+        out, descs = [], []
+        for m, width in enumerate(member_widths):
+            parts = [(s, seg[m]) for s, seg in enumerate(layout) if seg[m][1] > 0]
+            if not parts:
+                out.append(torch.empty(0, width, dtype=buffer.dtype))
+                continue
+            sizes = {size for _, (_, size) in parts}
+            if len(sizes) != 1:
+                raise ValueError(f"unpack: member {m} has different sizes across segments: {sorted(sizes)}")
+            size = sizes.pop()
+            total = batch * size * len(parts)
+            if width <= 0 or total % width:
+                raise ValueError(f"unpack: member {m} of width {width} cannot hold {total} elements")
+            o = torch.empty(total, dtype=buffer.dtype)
+            pos = 0
+            for s, (off, sz) in parts:
+                if batch:
+                    descs += [
+                        o.data_ptr() + pos * esz,
+                        sz * esz,
+                        buffer.data_ptr() + (starts[s] + off) * esz,
+                        widths[s] * esz,
+                        sz * esz,
+                        batch,
+                    ]
+                pos += batch * sz
+            out.append(o.reshape(-1, width))
+        self._copy(descs)
+        return out
