@@ -207,28 +207,6 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         if specs:
             self._ensure(specs)
 
-    @classmethod
-    def for_tables(
-        cls,
-        tables: Mapping[str, torch.Tensor],
-        *,
-        pooling: str | Mapping[str, str] = "sum",
-        weighted: bool | Mapping[str, bool] = False,
-        optimizer: str | None | Mapping[str, str | None] = None,
-        index_dtype: torch.dtype = torch.int64,
-        **kwargs,
-    ) -> GeneratedKernels:
-        """Build the forward (and, with an optimizer, update) kernels of named tables."""
-        specs = set()
-        for name, t in tables.items():
-            p = pooling[name] if isinstance(pooling, Mapping) else pooling
-            w = weighted[name] if isinstance(weighted, Mapping) else weighted
-            o = optimizer.get(name) if isinstance(optimizer, Mapping) else optimizer
-            spec = spec_for(t, index_dtype, p, bool(w), o)
-            if spec is not None:
-                specs.add(spec)
-        return cls(specs, table_names=tables, **kwargs)
-
     # -- bookkeeping --
 
     @property

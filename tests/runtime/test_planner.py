@@ -338,20 +338,7 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
         return times[pipeline[0].split("{")[0] if pipeline else ""]
 
     cands = [Candidate("parallelism", f"G={g}", f"G={g}", (f"G={g}",), lanes=g) for g in (2, 4, 8, 16)]
-    options = sparselift.CompileOptions()
-    p = planner.Planner(
-        None,
-        LocalTables({}, {}, {}),
-        (),
-        lift="lift-sparse",
-        rank=0,
-        world=1,
-        process_group=None,
-        optimizer=None,
-        options=options,
-        plan_options=planner.planner_options(options, "cpu"),
-        measure=measure,
-    )
+    p = _one_rank_planner(measure)
     p._start = p.clock()
     pred = Prediction("", 0.0, (), "")
     order = [cands[2], cands[1], cands[3], cands[0]]  # best predicted first: G=8
@@ -362,15 +349,10 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
     assert len(seen) == 3 * 4  # T0, G=8, G=16, G=4: one warmup and two observations each
 
 
-def _scripted_planner(steps_by_plan):
-    """A one-rank planner whose step times come from per-plan scripts (seconds)."""
-    scripts = {k: iter(v) for k, v in steps_by_plan.items()}
-
-    def measure(pipeline):
-        return next(scripts[pipeline[0] if pipeline else ""])
-
+def _one_rank_planner(measure):
+    """A planner on one rank with no tables, whose step times come from `measure(pipeline)`."""
     options = sparselift.CompileOptions()
-    p = planner.Planner(
+    return planner.Planner(
         None,
         LocalTables({}, {}, {}),
         (),
@@ -383,6 +365,16 @@ def _scripted_planner(steps_by_plan):
         plan_options=planner.planner_options(options, "cpu"),
         measure=measure,
     )
+
+
+def _scripted_planner(steps_by_plan):
+    """A one-rank planner whose step times come from per-plan scripts (seconds)."""
+    scripts = {k: iter(v) for k, v in steps_by_plan.items()}
+
+    def measure(pipeline):
+        return next(scripts[pipeline[0] if pipeline else ""])
+
+    p = _one_rank_planner(measure)
     p._start = p.clock()
     return p
 
@@ -454,20 +446,7 @@ def test_codegen_comparison_stops_early_when_decisive():
             seen.append(pipeline)
             return gen_s if pipeline == ("generate-kernels",) else 0.100
 
-        options = sparselift.CompileOptions()
-        p = planner.Planner(
-            None,
-            LocalTables({}, {}, {}),
-            (),
-            lift="lift-sparse",
-            rank=0,
-            world=1,
-            process_group=None,
-            optimizer=None,
-            options=options,
-            plan_options=planner.planner_options(options, "cpu"),
-            measure=measure,
-        )
+        p = _one_rank_planner(measure)
         o0, o1 = p._codegen((), ("generate-kernels",))
         assert len(seen) == observations
         assert min(o1) == gen_s and min(o0) == 0.100
@@ -483,20 +462,7 @@ def test_codegen_measured_slower_once_is_rechecked_with_paired_rounds():
 
     from sparselift.passes.plan_sparse import Candidate, Prediction
 
-    options = sparselift.CompileOptions()
-    p = planner.Planner(
-        None,
-        LocalTables({}, {}, {}),
-        (),
-        lift="lift-sparse",
-        rank=0,
-        world=1,
-        process_group=None,
-        optimizer=None,
-        options=options,
-        plan_options=planner.planner_options(options, "cpu"),
-        measure=measure,
-    )
+    p = _one_rank_planner(measure)
     p._start = p.clock()
     p._ready = lambda pipelines, program=None: None
     p._refit = lambda: None
