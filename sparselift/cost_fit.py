@@ -15,10 +15,16 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sparselift.passes.plan_sparse import CATEGORIES
+from sparselift.passes.cost_model import CATEGORIES
 from sparselift.passes.profiles import HardwareProfile
 
-SCALE_MIN, SCALE_MAX = 0.01, 200.0
+SCALE_MIN, SCALE_MAX = 0.1, 10.0
+"""Physical bounds of a fitted scale: a bandwidth, latency or FLOP rate between 0.1x and 10x the
+profile's. A fit that wants more is telling that the model misses a term, not that the machine
+is 100x off its profile; the residual says so instead."""
+MIN_POINTS = 3
+"""Plans that must exercise a category, with at least two different amounts of it, before its
+scale is fitted; with fewer, it keeps the profile's value (scale 1)."""
 
 
 def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: Sequence[float]) -> np.ndarray:
@@ -49,6 +55,12 @@ def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: S
     return np.clip(x, lower, upper)
 
 
+def _observed(category: str, points: Sequence[tuple[Mapping[str, float], float]]) -> bool:
+    """Enough plans exercise `category`, in different amounts, for its scale to be fitted."""
+    amounts = [b.get(category, 0.0) for b, _ in points if abs(b.get(category, 0.0)) > 1e-9]
+    return len(amounts) >= MIN_POINTS and max(amounts) - min(amounts) > 0.01 * max(abs(a) for a in amounts)
+
+
 def fit_profile(
     base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
 ) -> tuple[HardwareProfile, dict[str, Any]]:
@@ -57,17 +69,19 @@ def fit_profile(
 
     `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
     Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
-    not tell apart keep the profile's value. Scales are bounded to [SCALE_MIN, SCALE_MAX] (the
-    reference lowering's per-table torch ops can be two orders of magnitude off the profile's
-    bandwidths) and the intercept is never negative, both inside the least squares
+    not tell apart keep the profile's value, and categories too few plans exercise are not fitted
+    (`MIN_POINTS`). Scales are bounded to [SCALE_MIN, SCALE_MAX] (physical bounds) and the
+    intercept is never negative, both inside the least squares
     (`bounded_lstsq`), so the other scales are fitted to the bounded ones.
     """
-    cats = [c for c in CATEGORIES if c != "other" and any(abs(b.get(c, 0.0)) > 1e-9 for b, _ in points)]
+    cats = [c for c in CATEGORIES if _observed(c, points)]
     # Relative errors: each plan's row is divided by its measured F, so one slow plan (the
     # reference lowering's T0 can take 8x the others) does not decide every scale.
     weight = [1.0 / max(f, 1.0) for _, f in points]
     rows = [[w, *(w * b.get(c, 0.0) for c in cats)] for w, (b, _) in zip(weight, points)]
-    rhs = [w * (f - b.get("other", 0.0)) for w, (b, f) in zip(weight, points)]
+    # Categories not fitted still cost what the profile says: they leave the right-hand side.
+    unfitted = [c for c in CATEGORIES if c not in cats]
+    rhs = [w * (f - sum(b.get(c, 0.0) for c in unfitted)) for w, (b, f) in zip(weight, points)]
     data = list(rows)
     for j in range(len(cats)):
         col = [r[j + 1] for r in data]
@@ -100,7 +114,9 @@ def fit_profile(
     )
     report = {
         "points": n,
-        "scales": {c: round(v, 4) for c, v in scales.items()},
+        "fitted_categories": cats,
+        "bounds": [SCALE_MIN, SCALE_MAX],
+        "scales": {c: round(scales.get(c, 1.0), 4) for c in CATEGORIES},  # 1: not fitted
         "intercept_us": round(float(x[0]), 3),
         "residual_us": round(residual, 3),
         # What the fit says about the machine: per-collective alpha/beta, bytes/s per kernel kind.
@@ -117,4 +133,4 @@ def fit_profile(
     return fitted, report
 
 
-__all__ = ["SCALE_MAX", "SCALE_MIN", "bounded_lstsq", "fit_profile"]
+__all__ = ["MIN_POINTS", "SCALE_MAX", "SCALE_MIN", "bounded_lstsq", "fit_profile"]

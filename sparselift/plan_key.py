@@ -2,21 +2,26 @@
 
 `sparselift.planner` keys the plan record it caches by these fields (the exported IR, shapes,
 sharding, world size, optimizer, device kind, versions and the planner's constraints); the
-fields are stored in the record, so a miss can say which one changed.
+fields are stored in the record, so a miss can say which one changed. The IR fields are read
+from the module itself (its value types, its feature attributes), not from its printed text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
+from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.printer import Printer
 
 from sparselift.codegen.table_facts import batch_size, describe_features, describe_tables, sharding_plan
+from sparselift.ir.sparse_attrs import FeatureAttr
 from sparselift.passes.plan_sparse import PlanOptions
 
 KEY_ORDER = ("model", "shapes", "world_size", "sharding", "optimizer", "device", "versions", "constraints", "ir")
@@ -37,7 +42,7 @@ def key_fields(
     # Exported, before any pass. Pooling factors are measured on the example batch; they enter
     # the key bucketed (factors of sqrt 2), so another batch of the same data reuses the plan
     # and a real shift in the workload re-plans.
-    ir_text = re.sub(r"pooling_factor = ([0-9.eE+-]+)", _bucket_pooling, program.text)
+    ir_text = _bucketed_text(program.module)
     code = program.graph_code
     tables, sharding = describe_tables(program.module), sharding_plan(program.module)
     pooling = {t.name: t.pooling for t in tables}
@@ -48,7 +53,7 @@ def key_fields(
             [(f.name, f.table, pooling[f.table], f.weighted) for f in describe_features(program.module)],
         ]
     )
-    types = sorted(set(re.findall(r"tensor<[^>]*>", ir_text)))
+    types = _value_types(program.module)
     shapes = json.dumps([batch_size(program.module), [(t.name, t.rows, t.dim) for t in tables], types])
     constraints = {
         "memory_cap_bytes": plan_options.memory_cap_bytes,
@@ -70,9 +75,51 @@ def key_fields(
     }
 
 
-def _bucket_pooling(m: re.Match) -> str:
-    pf = float(m.group(1))
-    return f"pooling_factor ~ {2 ** (round(math.log2(pf) * 2) / 2):.3g}" if pf > 0 else m.group(0)
+def _bucket_pooling(pf: float) -> float:
+    """The bucket of a pooling factor: the nearest power of sqrt 2 (3 significant digits); 0 stays 0."""
+    return float(f"{2 ** (round(math.log2(pf) * 2) / 2):.3g}") if pf > 0 else pf
+
+
+def _bucketed(attr: Attribute) -> Attribute:
+    """`attr` with the pooling factor of every `#sparse.feature` in it bucketed (`attr` itself
+    when it holds none): features sit in op properties as arrays, so containers are rebuilt."""
+    if isinstance(attr, FeatureAttr):
+        pf = _bucket_pooling(attr.pooling_factor.data)
+        return FeatureAttr(attr.feature_name.data, attr.table.data, pf, attr.is_weighted)
+    if isinstance(attr, ArrayAttr):
+        items = tuple(_bucketed(a) for a in attr.data)
+        return ArrayAttr(items) if any(n is not o for n, o in zip(items, attr.data)) else attr
+    if isinstance(attr, DictionaryAttr):
+        entries = {k: _bucketed(v) for k, v in attr.data.items()}
+        return DictionaryAttr(entries) if any(entries[k] is not v for k, v in attr.data.items()) else attr
+    if isinstance(attr, ParametrizedAttribute):
+        params = tuple(_bucketed(p) for p in attr.parameters)
+        return type(attr).new(params) if any(n is not o for n, o in zip(params, attr.parameters)) else attr
+    return attr
+
+
+def _bucketed_text(module: ModuleOp) -> str:
+    """`module` printed with its pooling factors bucketed (a clone is changed, not `module`)."""
+    clone = module.clone()
+    for op in clone.walk():
+        for held in (op.properties, op.attributes):
+            for name, attr in list(held.items()):
+                held[name] = _bucketed(attr)
+    out = io.StringIO()
+    Printer(stream=out).print_op(clone)
+    return out.getvalue()
+
+
+def _value_types(module: ModuleOp) -> list[str]:
+    """Every type of a value in `module` (op operands and results, block arguments), printed,
+    sorted and without repeats."""
+    types: set[Attribute] = set()
+    for op in module.walk():
+        types.update(v.type for v in (*op.operands, *op.results))
+        for region in op.regions:
+            for block in region.blocks:
+                types.update(a.type for a in block.args)
+    return sorted({str(t) for t in types})
 
 
 def plan_key(fields: Mapping[str, str]) -> str:

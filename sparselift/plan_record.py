@@ -16,7 +16,7 @@ import attrs
 from sparselift.passes.pipeline import join_pipeline
 from sparselift.passes.plan_sparse import Decision
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: the confirmation before return, the cost model's error
 
 
 @attrs.frozen
@@ -60,6 +60,9 @@ class PlanRecord:
     mode: str = "measured"  # measured (lookahead on real batches) | analytic (cost model only)
     incumbent_us: float | None = None  # F(T0)
     final_us: float | None = None  # F(chosen plan)
+    confirmed: bool | None = None  # the returned plan measured not slower than T0 (None: not planned by measurement)
+    confirmation: dict[str, Any] = attrs.field(factory=dict)  # plan_confirm.Confirmation.to_dict()
+    cost_model: dict[str, Any] = attrs.field(factory=dict)  # the fitted model's error over the plans measured
     format: int = RECORD_FORMAT
     created: str = attrs.field(default="", eq=False)
 
@@ -121,6 +124,37 @@ class PlanRecord:
     def explain(self) -> str:
         return explain_record(self)
 
+    def summary(self) -> dict[str, Any]:
+        """What `sparselift explain --json` writes: the outcome, the cost model's error and
+        every decision's predicted and measured increment with its +-, then the whole record."""
+        pm = self.fit.get("residual_us", 0.0) * 2**0.5 if self.fit else None
+        decisions = [
+            {
+                "family": d.family,
+                "label": d.label,
+                "change": d.change,
+                "accepted": d.accepted,
+                "predicted_us": d.predicted_us,
+                "predicted_pm_us": None if d.predicted_us is None or pm is None else round(pm, 3),
+                "measured_us": d.measured_us,
+                "measured_se_us": d.noise_us,
+                "reason": d.reason,
+            }
+            for d in self.decisions
+        ]
+        return {
+            "pipeline": list(self.pipeline),
+            "t0_us": self.incumbent_us,
+            "chosen_us": self.final_us,
+            "confirmed": self.confirmed,
+            "calibration_s": self.calibration_s,
+            "budget_s": self.budget_s,
+            "cost_model": dict(self.cost_model),
+            "confirmation": dict(self.confirmation),
+            "decisions": decisions,
+            "record": self.to_dict(),
+        }
+
 
 def _ms(us: float | None, digits: int = 3) -> str:
     return "-" if us is None else f"{us / 1e3:+.{digits}f}"
@@ -140,6 +174,7 @@ def explain_record(record: PlanRecord) -> str:
             f"  step time F (max over ranks of each rank's min): T0 {record.incumbent_us / 1e3:.2f} ms"
             f" -> chosen {record.final_us / 1e3:.2f} ms"
         )
+    lines.extend(_confirmation_lines(record))
     budget = f" of a {record.budget_s:g} s budget" if record.budget_s else ""
     exhausted = " (budget exhausted: later candidates not tried)" if record.budget_exhausted else ""
     lines.append(f"  calibration: {record.calibration_s:.2f} s{budget}{exhausted}")
@@ -153,14 +188,15 @@ def explain_record(record: PlanRecord) -> str:
             parts.append(f"sharding exports {sp['export_s']:.2f} s")
         parts.append(f"analysis and waiting {sp.get('analysis_s', 0.0):.2f} s")
         lines.append(f"    spent on rank 0: {', '.join(parts)}")
-    lines.append("  decisions (increments in ms, negative is faster; predicted | measured):")
+    # A predicted increment is a difference of two predictions: +- sqrt 2 x the fit's RMS residual.
+    pm = record.fit.get("residual_us", 0.0) * 2**0.5 if record.fit else 0.0
+    lines.append("  decisions (increments in ms, negative is faster; predicted +- fit | measured +- 1 s.e.):")
     for d in record.decisions:
         mark = "accepted" if d.accepted else "rejected"
         measured = "not measured" if d.measured_us is None else f"{_ms(d.measured_us, 2)}"
-        noise = "" if d.noise_us is None else f" (noise {d.noise_us / 1e3:.2f})"
-        lines.append(
-            f"    [{mark}] {d.family:<14} {d.label:<24} predicted {_ms(d.predicted_us)} | measured {measured}{noise}"
-        )
+        noise = "" if d.noise_us is None else f" +- {d.noise_us / 1e3:.2f}"
+        predicted = _ms(d.predicted_us) + (f" +- {pm / 1e3:.2f}" if pm and d.predicted_us is not None else "")
+        lines.append(f"    [{mark}] {d.family:<14} {d.label:<24} predicted {predicted} | measured {measured}{noise}")
         lines.append(f"        {d.change}: {d.reason}")
     if record.fit:
         fit = record.fit
@@ -169,7 +205,28 @@ def explain_record(record: PlanRecord) -> str:
             f"  cost-model fit from {fit.get('points', 0)} measured plans"
             f" (residual {fit.get('residual_us', 0.0) / 1e3:.2f} ms): {', '.join(parts)}"
         )
+    if record.cost_model.get("median_rel_error") is not None:
+        cm = record.cost_model
+        lines.append(
+            f"  cost model: median relative error {100 * cm['median_rel_error']:.1f}% over {cm['n_plans']} measured"
+            f" plans after the fit ({100 * cm['median_rel_error_profile']:.1f}% with the profile's values)"
+        )
     return "\n".join(lines)
+
+
+def _confirmation_lines(record: PlanRecord) -> list[str]:
+    """What the confirmation before return found (sequential paired rounds against T0)."""
+    c = record.confirmation
+    if not c:
+        return []
+    out = [f"  confirmed: {'yes' if record.confirmed else 'no'}; {c.get('note', '')}"]
+    for t in c.get("tests", ()):
+        se = "-" if t.get("se_us") is None else f"{t['se_us'] / 1e3:.2f}"
+        out.append(
+            f"    {t['candidate'] or 'T0'} against {t['baseline'] or 'T0'}: {t['verdict']}, gain"
+            f" {t['mean_gain_us'] / 1e3:+.2f} +- {se} ms over {t['rounds']} paired rounds ({t['stopped']})"
+        )
+    return out
 
 
 __all__ = ["RECORD_FORMAT", "Measurement", "PlanRecord", "explain_record"]

@@ -5,34 +5,24 @@ itself (candidates, analytic predictions, constraints, the family order) is
 `sparselift.passes.plan_sparse.search`; this module is its `Confirmer`:
 
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
-  a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's live
-  table storage (every candidate shares it; `runtime.tables`) and scratch copies of the dense
-  parameters, and timed on the example batch with `time.perf_counter`
-  around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
-  exchange started, backward). Each rank takes the minimum of its observations and ranks combine
-  with an all-reduce MAX, so F and every decision are identical on all ranks. T1 is accepted
-  if F(T1) < F(T0) - noise, noise being half the spread (max - min, MAX over ranks) of the
-  steadier of the two plans' observations, and at least 1% of F(T0) (`_noise`). A candidate
-  faster than T0 but within the noise (or, for aggregation and code generation, predicted faster
-  but measured slower) gets up to `EXTRA_ROUNDS` interleaved (T0, T1) rounds,
-  each round timed by its slowest rank, and is accepted if it wins `WIN_SHARE` of them by a
-  median gain of at least 1% of F(T0) (`_tie_break`). Among latency-hiding schedules, a
-  runner-up that beat T0 too and is within noise of the best plays the best the same way: the
-  budget's two observations each cannot order schedules a few percent apart.
-- **Budgets per measurement point** (the paper's appendix): aggregation: one warmup pair, then
-  two measured pairs per compatible role; parallelism: one warmup per variant, then a
-  bidirectional sweep over G (from the best predicted G, up while faster, then down) with two
-  observations per G; code generation: one warmup per implementation, then ref -> gen -> gen
-  -> ref (stopped after ref -> gen when gen takes under half the time: `DECISIVE`); latency
-  hiding: one warmup step, then two complete-step observations per schedule
-  (interleaved with the incumbent's, round by round).
-- **Re-fitting.** After every accepted candidate, one scale per cost category (collective
-  alpha and beta, bytes/s of gathers, updates and copies, fixed overheads, dense FLOP/s) plus an
-  intercept (what the model does not see) is fitted by least squares to the measured F of every
-  plan so far, with a weak prior at scale 1 (there are fewer plans than categories). The next
-  family is predicted with the fitted profile; the record keeps the fit.
-- **Bounded.** `calibration_budget_s` bounds the calibration: once it is spent (checked before
-  each candidate, MAX over ranks), the remaining candidates are rejected as not tried.
+  a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's
+  live table storage (every candidate shares it; `runtime.tables`) and scratch copies of the
+  dense parameters, and timed on the example batch around a steady-state step as `TrainPipeline`
+  runs it (forward, the next batch's input exchange started, backward). How each family is
+  measured and decided, by sequential paired tests whose rounds are timed on the slowest rank so
+  that every rank decides the same, is `sparselift.plan_lookahead`; the test itself is
+  `sparselift.plan_confirm`.
+- **Confirmation before return.** The chosen plan is tested against T0 in paired rounds; if it is
+  not faster beyond noise, the planner falls back to the most optimized plan it passed through
+  that is, or to T0 (`plan_confirm.confirm_choice`). The record says `confirmed`, with the tests.
+- **Re-fitting.** After every accepted candidate, one scale per cost category is fitted to every
+  plan measured so far, within physical bounds and only for categories enough plans exercise
+  (`sparselift.cost_fit`); the next family is predicted with the fitted profile, and the record
+  keeps the fit and the model's median relative error over the plans measured.
+- **Bounded.** The budget scales with the step: `BUDGET_STEPS` T0 steps, at least `BUDGET_MIN_S`,
+  never above `calibration_budget_s`; the search may spend `SEARCH_SHARE` of it, the
+  confirmation the rest. Once it is spent (MAX over ranks), the remaining candidates are
+  rejected as not tried.
 - **Plan cache.** The chosen `PlanRecord` (`sparselift.plan_record`: pipeline, decisions with
   predicted and measured increments, measurements, fit, calibration seconds) is stored as JSON
   in the cache directory (key fields and record files: `sparselift.plan_key`)
@@ -66,19 +56,18 @@ from sparselift.cost_fit import fit_profile
 from sparselift.passes.pipeline import pass_name, split_pipeline
 from sparselift.passes.plan_sparse import (
     FAMILIES,
-    Candidate,
     Decision,
     PlanOptions,
-    Prediction,
     Predictor,
-    decision,
     run_pipeline,
     search,
 )
 from sparselift.passes.profiles import HardwareProfile
+from sparselift.plan_confirm import Confirmation, confirm_choice
 from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
+from sparselift.plan_lookahead import Lookahead
 from sparselift.plan_record import Measurement, PlanRecord
-from sparselift.plan_timing import PlanTiming, example_ids_by_table
+from sparselift.plan_timing import example_ids_by_table
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions, cache_dir
 from sparselift.runtime.tables import LocalTables, TouchedRows, local_shard_bytes
@@ -310,32 +299,18 @@ def _with_sharding(program, record: PlanRecord, world: int, builder: CandidateBu
 # --------------------------------------------------------------------------------------
 
 
-# When the paper's budget leaves a candidate inconclusive (faster than the incumbent, but not
-# beyond the noise margin; or, for aggregation and code generation, predicted faster but measured
-# slower), up to EXTRA_ROUNDS more interleaved (incumbent, candidate) steps
-# decide it: each round's time is the slowest rank's, and the candidate is accepted when it won
-# at least WIN_SHARE of the rounds by a median gain of at least 1% of F(T0). Paired rounds
-# cancel the machine's drift that inflates the spread of single observations.
-EXTRA_ROUNDS = 8
-WIN_SHARE = 0.75
-# Code generation's comparison stops early when the generated step is this much faster.
-DECISIVE = 0.5
+BUDGET_STEPS = 300
+"""The calibration budget in T0 steps (bounded by BUDGET_MIN_S and the user's cap)."""
+BUDGET_MIN_S = 8.0
+SEARCH_SHARE = 0.8
+"""The share of the budget the search may spend; the rest is the confirmation's."""
 
 
-def _noise(f0_us: float, incumbent_spread_us: float, candidate_spread_us: float) -> float:
-    """The margin a candidate must beat the incumbent by.
-
-    F is each plan's best observation, so one slow outlier of either plan does not move it; the
-    margin is half the spread of the steadier of the two plans (how far the better of two
-    observations can sit from the plan's typical step), and never below 1% of F(T0) (timer and
-    scheduling jitter on a busy machine).
-    """
-    return max(0.01 * f0_us, 0.5 * min(incumbent_spread_us, candidate_spread_us))
-
-
-class Planner(PlanTiming):
-    """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`);
-    building and timing its plans is `PlanTiming`'s (`sparselift.plan_timing`)."""
+class Planner(Lookahead):
+    """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`):
+    the measured decisions are `Lookahead`'s (`sparselift.plan_lookahead`), building and timing
+    plans `PlanTiming`'s (`sparselift.plan_timing`), the confirmation before return
+    `plan_confirm.confirm_choice`'s."""
 
     def __init__(
         self,
@@ -390,287 +365,17 @@ class Planner(PlanTiming):
             "steps_s": 0.0,
             "steps": 0,
             "export_s": 0.0,
-            "tie_break_rounds": 0,
+            "paired_rounds": 0,
         }
+        self.tests = []  # every sequential paired test, in order
+        self._label_programs = {}  # plans that stand for another program's T0 (sharding)
+        self.search_exhausted = False
         cuda = device_kind(local.tables, example_inputs).startswith("cuda")
         self._sync = torch.cuda.synchronize if cuda else None
 
-    # -- the Confirmer protocol --------------------------------------------------------------
+    # -- the Confirmer protocol (its decisions: plan_lookahead.Lookahead) -------------------
     def profile(self, current: HardwareProfile) -> HardwareProfile:
         return self.fitted or current
-
-    def confirm(
-        self,
-        family: str,
-        incumbent: tuple[str, ...],
-        variants: list[tuple[Candidate, Prediction]],
-        incumbent_prediction: Prediction,
-    ) -> list[Decision]:
-        predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
-        if self._over_budget():
-            return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
-        error = self._ready([incumbent])
-        if error:  # the incumbent itself cannot run: nothing can be confirmed
-            return [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
-        if family == "parallelism":
-            out = self._sweep(incumbent, variants, predicted)
-        elif family in ("aggregation", "codegen") and len(variants) == 1:
-            cand = variants[0][0]
-            error = self._ready([cand.pipeline])
-            if error:
-                return [decision(cand, False, f"candidate {error}", predicted[cand.label])]
-            o0, o1 = (self._codegen if family == "codegen" else self._pairs)(incumbent, cand.pipeline)
-            (f0, f1), (noise, spread) = self._combine([o0, o1])
-            self._record(incumbent, f0, noise, o0)
-            self._record(cand.pipeline, f1, spread, o1)
-            margin = _noise(f0, noise, spread)
-            out = [self._judge(cand, predicted[cand.label], f0, f1, margin)]
-            # Paired rounds decide when the budget's observations are inconclusive, or when they
-            # contradict the cost model (a predicted gain measured as a loss: one slow moment on
-            # a busy machine must not throw away a whole family).
-            if not out[0].accepted and (f1 < f0 or predicted[cand.label] < 0):
-                out = [self._tie_break(incumbent, cand, predicted[cand.label], f0, margin) or out[0]]
-        else:
-            out = self._alternatives(incumbent, variants, predicted)
-        if any(d.accepted for d in out):
-            self._refit()
-        return out
-
-    def _not_tried(self, cand: Candidate, predicted: float | None) -> Decision:
-        return decision(
-            cand,
-            False,
-            f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)",
-            predicted,
-        )
-
-    def _judge(
-        self, cand: Candidate, predicted: float, f0: float, f1: float, noise: float, better: str = ""
-    ) -> Decision:
-        inc = f1 - f0
-        kw = {
-            "measured_us": round(inc, 3),
-            "incumbent_us": round(f0, 3),
-            "candidate_us": round(f1, 3),
-            "noise_us": round(noise, 3),
-        }
-        if better:
-            return decision(
-                cand, False, f"measured increment {inc / 1e3:+.2f} ms; {better} was faster", predicted, **kw
-            )
-        if f1 < f0 - noise:
-            return decision(
-                cand, True, f"measured increment {inc / 1e3:+.2f} ms beyond noise {noise / 1e3:.2f} ms", predicted, **kw
-            )
-        return decision(
-            cand,
-            False,
-            f"measured increment {inc / 1e3:+.2f} ms: not faster than the incumbent beyond noise {noise / 1e3:.2f} ms",
-            predicted,
-            **kw,
-        )
-
-    def _paired_rounds(self, inc: tuple[str, ...], cand: tuple[str, ...], f0: float) -> tuple[str, float] | None:
-        """Up to EXTRA_ROUNDS interleaved (inc, cand) steps, each round timed by its slowest rank.
-        If `cand` won WIN_SHARE of them by a median gain of at least 1% of `f0`: (what the rounds
-        showed, the median gain in us); else None."""
-        t_inc, t_cand = [], []
-        for _ in range(EXTRA_ROUNDS):
-            if self._over_budget():
-                break
-            t_inc.append(self._observe(inc))
-            t_cand.append(self._observe(cand))
-        n = len(t_inc)
-        if n < 4:
-            return None
-        slowest = self._max([*t_inc, *t_cand])  # a step ends when its slowest rank ends
-        gains = [(a - b) * 1e6 for a, b in zip(slowest[:n], slowest[n:])]
-        wins = sum(g > 0 for g in gains)
-        median = float(np.median(gains))
-        self.spent["tie_break_rounds"] += n
-        if wins < WIN_SHARE * n or median < 0.01 * f0:
-            return None
-        return f"faster in {wins} of {n} extra paired rounds, median gain {median / 1e3:.2f} ms", median
-
-    def _tie_break(
-        self, inc: tuple[str, ...], cand: Candidate, predicted: float, f0: float, noise: float
-    ) -> Decision | None:
-        """Extra paired rounds for an inconclusive candidate; its acceptance, or None (rejected)."""
-        won = self._paired_rounds(inc, cand.pipeline, f0)
-        if won is None:
-            return None
-        shown, median = won
-        return decision(
-            cand,
-            True,
-            f"not confirmed by the paper's budget (noise {noise / 1e3:.2f} ms); {shown}",
-            predicted,
-            measured_us=round(-median, 3),
-            incumbent_us=round(f0, 3),
-            candidate_us=round(f0 - median, 3),
-            noise_us=round(noise, 3),
-        )
-
-    # Budgets of the paper's appendix, one function per kind of measurement point.
-    def _pairs(self, inc: tuple[str, ...], cand: tuple[str, ...]) -> tuple[list[float], list[float]]:
-        """One warmup pair, then two measured pairs (T0, T1)."""
-        self._observe(inc)
-        self._observe(cand)
-        o0, o1 = [], []
-        for _ in range(2):
-            o0.append(self._observe(inc))
-            o1.append(self._observe(cand))
-        return o0, o1
-
-    def _codegen(self, ref: tuple[str, ...], gen: tuple[str, ...]) -> tuple[list[float], list[float]]:
-        """One warmup per implementation, then ref -> gen -> gen -> ref; stopped after ref -> gen
-        when the generated step takes under `DECISIVE` of the reference one (slowest ranks): no
-        noise margin (at most half a spread) can overturn that, and the reference lowering's
-        steps are the dearest of the whole calibration."""
-        self._observe(ref)
-        self._observe(gen)
-        o0 = [self._observe(ref)]
-        o1 = [self._observe(gen)]
-        t_ref, t_gen = self._max([o0[0], o1[0]])
-        if t_gen < DECISIVE * t_ref:
-            return o0, o1
-        o1.append(self._observe(gen))
-        o0.append(self._observe(ref))
-        return o0, o1
-
-    def _baseline(self, inc: tuple[str, ...]) -> tuple[float, float]:
-        o0 = self._steps(inc)
-        (f0,), (noise,) = self._combine([o0])
-        self._record(inc, f0, noise, o0)
-        return f0, noise
-
-    def _variant(self, cand: Candidate) -> float | str:
-        error = self._ready([cand.pipeline])
-        if error:
-            return error
-        o1 = self._steps(cand.pipeline)
-        (f1,), (spread,) = self._combine([o1])
-        self._record(cand.pipeline, f1, spread, o1)
-        return f1
-
-    def _alternatives(self, inc, variants, predicted) -> list[Decision]:
-        """Mutually exclusive variants (latency-hiding schedules): each measured, the best kept.
-
-        One warmup step each, then two rounds of one complete step per schedule, the incumbent
-        included, interleaved so that drift of the machine hits every schedule alike.
-        """
-        results: dict[str, float | str] = {}
-        ready = []
-        for cand, _ in variants:
-            error = self._ready([cand.pipeline])
-            if error:
-                results[cand.label] = error
-            else:
-                ready.append(cand)
-        plans = [inc, *(c.pipeline for c in ready)]
-        # Every schedule stays built across the rounds: an evicted one would be rebuilt and its
-        # next observation would be a cold first step, not a steady-state one.
-        self._cache_models = max(self._cache_models, len(plans))
-        for pipeline in plans:
-            self._observe(pipeline)
-        obs: list[list[float]] = [[] for _ in plans]
-        for _ in range(2):
-            for i, pipeline in enumerate(plans):
-                obs[i].append(self._observe(pipeline))
-        f, spread = self._combine(obs)
-        for i, pipeline in enumerate(plans):
-            self._record(pipeline, f[i], spread[i], obs[i])
-        for i, cand in enumerate(ready):
-            results[cand.label] = f[i + 1]
-        return self._pick(variants, predicted, results, f[0], spread[0], "", inc, rivals=True)
-
-    def _sweep(self, inc, variants, predicted) -> list[Decision]:
-        """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
-        f0, noise = self._baseline(inc)
-        by_g = sorted((c for c, _ in variants), key=lambda c: (c.lanes, c.label))
-        start = by_g.index(variants[0][0])  # variants come best predicted first
-        results: dict[str, float | str] = {}
-        stopped = ""
-        for direction in (1, -1):
-            prev = results.get(by_g[start].label) if direction == -1 else None
-            prev = prev if isinstance(prev, float) else None
-            i = start if direction == 1 else start - 1
-            while 0 <= i < len(by_g):
-                if self._over_budget():
-                    stopped = "budget"
-                    break
-                f = self._variant(by_g[i])
-                results[by_g[i].label] = f
-                if isinstance(f, float):
-                    if prev is not None and f >= prev:
-                        break  # slower than its neighbour: the sweep turns
-                    prev = f
-                i += direction
-        return self._pick(variants, predicted, results, f0, noise, stopped, inc)
-
-    def _pick(self, variants, predicted, results, f0, noise, stopped, inc=None, rivals=False) -> list[Decision]:
-        """At most one variant: the fastest measured, if it beats the incumbent beyond noise.
-
-        With `rivals` (mutually exclusive schedules), a runner-up that also beat the incumbent and
-        sits within noise of the best is played against it in paired rounds: two observations
-        each cannot order schedules a few percent apart on a noisy machine.
-        """
-        timed = {k: v for k, v in results.items() if isinstance(v, float)}
-        best = min(timed, key=lambda k: (timed[k], k)) if timed else None
-        if best is not None:
-            spec = next(",".join(c.pipeline) for c, _ in variants if c.label == best)
-            noise = _noise(f0, noise, self.measurements[spec].noise_us if spec in self.measurements else noise)
-        keep = best is not None and timed[best] < f0 - noise
-        confirmed = None
-        by_label = {c.label: c for c, _ in variants}
-        if best is not None and not keep and timed[best] < f0 and inc is not None:
-            confirmed = self._tie_break(inc, by_label[best], predicted[best], f0, noise)
-            keep = confirmed is not None
-        if keep and rivals:
-            runner_up = min(
-                (k for k in timed if k != best and timed[k] < f0 and timed[k] - timed[best] < noise),
-                key=lambda k: (timed[k], k),
-                default=None,
-            )
-            won = (
-                None
-                if runner_up is None
-                else self._paired_rounds(by_label[best].pipeline, by_label[runner_up].pipeline, timed[best])
-            )
-            if won is not None:
-                shown, median = won
-                gain = f0 - (timed[best] - median)
-                confirmed = decision(
-                    by_label[runner_up],
-                    True,
-                    f"beat the incumbent by {gain / 1e3:.2f} ms (best of the budget's "
-                    f"observations: {best}); {shown} against {best}",
-                    predicted[runner_up],
-                    measured_us=round(-gain, 3),
-                    incumbent_us=round(f0, 3),
-                    candidate_us=round(f0 - gain, 3),
-                    noise_us=round(noise, 3),
-                )
-                best = runner_up
-        out = []
-        for cand, _ in variants:
-            r = results.get(cand.label)
-            if r is None:
-                why = (
-                    f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)"
-                    if stopped == "budget" or self.exhausted
-                    else "not measured: the sweep turned before it"
-                )
-                out.append(decision(cand, False, why, predicted[cand.label]))
-            elif isinstance(r, str):
-                out.append(decision(cand, False, r, predicted[cand.label]))
-            elif keep and cand.label != best:
-                out.append(self._judge(cand, predicted[cand.label], f0, r, noise, better=best))
-            elif confirmed is not None and cand.label == best:
-                out.append(confirmed)
-            else:
-                out.append(self._judge(cand, predicted[cand.label], f0, r, noise))
-        return out
 
     def _refit(self) -> None:
         """Re-fit the cost model's scales to every plan measured so far."""
@@ -684,67 +389,51 @@ class Planner(PlanTiming):
         if points:
             self.fitted, self.fit = fit_profile(self.base_profile, points)
 
-    # -- sharding ----------------------------------------------------------------------------
-    def _decide_sharding(self) -> list[Decision]:
-        """The placement "auto" chose against the other policies, each as its own lifted T0:
-        one warmup step and two observations each (like the alternatives of a family)."""
-        profile = self.base_profile
-        base = self.predictor.predict((), profile)
-        current = sharding_plan(self.program.module).to_json()
-        out: list[Decision] = []
-        variants: list[tuple[Candidate, Prediction]] = []
-        programs: dict[str, tuple[Any, Predictor]] = {}
-        for choice in ("table_wise", "row_wise", "data_parallel"):
-            cand = Candidate("sharding", choice, f"sharding={choice}", ())
-            if self._over_budget():
-                out.append(self._not_tried(cand, None))
-                continue
-            start = time.perf_counter()
-            program = self.builder.export(choice)
-            self.spent["export_s"] += time.perf_counter() - start
-            if sharding_plan(program.module).to_json() == current:
-                out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
-                continue
-            lifted = program.module.clone()
-            run_pipeline(lifted, [self.lift])
-            predictor = Predictor(lifted)
-            variants.append((cand, predictor.predict((), profile)))
-            programs[choice] = (program, predictor)
-        if not variants:
-            return out
-        variants.sort(key=lambda item: (round(item[1].est_us - base.est_us, 6), item[0].label))
-        predicted = {c.label: p.est_us - base.est_us for c, p in variants}
-        if self._over_budget():
-            return out + [self._not_tried(c, predicted[c.label]) for c, _ in variants]
-        error = self._ready([()])
-        if error:
-            return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
-        o0 = self._steps((), label="sharding=auto")
-        (f0,), (noise,) = self._combine([o0])
-        self._record(("sharding=auto",), f0, noise, o0)
-        results: dict[str, float | str] = {}
-        for cand, _ in variants:
-            if self._over_budget():
-                break
-            program = programs[cand.label][0]
-            error = self._ready([()], program)
-            if error:
-                results[cand.label] = error
-                continue
-            o1 = self._steps((), program, label=cand.change)
-            (f1,), (spread,) = self._combine([o1])
-            self._record((cand.change,), f1, spread, o1)
-            results[cand.label] = f1
-        decided = self._pick(variants, predicted, results, f0, noise, "budget" if self.exhausted else "")
-        chosen = [d for d in decided if d.accepted]
-        if chosen:
-            self.program, self.predictor = programs[chosen[0].label]
-            self.sharding_json = sharding_plan(self.program.module).to_json()
-            self._models.clear()
-            self._refit()
-        return out + decided
-
     # -- the run -----------------------------------------------------------------------------
+    def _size_budget(self) -> None:
+        """The calibration budget scales with the step: BUDGET_STEPS of T0's steps, at least
+        BUDGET_MIN_S, never above `CompileOptions.calibration_budget_s`."""
+        cap = float(self.options.calibration_budget_s)
+        if cap <= 0 or self._ready([()]):
+            self.budget_s = cap
+            return
+        self._observe(())  # warmup: the first step after a build is not a steady-state one
+        step_s = self._max([self._observe(())])[0]
+        self.budget_s = round(min(cap, max(BUDGET_MIN_S, BUDGET_STEPS * step_s)), 3)
+
+    def _search_and_confirm(self) -> tuple[list[Decision], Any, Confirmation]:
+        self._size_budget()
+        total = self.budget_s
+        # The search gets most of the budget; the confirmation before return always gets its share.
+        self.budget_s = round(SEARCH_SHARE * total, 3)
+        sharding_decisions = self._decide_sharding() if self.try_sharding else []
+        result = search(self.predictor, self.plan_options, self)
+        self.search_exhausted, self.exhausted, self.budget_s = self.exhausted, False, total
+        accepted = [d.pipeline for d in result.decisions if d.accepted]
+        fallbacks = [p for p in reversed(accepted[:-1]) if p != result.pipeline]
+        confirmation = confirm_choice(self, result.pipeline, fallbacks, ())
+        return sharding_decisions, result, confirmation
+
+    def _cost_model_report(self) -> dict[str, Any]:
+        """How far the fitted model's predictions sit from the plans measured (relative errors)."""
+        errors, prior = [], []
+        for m in self.measurements.values():
+            if m.spec.startswith("sharding=") or m.f_us <= 0:
+                continue
+            specs = split_pipeline(m.spec)
+            fitted = self.predictor.predict(specs, self.fitted or self.base_profile)
+            base = self.predictor.predict(specs, self.base_profile)
+            if math.isfinite(fitted.est_us) and math.isfinite(base.est_us):
+                intercept = float(self.fit.get("intercept_us", 0.0)) if self.fitted else 0.0
+                errors.append(abs(fitted.est_us + intercept - m.f_us) / m.f_us)
+                prior.append(abs(base.est_us - m.f_us) / m.f_us)
+        return {
+            "n_plans": len(errors),
+            "median_rel_error": round(float(np.median(errors)), 4) if errors else None,
+            "median_rel_error_profile": round(float(np.median(prior)), 4) if prior else None,
+            "what": "in-sample: the final fit against every plan measured (profile: before fitting)",
+        }
+
     def run(self, key: str = "", fields: Mapping[str, str] | None = None) -> PlanRecord:
         global CALIBRATIONS
         CALIBRATIONS += 1
@@ -756,12 +445,11 @@ class Planner(PlanTiming):
         # Calibration must not move the RNG streams training draws from (dropout, sampling).
         devices = [torch.cuda.current_device()] if self._sync is not None else []
         with torch.random.fork_rng(devices=devices):
-            sharding_decisions = self._decide_sharding() if self.try_sharding else []
-            result = search(self.predictor, self.plan_options, self)
+            sharding_decisions, result, confirmation = self._search_and_confirm()
         if self.measurements:  # the record's fit covers every plan measured, accepted or not
             self._refit()
-        t0 = self.measurements.get("")
-        final = self.measurements.get(",".join(result.pipeline))
+        pipeline = confirmation.returned
+        t0, final = self._confirmed_times(confirmation)
         calibration = self._elapsed()
         # Nothing of the candidates outlives planning: their buffers, kernels and the other
         # placements' shards go; the rank's own storage is back as it was before calibration.
@@ -773,11 +461,11 @@ class Planner(PlanTiming):
         spent["analysis_s"] = round(
             max(0.0, local - self.spent["build_s"] - self.spent["steps_s"] - self.spent["export_s"]), 3
         )
-        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in result.pipeline) else "reference"
+        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
         return PlanRecord(
             key=key,
             key_fields=dict(fields or {}),
-            pipeline=result.pipeline,
+            pipeline=pipeline,
             kernels=kernels,
             sharding=self.sharding_json,
             decisions=(*sharding_decisions, *result.decisions),
@@ -786,12 +474,26 @@ class Planner(PlanTiming):
             calibration_s=round(calibration, 3),
             spent=spent,
             budget_s=self.budget_s,
-            budget_exhausted=self.exhausted,
+            budget_exhausted=self.search_exhausted or self.exhausted,
             mode="measured",
-            incumbent_us=None if t0 is None else t0.f_us,
-            final_us=None if final is None else final.f_us,
+            incumbent_us=t0,
+            final_us=final,
+            confirmed=confirmation.confirmed,
+            confirmation=confirmation.to_dict(),
+            cost_model=self._cost_model_report(),
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
+
+    def _confirmed_times(self, confirmation: Confirmation) -> tuple[float | None, float | None]:
+        """F(T0) and F(returned plan): from the confirmation's paired rounds when it ran them."""
+        returned = [t for t in confirmation.tests if t.candidate == confirmation.returned]
+        if returned:
+            return round(returned[0].baseline_us, 3), round(returned[0].candidate_us, 3)
+        t0 = self.measurements.get("")
+        if confirmation.tests:  # fell back to T0: its paired median is the plan's time
+            f0 = round(confirmation.tests[0].baseline_us, 3)
+            return f0, f0
+        return (None, None) if t0 is None else (t0.f_us, t0.f_us)
 
 
 __all__ = [

@@ -4,12 +4,14 @@
 block arguments, yielding the outputs and then the values saved for backward) and a backward
 region (block arguments: one gradient per forward output, then the saved values). Dense work is
 opaque (`sched.dense` names a torch submodule); `sched.parallel` runs its lanes concurrently.
-`#sched.cost` annotates any op. (Generated fused kernels are `sparse.fused_*` ops; this
+`#sched.cost` annotates any op; `#sched.remark` is what a pass leaves on an op it did not
+rewrite (which pass, which feasibility check, why). (Generated fused kernels are `sparse.fused_*` ops; this
 dialect needs nothing from `sparse`.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from enum import auto
 
@@ -119,6 +121,57 @@ class CostAttr(ParametrizedAttribute):
             check_finite(self.measured, "cost measured_us")
             if self.measured < 0:
                 raise VerifyException("cost measured_us must be non-negative")
+
+
+KEBAB_CASE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+"""Pass and check names of a remark: lower-case words joined by `-` (`aggregate-comm`, `max-bytes`)."""
+
+
+@irdl_attr_definition
+class RemarkAttr(ParametrizedAttribute):
+    """Why a pass left an op as it is: `#sched.remark<"aggregate-comm", "dependency", "not merged: ...">`.
+
+    `pass_name` is the pass that refused, `check` the feasibility check that refused (the name
+    the pass's docstring gives it), `text` the message for people. The planner matches remarks
+    by pass and check, never by their text.
+    """
+
+    name = "sched.remark"
+
+    pass_name: StringAttr
+    check: StringAttr
+    text: StringAttr
+
+    def __init__(self, pass_name: str, check: str, text: str):
+        super().__init__(StringAttr(pass_name), StringAttr(check), StringAttr(text))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            pass_name = parser.parse_str_literal(" for the pass name")
+            parser.parse_punctuation(",")
+            check = parser.parse_str_literal(" for the check name")
+            parser.parse_punctuation(",")
+            text = parser.parse_str_literal(" for the remark text")
+        return (StringAttr(pass_name), StringAttr(check), StringAttr(text))
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string_literal(self.pass_name.data)
+            printer.print_string(", ")
+            printer.print_string_literal(self.check.data)
+            printer.print_string(", ")
+            printer.print_string_literal(self.text.data)
+
+    def verify(self) -> None:
+        for what, value in (("pass", self.pass_name.data), ("check", self.check.data)):
+            if KEBAB_CASE.fullmatch(value) is None:
+                raise VerifyException(f"remark {what} name must be non-empty kebab-case, got '{value}'")
+
+    @property
+    def message(self) -> str:
+        """`<pass> refused (<check>): <text>`, the reason the planner records."""
+        return f"{self.pass_name.data} refused ({self.check.data}): {self.text.data}"
 
 
 @irdl_op_definition
@@ -392,12 +445,14 @@ class ParallelOp(IRDLOperation):
 Sched = Dialect(
     "sched",
     [StepOp, DenseOp, ParallelOp, YieldOp],
-    [CostAttr],
+    [CostAttr, RemarkAttr],
 )
 
 __all__ = [
     "Sched",
     "CostAttr",
+    "RemarkAttr",
+    "KEBAB_CASE",
     "StepOp",
     "DenseOp",
     "ParallelOp",

@@ -13,13 +13,14 @@ Within one region (forward or backward) of a step, pairs of collectives are fold
 - With role `input`, the exchanged groups' routes become one and their lengths, ids and weights
   one jagged exchange (`sparse.pack_ids` / `sparse.unpack_ids`; see `merge_inputs.py`).
 
-Feasibility checks, each refusal leaving a `remark` attribute on the op that names the check:
-same group, same element type (and reduction), layout mapping computable (static splits,
-pack-made send buffers, unpack-only receivers in compatible per-rank or uniform forms), no
-dependency between the two collectives (networkx, on the step's def-use graph), a consistent
-order (the merged collective takes the later one's place; ops between them that use the earlier
-one's results move after it, which is only possible when none of them feeds the later one), and
-the merged buffer under `max-bytes` (per rank: elements per sample x `batch` x element size).
+Feasibility checks, each refusal leaving a `#sched.remark` on the op that names the check:
+same group (`group`), same element type (`element-type`) and reduction (`reduction`), layout
+mapping computable (`layout`: static splits, pack-made send buffers, unpack-only receivers in
+compatible per-rank or uniform forms), the merged buffer under `max-bytes` (`max-bytes`; per
+rank: elements per sample x `batch` x element size), no dependency between the two collectives
+(`dependency`; networkx, on the step's def-use graph), and a consistent order (`order`: the
+merged collective takes the later one's place; ops between them that use the earlier one's
+results move after it, which is only possible when none of them feeds the later one).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
 from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
 from sparselift.passes.merge_inputs import merge_input_exchanges
-from sparselift.passes.remarks import remark
+from sparselift.passes.remarks import Refusal, remark
 from sparselift.passes.srsv import elem_bytes, step_batch
 
 # "input": every exchanged group's lengths, ids and weights in one exchange (merge_inputs.py).
@@ -107,7 +108,7 @@ class _Merger:
                         continue
                     reason = self.refusal(first, second)
                     if reason is not None:
-                        remark(second, AggregateComm.name, reason)
+                        remark(second, AggregateComm.name, reason.check, reason.text)
                         continue
                     self.merge(first, second)
                     changed = True
@@ -116,13 +117,13 @@ class _Merger:
                     break
 
     # -- feasibility ----------------------------------------------------------------------
-    def refusal(self, a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> str | None:
+    def refusal(self, a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> Refusal | None:
         """Why `b` cannot be folded into `a` (two collectives of the same class), or None."""
         if a.group != b.group:
-            return "not merged with an earlier collective: different groups"
+            return Refusal("group", "not merged with an earlier collective: different groups")
         ta, tb = a.inputs[0].type, b.inputs[0].type
         if not isinstance(ta, TensorType) or not isinstance(tb, TensorType) or ta.element_type != tb.element_type:
-            return "not merged with an earlier collective: element types differ"
+            return Refusal("element-type", "not merged with an earlier collective: element types differ")
         if isinstance(a, AllToAllOp):
             assert isinstance(b, AllToAllOp)  # run() pairs collectives of the same class
             reason = _a2a_refusal(a) or _a2a_refusal(b) or _contexts_refusal(a, b)
@@ -134,18 +135,22 @@ class _Merger:
         else:
             assert isinstance(b, AllReduceOp)  # run() pairs collectives of the same class
             if a.reduction != b.reduction:
-                return "not merged with an earlier collective: reductions differ"
+                return Refusal("reduction", "not merged with an earlier collective: reductions differ")
             bytes_ = sum(_static_bytes(cast(TensorType, v.type)) for v in (*a.inputs, *b.inputs))  # verified
         if bytes_ > self.max_bytes:
-            return f"not merged: the merged buffer would hold {bytes_} bytes, over max-bytes {self.max_bytes}"
+            return Refusal(
+                "max-bytes", f"not merged: the merged buffer would hold {bytes_} bytes, over max-bytes {self.max_bytes}"
+            )
         graph = _def_use_graph(self.block)
         if nx.has_path(graph, a, b) or nx.has_path(graph, b, a):
-            return "not merged: the collectives depend on each other (merging would create a cycle)"
+            return Refusal(
+                "dependency", "not merged: the collectives depend on each other (merging would create a cycle)"
+            )
         between = self._between(a, b)
         moved = [op for op in between if nx.has_path(graph, a, op)]
         for op in moved:
             if nx.has_path(graph, op, b):
-                return f"not merged: {op.name} uses the earlier collective and feeds the later one (ordering)"
+                return Refusal("order", f"not merged: {op.name} uses the earlier collective and feeds the later one")
         return None
 
     def _between(self, a: Operation, b: Operation) -> list[Operation]:
@@ -279,21 +284,24 @@ def _merged_attrs(a: Operation, b: Operation) -> dict[str, Attribute]:
     return attrs
 
 
-def _a2a_refusal(op: AllToAllOp) -> str | None:
+LAYOUT = "layout"  # the check that the merged layout mapping is computable
+
+
+def _a2a_refusal(op: AllToAllOp) -> Refusal | None:
     if op.splits is None:
-        return "not merged: dynamic split sizes (layout mapping not computable)"
+        return Refusal(LAYOUT, "not merged: dynamic split sizes (layout mapping not computable)")
     if not all(isinstance(v.owner, PackOp) for v in op.inputs):
-        return "not merged: a send buffer is not made by sparse.pack (layout mapping not computable)"
+        return Refusal(LAYOUT, "not merged: a send buffer is not made by sparse.pack (layout mapping not computable)")
     if any(len(list(v.uses)) != 1 for v in op.inputs):
-        return "not merged: a send buffer has other users (layout mapping not computable)"
+        return Refusal(LAYOUT, "not merged: a send buffer has other users (layout mapping not computable)")
     for v in op.inputs:
         if any(off == DYNAMIC for seg in cast(PackOp, v.owner).layout.segments for off, _ in seg):  # a pack: above
-            return "not merged: jagged members (layout mapping not computable)"
+            return Refusal(LAYOUT, "not merged: jagged members (layout mapping not computable)")
     if any(not isinstance(u.operation, UnpackOp) for u in op.outputs[0].uses):
-        return "not merged: the received buffer is read by something other than sparse.unpack"
+        return Refusal(LAYOUT, "not merged: the received buffer is read by something other than sparse.unpack")
     contexts = [u.operation.rank.value.data if u.operation.rank is not None else None for u in op.outputs[0].uses]
     if len(set(contexts)) != len(contexts):
-        return "not merged: two unpacks read the received buffer in the same context"
+        return Refusal(LAYOUT, "not merged: two unpacks read the received buffer in the same context")
     return None
 
 
@@ -303,18 +311,22 @@ def _unpacks_by_context(op: AllToAllOp) -> dict[int | None, UnpackOp]:
     }
 
 
-def _contexts_refusal(a: AllToAllOp, b: AllToAllOp) -> str | None:
+def _contexts_refusal(a: AllToAllOp, b: AllToAllOp) -> Refusal | None:
     """Both sides must be read in the same kind of context (every rank, or rank by rank), and a
     rank that reads only one side must receive nothing of the other."""
     ca, cb = set(_unpacks_by_context(a)), set(_unpacks_by_context(b))
     if (None in ca or None in cb) and ca != cb:
-        return "not merged: received buffers are unpacked per rank on one side and on every rank on the other"
+        return Refusal(
+            LAYOUT, "not merged: received buffers are unpacked per rank on one side and on every rank on the other"
+        )
     for ctx in ca ^ cb:
         other = b if ctx in ca else a
         # Every-rank contexts (None) are on both sides by now; _a2a_refusal refused dynamic splits.
         assert ctx is not None and other.splits is not None
         if any(row[ctx] for row in other.splits.matrix):
-            return f"not merged: rank {ctx} receives data it does not unpack (layout mapping not computable)"
+            return Refusal(
+                LAYOUT, f"not merged: rank {ctx} receives data it does not unpack (layout mapping not computable)"
+            )
     return None
 
 

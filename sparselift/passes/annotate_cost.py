@@ -21,13 +21,16 @@ option is a built-in profile name or a path to a JSON profile). Per op, on its b
 - `sched.dense`: FLOPs over `flops_per_s`. The IR does not say how many FLOPs a dense region
   has; the pass reads an optional `flops` attribute on the op (an integer, `IntAttr` or an
   integer `StringAttr`, which the frontend is to write) and treats a missing one as 0 FLOPs.
-- `sparse.fused_*` (a generated fused kernel the IR cannot size): one launch.
+- `sparse.fused_*` (a generated multi-table kernel): its work, as the per-table ops would do it
+  (the tables' gathers; updates; or zero-fill + updates), plus one launch and one lookup
+  overhead for the whole call, with the tables sized from the IR (`cost_model.fused_entries`).
 - everything else (`sched.yield`, `sched.parallel`, ...): zero.
 
 The step itself gets `cost` with the summed `bytes` and `lookups` of its ops and, as `est_us`,
 the critical-path length of its SRSV graph under these costs (independent ops overlap; see
 `SRSV.critical_path`). A `measured_us` already on an op (or the step) is kept. The pass only sets
-attributes: it never creates, moves or deletes an op.
+attributes: it never creates, moves or deletes an op. The formulas live in
+`sparselift.passes.cost_model` (shared with the planner and `simulate`); this pass writes them.
 """
 
 from __future__ import annotations
@@ -40,28 +43,11 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from sparselift.ir.coll import AllReduceOp, AllReduceStartOp
-from sparselift.ir.sched import CostAttr, DenseOp, StepOp
-from sparselift.ir.sparse import (
-    FusedTableOp,
-    LookupGradOp,
-    LookupOp,
-    LookupUpdateOp,
-    PackOp,
-    RouteOp,
-    UnpackOp,
-)
+from sparselift.ir.sched import CostAttr, StepOp
+from sparselift.passes import cost_model
+from sparselift.passes.cost_model import CostTerms, dense_flops
 from sparselift.passes.profiles import HardwareProfile, load_profile
-from sparselift.passes.srsv import (
-    COLLECTIVE_OPS,
-    SRSV,
-    CollectiveEntry,
-    Sizer,
-    attr_int,
-    build_srsv,
-    step_ops,
-    steps_of,
-)
+from sparselift.passes.srsv import SRSV, CollectiveEntry, Sizer, build_srsv, step_ops, steps_of
 
 
 @dataclass(frozen=True)
@@ -70,65 +56,22 @@ class OpCost:
     lookups: float = 0.0
     est_us: float = 0.0
 
+    @classmethod
+    def of(cls, terms: CostTerms) -> OpCost:
+        return cls(terms.bytes, terms.lookups, terms.total)
+
     def attr(self, measured_us: float | None = None) -> CostAttr:
         return CostAttr(round(self.bytes), round(self.lookups), round(self.est_us, 3), measured_us)
 
 
 def collective_cost(entry: CollectiveEntry, profile: HardwareProfile) -> OpCost:
     """alpha + max over ranks of (per-peer alpha x messages + bytes to each peer x beta)."""
-    g = entry.size
-    ranks = entry.group_ranks
-    if isinstance(entry.op, AllReduceOp | AllReduceStartOp):
-        messages = 2 * (g - 1)
-    else:
-        messages = g - 1
-    worst = 0.0
-    for s in range(g):
-        t = profile.coll_peer_alpha_us * messages
-        for p, nbytes in enumerate(entry.bytes_matrix[s]):
-            if p != s:
-                t += nbytes * profile.beta_us_per_byte(ranks[s], ranks[p])
-        worst = max(worst, t)
-    return OpCost(bytes=entry.max_sent_bytes, est_us=profile.coll_alpha_us + worst)
-
-
-def dense_flops(op: DenseOp) -> int:
-    """The FLOPs the frontend wrote on a `sched.dense` (`flops` attribute), 0 when absent."""
-    value = attr_int(op.attributes.get("flops"))
-    return max(0, value or 0)
+    return OpCost.of(cost_model.collective(entry, profile))
 
 
 def op_cost(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -> OpCost:
-    """The analytic cost of one op of the step `view` describes."""
-    p = profile
-    fixed = p.kernel_launch_us + p.lookup_overhead_us
-    if isinstance(op, LookupOp):
-        t = view.table(op.table.name_str)
-        return OpCost(t.bytes_gathered, t.lookups_per_rank, fixed + p.gather_us(t.bytes_gathered))
-    if isinstance(op, LookupUpdateOp):
-        t = view.table(op.table.name_str)
-        if op.dense:
-            nbytes: float = 3 * t.max_table_bytes
-            return OpCost(nbytes, t.rows, fixed + 1.5 * p.copy_us(t.max_table_bytes))
-        return OpCost(2 * t.bytes_gathered, t.lookups_per_rank, fixed + p.update_factor * p.gather_us(t.bytes_gathered))
-    if isinstance(op, LookupGradOp):
-        t = view.table(op.table.name_str)
-        est = fixed + 0.5 * p.copy_us(t.max_table_bytes) + p.update_factor * p.gather_us(t.bytes_gathered)
-        return OpCost(t.max_table_bytes + 2 * t.bytes_gathered, t.lookups_per_rank, est)
-    if isinstance(op, COLLECTIVE_OPS):
-        return collective_cost(view.collective(op), p)
-    if isinstance(op, PackOp | UnpackOp):
-        nbytes = sizer.buffer_bytes(op)
-        return OpCost(nbytes, 0, p.kernel_launch_us + p.copy_us(nbytes))
-    if isinstance(op, RouteOp):
-        nbytes = sizer.route_bytes(op)
-        # `nbytes` counts reads and writes, as the copy bandwidth does.
-        return OpCost(nbytes, 0, p.kernel_launch_us + p.copy_us(nbytes / 2))
-    if isinstance(op, DenseOp):
-        return OpCost(0, 0, p.flops_us(dense_flops(op)))
-    if isinstance(op, FusedTableOp):
-        return OpCost(0, 0, p.kernel_launch_us)
-    return OpCost()
+    """The analytic cost of one op of the step `view` describes (`cost_model.op_terms`, summed)."""
+    return OpCost.of(cost_model.op_terms(op, view, profile, sizer))
 
 
 def _measured(op: Operation) -> float | None:

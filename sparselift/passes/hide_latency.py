@@ -21,12 +21,12 @@ plus program-order edges that keep collectives, table updates and dense regions 
 original relative order, so every rank issues its collectives in the same order): starts and
 what they need are taken as early as possible, waits as late as their first use allows.
 
-Feasibility checks, each refusal leaving a `remark` on the collective that names the check:
-- world size 1 or a one-rank group: nothing travels, nothing to hide;
-- in-flight memory: with `max-inflight-bytes` > 0, the bytes of collectives in flight at once
+Feasibility checks, each refusal leaving a `#sched.remark` on the collective that names the check:
+- world-size: world size 1 or a one-rank group: nothing travels, nothing to hide;
+- in-flight-memory: with `max-inflight-bytes` > 0, the bytes of collectives in flight at once
   (SRSV estimates for the step's batch) may not exceed it; the largest exchange in flight at the
   peak stays synchronous until the schedule fits;
-- nothing independent to overlap: a collective whose wait would directly follow its start stays
+- no-overlap: nothing independent to overlap: a collective whose wait would directly follow its start stays
   synchronous; input exchanges are exempt (`TrainPipeline` starts them during the previous step).
 """
 
@@ -91,7 +91,7 @@ class HideLatency(ModulePass):
         colls = [o for o in step.walk() if isinstance(o, AllToAllOp | AllReduceOp)]
         if step.world_size.data == 1 or not colls:
             for c in colls:
-                remark(c, self.name, "world size 1: nothing travels")
+                remark(c, self.name, "world-size", "world size 1: nothing travels")
             return
         srsv = build_srsv(step, batch=step_batch(step) or 1)  # without a batch: bytes per sample
         sizes = {}
@@ -112,7 +112,7 @@ class HideLatency(ModulePass):
             ]
             for c in candidates:
                 if c.group.size == 1:
-                    remark(c, self.name, "one-rank group: nothing travels")
+                    remark(c, self.name, "world-size", "one-rank group: nothing travels")
             candidates = [c for c in candidates if c.group.size > 1]
             if candidates:
                 self._schedule(block, candidates, sizes)
@@ -131,6 +131,7 @@ class HideLatency(ModulePass):
             remark(
                 biggest,
                 self.name,
+                "in-flight-memory",
                 f"in-flight bytes {peak} would exceed max-inflight-bytes "
                 f"{self.max_inflight_bytes}; this exchange ({sizes[biggest]} bytes) stays synchronous",
             )
@@ -145,7 +146,7 @@ class HideLatency(ModulePass):
             if not set(c.role.role_list) <= INPUT_ROLES and all(
                 isinstance(n, tuple) and n[0] in ("start", "wait") for n in between
             ):
-                remark(c, self.name, "nothing independent to overlap: the first use follows the exchange")
+                remark(c, self.name, "no-overlap", "nothing independent to overlap: the first use follows the exchange")
             else:
                 hidden.append(c)
         if set(hidden) != set(split):

@@ -11,15 +11,17 @@ lengths, ids and weights in separate all-to-alls. Here, in a step's forward regi
    `sparse.unpack_ids` splits what arrives. The runtime exchanges the segment sizes (one
    integer per peer) before the payload.
 
-Feasibility checks, each refusal leaving a `remark` on the refused group's lengths exchange:
-- same process group as the other exchanges;
-- same index dtype (no cast of ids);
-- a consistent slot shift: a table served by several ranks (row-wise) must find the same
+Feasibility checks, each refusal leaving a `#sched.remark` on the refused group's lengths
+exchange that names the check:
+- group: same process group as the other exchanges;
+- index-dtype: same index dtype (no cast of ids);
+- slot-shift: a consistent slot shift: a table served by several ranks (row-wise) must find the same
   number of earlier features on each of them (row-wise groups go first, so this holds unless
   two groups are row-wise over different ranks);
 - order: the group's ids and offsets exist where the merged route goes (the first route);
-- the packed buffer under `max-bytes` (SRSV estimate for the step's batch);
-- only the exchanges' own results are read after them (the received split sizes unused).
+- max-bytes: the packed buffer under `max-bytes` (SRSV estimate for the step's batch);
+- split-sizes: only the exchanges' own results are read after them (the received split sizes
+  unused).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from sparselift.ir.sparse import (
     RouteOp,
     UnpackIdsOp,
 )
-from sparselift.passes.remarks import remark
+from sparselift.passes.remarks import Refusal, remark
 from sparselift.passes.srsv import _served, elem_bytes
 
 INPUT_ROLES = ("input_lengths", "input_indices", "input_weights")
@@ -127,7 +129,7 @@ def merge_input_exchanges(step: StepOp, max_bytes: int, batch: int) -> None:
     for g in groups:
         reason = _refusal(g, accepted, world, saved_args)
         if reason is not None:
-            remark(g.lengths, PASS_NAME, reason)
+            remark(g.lengths, PASS_NAME, reason.check, reason.text)
         else:
             accepted.append(g)
     if not accepted:
@@ -137,6 +139,7 @@ def merge_input_exchanges(step: StepOp, max_bytes: int, batch: int) -> None:
         remark(
             accepted[0].lengths,
             PASS_NAME,
+            "max-bytes",
             f"input exchanges not merged: the packed buffer would hold {estimate} bytes, over max-bytes {max_bytes}",
         )
         return
@@ -161,38 +164,40 @@ def _readers(value: SSAValue, saved_args: dict[SSAValue, list[SSAValue]]) -> lis
     return ops
 
 
-def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) -> str | None:
+def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) -> Refusal | None:
     if g.indices.results[1].uses:
-        return "input exchanges not merged: the received split sizes of this group are read"
+        return Refusal("split-sizes", "input exchanges not merged: the received split sizes of this group are read")
     if not accepted:
         return _shift_refusal(g, [0] * world, world, saved_args)
     first = accepted[0]
     if g.lengths.group != first.lengths.group:
-        return "input exchanges not merged: different groups"
+        return Refusal("group", "input exchanges not merged: different groups")
     ta, tb = g.route.indices.type, first.route.indices.type
     if not isinstance(ta, TensorType) or not isinstance(tb, TensorType) or ta.element_type != tb.element_type:
-        return "input exchanges not merged: index dtypes differ"
+        return Refusal("index-dtype", "input exchanges not merged: index dtypes differ")
     block = g.route.parent_block()
     assert block is not None  # every candidate route is an op of the step's forward block
     order = list(block.ops)
     anchor = min((a.route for a in accepted), key=order.index)
     for v in g.route.operands:
         if isinstance(v.owner, Operation) and v.owner in order and order.index(v.owner) > order.index(anchor):
-            return (
+            return Refusal(
+                "order",
                 f"input exchanges not merged: the ids of group '{_group(g.route)}' are computed after "
-                f"the route of group '{_group(anchor)}'"
+                f"the route of group '{_group(anchor)}'",
             )
     shift = [sum(a.served[r] for a in accepted) for r in range(world)]
     return _shift_refusal(g, shift, world, saved_args)
 
 
-def _shift_refusal(g: _Exchanged, shift: list[int], world: int, saved_args) -> str | None:
+def _shift_refusal(g: _Exchanged, shift: list[int], world: int, saved_args) -> Refusal | None:
     for op in _readers(g.lengths.outputs[0], saved_args):
         for ranks in _owner_ranks(op, world):
             if len({shift[r] for r in ranks}) > 1:
-                return (
+                return Refusal(
+                    "slot-shift",
                     f"input exchanges not merged: a table of group '{_group(g.route)}' is served by ranks "
-                    f"{ranks}, which would shift its feature slots by different counts {[shift[r] for r in ranks]}"
+                    f"{ranks}, which would shift its feature slots by different counts {[shift[r] for r in ranks]}",
                 )
     return None
 

@@ -19,7 +19,7 @@ Partition: ops only run on the ranks that own their tables, so the balance that 
 rank: greedy LPT on the SRSV workload (bytes gathered per owner rank; a pack's buffer bytes),
 largest op first, each into the lane where the busiest of its ranks ends up least loaded.
 
-Feasibility checks; a refusal leaves the IR as it was plus a `remark` naming the check:
+Feasibility checks; a refusal leaves the IR as it was plus a `#sched.remark` naming the check:
 - lanes: `groups` below 2 leaves nothing to do (remark on the step);
 - backend: `cpu` and `cuda` run lanes concurrently, other backends (e.g. `none`) do not (remark
   on the step);
@@ -86,14 +86,15 @@ class ParallelizeTables(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             if self.groups < 2:
-                remark(step, PASS_NAME, f"nothing to do: groups={self.groups}, at least 2 lanes are needed (lanes)")
+                remark(step, PASS_NAME, "lanes", f"nothing to do: groups={self.groups}, at least 2 lanes are needed")
                 continue
             if self.backend not in BACKENDS:
                 remark(
                     step,
                     PASS_NAME,
+                    "backend",
                     f"not parallelized: backend '{self.backend}' cannot run lanes concurrently; "
-                    f"supported: {', '.join(BACKENDS)} (backend)",
+                    f"supported: {', '.join(BACKENDS)}",
                 )
                 continue
             view = build_srsv(step, self.batch or step_batch(step) or 1)
@@ -241,12 +242,11 @@ class _Grouper:
         mine = {t.name_str for t, _, _ in _tables(op)}
         for m in group:
             if not self.view.independent(m, op):
-                return f"not parallelized with the ops before it: it depends on {_describe(m)} (independence)"
+                return f"not parallelized with the ops before it: it depends on {_describe(m)}"
             shared = mine & {t.name_str for t, _, _ in _tables(m)}
             if shared:
                 return (
-                    f"not parallelized with the ops before it: {_describe(m)} also touches table "
-                    f"'{sorted(shared)[0]}' (independence)"
+                    f"not parallelized with the ops before it: {_describe(m)} also touches table '{sorted(shared)[0]}'"
                 )
         return None
 
@@ -254,7 +254,7 @@ class _Grouper:
         if len(group) < 2:
             for op in group:
                 if op in self.blocked:
-                    remark(op, PASS_NAME, self.blocked[op])
+                    remark(op, PASS_NAME, "independence", self.blocked[op])
             return
         per_rank: dict[int, int] = {}
         for op in group:
@@ -265,8 +265,8 @@ class _Grouper:
             remark(
                 group[0],
                 PASS_NAME,
-                f"not parallelized: {len(group)} independent ops, but no rank runs more "
-                "than one of them (independence)",
+                "independence",
+                f"not parallelized: {len(group)} independent ops, but no rank runs more than one of them",
             )
             return
         loads = {op: self.sizes.load(op) for op in group}
@@ -283,8 +283,9 @@ class _Grouper:
                     remark(
                         par,
                         PASS_NAME,
+                        "workspace",
                         f"{lanes} lanes instead of {wanted}: {wanted} would hold {b0} bytes of "
-                        f"outputs at once on rank {r0}, over max-workspace-bytes {self.max_workspace} (workspace)",
+                        f"outputs at once on rank {r0}, over max-workspace-bytes {self.max_workspace}",
                     )
                 return
             tried.append((lanes, rank, held))
@@ -292,8 +293,9 @@ class _Grouper:
         remark(
             group[0],
             PASS_NAME,
+            "workspace",
             f"not parallelized: 2 concurrent lanes would hold {held} bytes of outputs at "
-            f"once on rank {rank}, over max-workspace-bytes {self.max_workspace} (workspace)",
+            f"once on rank {rank}, over max-workspace-bytes {self.max_workspace}",
         )
 
 

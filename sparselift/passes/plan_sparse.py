@@ -30,9 +30,11 @@ object with a `pipeline` list of specs) it applies exactly those specs, which is
 plan is replayed. Either way the module gets a `plan` attribute (the applied specs) and, when
 planning, `plan_rejected` (one "label: reason" string per rejected candidate).
 
-`annotate-cost` sizes a fused `sparse.fused_*` op as one launch (the IR does not say what it gathers); the
-predictions here charge a fused kernel one launch plus its tables' gathers (sizes from the
-unoptimized step's SRSV), so a fused kernel saves launches, not the gathers themselves.
+Every per-op price comes from the one cost model, `sparselift.passes.cost_model.op_terms` (split
+into its `CATEGORIES`, which the runtime planner fits one scale each): the same figures
+`annotate-cost` writes and `simulate` projects with. A fused kernel is charged its work (one
+launch, plus its tables' gathers or updates, sized from the IR), so it saves launches, not the
+gathers themselves.
 
 No torch here: the runtime planner and `sparselift-opt` share this module.
 """
@@ -52,20 +54,10 @@ from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import PassFailedException
 
-from sparselift.ir.coll import AllReduceOp, AllReduceStartOp, AllToAllStartOp, WaitOp
-from sparselift.ir.sched import DenseOp, ParallelOp, StepOp
-from sparselift.ir.sparse import (
-    FusedLookupGradOp,
-    FusedLookupUpdateOp,
-    FusedTableOp,
-    LookupGradOp,
-    LookupOp,
-    LookupUpdateOp,
-    PackOp,
-    RouteOp,
-    UnpackOp,
-)
-from sparselift.passes.annotate_cost import annotate_step, collective_cost
+from sparselift.ir.coll import AllReduceStartOp, AllToAllStartOp, WaitOp
+from sparselift.ir.sched import ParallelOp, RemarkAttr, StepOp
+from sparselift.passes.annotate_cost import annotate_step
+from sparselift.passes.cost_model import CATEGORIES, op_terms
 from sparselift.passes.pipeline import (
     format_spec,
     join_pipeline,
@@ -77,9 +69,8 @@ from sparselift.passes.pipeline import (
 from sparselift.passes.pipeline import run_pipeline as run_specs
 from sparselift.passes.profiles import HardwareProfile, load_profile
 from sparselift.passes.registry import plan_passes
+from sparselift.passes.remarks import remarks_of
 from sparselift.passes.srsv import (
-    COLLECTIVE_OPS,
-    SRSV,
     Sizer,
     TableEntry,
     build_srsv,
@@ -102,8 +93,7 @@ PASS_OF = {
 FAMILY_OF = {v: k for k, v in PASS_OF.items()}
 PASS_ORDER = tuple(PASS_OF.values())
 
-# Cost categories of the analytic model; the runtime planner fits one scale per category.
-CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "other")
+# CATEGORIES (from `cost_model`, re-exported): the runtime planner fits one scale per category.
 
 _EPS_US = 1e-6
 
@@ -152,7 +142,7 @@ class Prediction:
     est_us: float  # sum over steps of the serial critical path
     breakdown: tuple[tuple[str, float], ...]  # category -> us along the critical path
     text_hash: str  # of the optimized IR without remarks and costs (detects "no effect")
-    remarks: tuple[str, ...] = ()  # `remark` attributes in the optimized IR
+    remarks: tuple[RemarkAttr, ...] = ()  # `#sched.remark`s in the optimized IR (hashable attributes)
     error: str = ""  # the pipeline failed or the result does not verify
     lanes: int = 0  # most lanes of any sched.parallel
     workspace_bytes: int = 0  # per rank: pooled outputs of tables running in parallel lanes
@@ -333,65 +323,6 @@ def enumerate_candidates(
 # --------------------------------------------------------------------------------------
 
 
-def cost_terms(op: Operation, view: SRSV, profile: HardwareProfile, sizer: Sizer) -> dict[str, float]:
-    """`annotate-cost`'s estimate of `op` split into cost categories (they add up to `op_cost`).
-
-    Collectives: `coll_alpha` (per call and per peer message) and `coll_beta` (bytes); lookups:
-    `gather`; backward updates and gradients: `update`; packs, unpacks, routes and whole-table
-    streams: `copy`; launches and per-table overheads: `fixed`; dense regions: `dense`.
-    """
-    from sparselift.passes.annotate_cost import dense_flops
-
-    p = profile
-    fixed = p.kernel_launch_us + p.lookup_overhead_us
-    if isinstance(op, LookupOp):
-        t = view.table(op.table.name_str)
-        return {"fixed": fixed, "gather": p.gather_us(t.bytes_gathered)}
-    if isinstance(op, LookupUpdateOp):
-        t = view.table(op.table.name_str)
-        if op.dense:
-            return {"fixed": fixed, "copy": 1.5 * p.copy_us(t.max_table_bytes)}
-        return {"fixed": fixed, "update": p.update_factor * p.gather_us(t.bytes_gathered)}
-    if isinstance(op, LookupGradOp):
-        t = view.table(op.table.name_str)
-        return {
-            "fixed": fixed,
-            "copy": 0.5 * p.copy_us(t.max_table_bytes),
-            "update": p.update_factor * p.gather_us(t.bytes_gathered),
-        }
-    if isinstance(op, COLLECTIVE_OPS):
-        entry = view.collective(op)
-        total = collective_cost(entry, p).est_us
-        messages = 2 * (entry.size - 1) if isinstance(op, AllReduceOp | AllReduceStartOp) else entry.size - 1
-        alpha = p.coll_alpha_us + p.coll_peer_alpha_us * messages
-        return {"coll_alpha": alpha, "coll_beta": max(0.0, total - alpha)}
-    if isinstance(op, PackOp | UnpackOp):
-        return {"fixed": p.kernel_launch_us, "copy": p.copy_us(sizer.buffer_bytes(op))}
-    if isinstance(op, RouteOp):
-        return {"fixed": p.kernel_launch_us, "copy": p.copy_us(sizer.route_bytes(op) / 2)}
-    if isinstance(op, DenseOp):
-        return {"dense": p.flops_us(dense_flops(op))}
-    return {}
-
-
-def kernel_terms(op: FusedTableOp, tables: dict[str, TableEntry], profile: HardwareProfile) -> dict[str, float]:
-    """A fused table op: one launch and one overhead, plus every table's gathers (updates;
-    for table gradients, updates and zeroing the tables' gradient buffer)."""
-    p = profile
-    names = [t.name_str for t in op.tables.data]
-    gathered = sum(tables[n].bytes_gathered for n in names if n in tables)
-    terms = {"fixed": p.kernel_launch_us + (p.lookup_overhead_us if names else 0.0)}
-    if isinstance(op, FusedLookupUpdateOp):
-        terms["update"] = p.update_factor * p.gather_us(gathered)
-    elif isinstance(op, FusedLookupGradOp):
-        table_bytes = sum(tables[n].max_table_bytes for n in names if n in tables)
-        terms["copy"] = 0.5 * p.copy_us(table_bytes)
-        terms["update"] = p.update_factor * p.gather_us(gathered)
-    else:
-        terms["gather"] = p.gather_us(gathered)
-    return terms
-
-
 def _canonical_text(module: ModuleOp) -> str:
     """The module printed without `remark` and `cost` attributes (mutates a clone, not `module`)."""
     clone = module.clone()
@@ -409,13 +340,9 @@ def _print(module: ModuleOp) -> str:
     return out.getvalue()
 
 
-def _remarks(module: ModuleOp) -> tuple[str, ...]:
-    seen: dict[str, None] = {}
-    for op in module.walk():
-        r = op.attributes.get("remark")
-        if isinstance(r, StringAttr):
-            seen.setdefault(r.data, None)
-    return tuple(seen)
+def _remarks(module: ModuleOp) -> tuple[RemarkAttr, ...]:
+    """The `#sched.remark`s the passes left in `module`, in walk order, without repeats."""
+    return remarks_of(module)
 
 
 def _wait_of(start: Operation) -> WaitOp | None:
@@ -457,7 +384,7 @@ def _parallel_usage(step: StepOp, tables: dict[str, TableEntry]) -> tuple[int, i
 class _Applied:
     module: ModuleOp | None
     text_hash: str
-    remarks: tuple[str, ...]
+    remarks: tuple[RemarkAttr, ...]
     error: str
 
 
@@ -516,21 +443,12 @@ class Predictor:
             annotate_step(step, profile)
             view = build_srsv(step)
             sizer = Sizer(view.world_size, view.batch)
-            terms: dict[Operation, dict[str, float]] = {}
-            for op in view.graph.nodes:
-                if isinstance(op, FusedTableOp):
-                    t = kernel_terms(op, self.tables, profile)
-                else:
-                    t = cost_terms(op, view, profile, sizer)
-                    cost = op.attributes.get("cost")
-                    est = cost.est_us.data if cost is not None else 0.0
-                    # Whatever annotate-cost charges beyond the categories stays visible as "other".
-                    t["other"] = est - sum(t.values()) if abs(est - sum(t.values())) > 1e-3 else 0.0
-                terms[op] = t
-            length, path = view.critical_path({op: sum(t.values()) for op, t in terms.items()}, serial=True)
+            # The same terms annotate-cost sums into each op's `est_us` (fused kernels included).
+            terms = {op: op_terms(op, view, profile, sizer) for op in view.graph.nodes}
+            length, path = view.critical_path({op: t.total for op, t in terms.items()}, serial=True)
             total += length
             for op in path:
-                for k, v in terms[op].items():
+                for k, v in terms[op].as_dict().items():
                     breakdown[k] += v
             lanes_s, work_s = _parallel_usage(step, self.tables)
             lanes, workspace = max(lanes, lanes_s), max(workspace, work_s)
@@ -563,10 +481,12 @@ def check_candidate(
     if prediction.error:
         return f"invalid: {prediction.error}"
     if prediction.text_hash == incumbent.text_hash:
+        # The candidate's own pass says why it refused: matched by the remark's pass field, and
+        # only remarks the incumbent's IR did not carry already.
         name = pass_name(candidate.change)
-        own = [r for r in prediction.remarks if r.startswith(name + ":") and r not in incumbent.remarks]
+        own = [r for r in prediction.remarks if r.pass_name.data == name and r not in incumbent.remarks]
         if own:
-            return "; ".join(own)
+            return "; ".join(r.message for r in own)
         return f"no effect: {candidate.change} left the IR unchanged (nothing to rewrite)"
     if prediction.lanes > options.max_lanes:
         return f"lane limit: {prediction.lanes} lanes > max-lanes {options.max_lanes}"
@@ -769,8 +689,6 @@ __all__ = [
     "predict",
     "check_candidate",
     "search",
-    "cost_terms",
-    "kernel_terms",
     "registered_passes",
     "run_pipeline",
     "with_change",

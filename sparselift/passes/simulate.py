@@ -5,7 +5,8 @@
 Nothing here runs or builds IR at the projected world size (its split matrices would be N x N):
 the model is exported once at a small world size, `workload_from_module` reads the tables,
 features, batch and dense FLOPs off that IR into a `Workload`, and `simulate` places the tables
-for N ranks (`auto_shard` by default) and prices one training step from a `HardwareProfile`.
+for N ranks (`auto_shard` by default) and prices one training step from a `HardwareProfile`
+with `sparselift.passes.cost_model`'s primitives (the formulas `annotate-cost` prices IR ops with).
 The result is a projection, labelled SIMULATED everywhere it is printed or written.
 
 The model (weak scaling: every rank keeps `B` samples; `N` ranks, `n` per node)
@@ -92,6 +93,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp
+from sparselift.passes import cost_model
 from sparselift.passes.profiles import HardwareProfile
 from sparselift.passes.srsv import attr_int, elem_bytes, step_batch, steps_of
 from sparselift.placement import PlacementKind, ShardingPlan, TableStats, auto_shard, uniform_plan
@@ -101,7 +103,6 @@ SHARDINGS: tuple[str, ...] = ("auto", "table_wise", "row_wise", "data_parallel")
 LENGTH_BYTES = 4  # route lengths are i32
 WEIGHT_BYTES = 4  # per-sample weights are f32
 MAX_WORLD_SIZE = 1 << 16  # the model is O(N x tables); beyond this it is not a projection anyone needs
-_US_PER_S = 1e6
 
 
 # --------------------------------------------------------------------------------------
@@ -401,51 +402,20 @@ def _add(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> tuple[floa
 
 
 class _Network:
-    """Alpha-beta prices of exchanges among N ranks, `ranks_per_node` per node."""
+    """Alpha-beta prices of exchanges among N ranks, `ranks_per_node` per node (`cost_model`'s)."""
 
     def __init__(self, profile: HardwareProfile, world: int):
         self.p = profile
         self.world = world
-        n = profile.ranks_per_node
-        self.node_of = [r // n for r in range(world)]
-        self.nodes = self.node_of[-1] + 1
-        self.node_size = [min(n, world - k * n) for k in range(self.nodes)]
-        self.beta_in = _US_PER_S / (profile.net_bw_gbps * 1e9)
-        self.beta_x = _US_PER_S / (profile.inter_node_bw_gbps * 1e9)
-
-    def _node_sums(self, x: Sequence[float]) -> list[float]:
-        sums = [0.0] * self.nodes
-        for r, value in enumerate(x):
-            sums[self.node_of[r]] += value
-        return sums
+        self.nodes = (world - 1) // profile.ranks_per_node + 1
 
     def exchange(self, ex: _Exchange) -> tuple[float, float]:
         """(microseconds, bytes the busiest sender sends) of one all-to-all-like collective."""
-        N = self.world
-        if N == 1:
-            return 0.0, 0.0
-        u = ex.u or (0.0,) * N
-        v = ex.v or (0.0,) * N
-        u_node, v_node = self._node_sums(u), self._node_sums(v)
-        u_all, v_all = sum(u), sum(v)
-        worst = max_sent = 0.0
-        for r in range(N):
-            k = self.node_of[r]
-            peers_in = self.node_size[k] - 1
-            peers_x = N - self.node_size[k]
-            per_peer = peers_in * self.beta_in + peers_x * self.beta_x
-            send = u[r] * per_peer + self.beta_in * (v_node[k] - v[r]) + self.beta_x * (v_all - v_node[k])
-            recv = v[r] * per_peer + self.beta_in * (u_node[k] - u[r]) + self.beta_x * (u_all - u_node[k])
-            worst = max(worst, send, recv)
-            max_sent = max(max_sent, u[r] * (N - 1) + v_all - v[r])
-        return self.p.coll_alpha_us + self.p.coll_peer_alpha_us * (N - 1) + worst, max_sent
+        terms = cost_model.uv_exchange(self.p, ex.u, ex.v, self.world)
+        return terms.total, terms.bytes
 
     def ring_all_reduce(self, nbytes: float) -> float:
-        N = self.world
-        if N == 1 or nbytes <= 0:
-            return 0.0
-        beta = self.beta_in if self.nodes == 1 else max(self.beta_in, self.beta_x)
-        return self.p.coll_alpha_us + 2 * (N - 1) * (self.p.coll_peer_alpha_us + nbytes / N * beta)
+        return cost_model.ring_all_reduce(self.p, self.world, nbytes).total
 
 
 @attrs.frozen
@@ -549,12 +519,22 @@ class _StepModel:
             return self.B * t.pooling_factor
         return self.N * self.B * t.pooling_factor * share
 
-    def _lookup_us(self, t: SimTable, share: float, factor: float = 1.0) -> float:
-        fixed = self.p.kernel_launch_us + self.p.lookup_overhead_us
-        return fixed + factor * self.p.gather_us(self._ids_gathered(t, share) * t.dim * t.dtype_bytes)
+    def _gathered(self, t: SimTable, share: float) -> float:
+        return self._ids_gathered(t, share) * t.dim * t.dtype_bytes
+
+    def _lookup_us(self, t: SimTable, share: float) -> float:
+        return cost_model.lookup(self.p, self._gathered(t, share)).total
+
+    def _update_us(self, t: SimTable, share: float) -> float:
+        return cost_model.sparse_update(self.p, self._gathered(t, share)).total
+
+    def _dense_grad_us(self, t: SimTable, share: float) -> float:
+        """A replicated table's backward: its whole-table gradient, then applying it."""
+        grad = cost_model.dense_grad(self.p, t.table_bytes, self._gathered(t, share))
+        return grad.plus(cost_model.dense_apply(self.p, t.table_bytes)).total
 
     def _copy_op_us(self, nbytes: float) -> float:
-        return self.p.kernel_launch_us + self.p.copy_us(nbytes)
+        return cost_model.copy_op(self.p, nbytes).total
 
     # -- the step --------------------------------------------------------------------------
     def run(self) -> SimRow:
@@ -618,18 +598,9 @@ class _StepModel:
 
     def _replicated_group(self, g: _Group, sp: _SparseTimes, route: float, lookups: list[float]) -> None:
         """Local lookups; backward: dense table gradients, all-reduced, then applied."""
-        p, N, B, width = self.p, self.N, self.B, g.pooled_bytes
+        N, B, width = self.N, self.B, g.pooled_bytes
         sp.fwd += route + max(lookups) + 2 * self._copy_op_us(B * width)
-        grads = self._per_rank(
-            g,
-            lambda t, s: (
-                self._lookup_us(t, s, p.update_factor)
-                + p.copy_us(t.table_bytes) / 2  # zero-fill the table-sized gradient
-                + p.kernel_launch_us
-                + p.lookup_overhead_us
-                + 1.5 * p.copy_us(t.table_bytes)
-            ),  # apply it
-        )
+        grads = self._per_rank(g, self._dense_grad_us)
         sp.bwd += 2 * self._copy_op_us(B * width) + max(grads)
         if N > 1:
             table_bytes = float(sum(t.table_bytes for t in g.tables))
@@ -642,15 +613,15 @@ class _StepModel:
     def _sharded_group(self, g: _Group, sp: _SparseTimes, route: float, lookups: list[float], wids_ps: float) -> None:
         """Table-wise or row-wise tables: packs and unpacks around the ids, pooled outputs and
         pooled gradients exchanges."""
-        p, N, B, width = self.p, self.N, self.B, g.pooled_bytes
+        N, B, width = self.N, self.B, g.pooled_bytes
         distributed = N > 1
         own_width = self._per_rank(g, lambda t, s: t.pooled_bytes)  # table-wise: pooled bytes owned
-        updates = self._per_rank(g, lambda t, s: self._lookup_us(t, s, p.update_factor))
+        updates = self._per_rank(g, self._update_us)
         if g.kind == PlacementKind.ROW_WISE:
             fwd_pack = [self._copy_op_us(N * B * width)] * N
             bwd_copy = 2 * self._copy_op_us(N * B * width)  # pack N segments, unpack N segments
             # Reading the N partial pools the reduce-scatter sums.
-            reduce = p.copy_us(N * B * width) / 2 if distributed else 0.0
+            reduce = cost_model.stream(self.p, N * B * width / 2).total if distributed else 0.0
             sp.bwd += bwd_copy + max(updates)
             pooled = _Exchange(u=(B * width,) * N)
             grad = _Exchange(u=(B * width,) * N)
@@ -691,10 +662,10 @@ class _StepModel:
     def _dense(self) -> _DenseTimes:
         """Dense compute, the dense optimizer and the dense gradient all-reduce."""
         p, B, w = self.p, self.B, self.w
-        dense_fwd = p.flops_us(B * w.dense_fwd_flops_per_sample) + p.kernel_launch_us * w.dense_fwd_regions
-        dense_bwd = p.flops_us(B * w.dense_bwd_flops_per_sample) + p.kernel_launch_us * w.dense_bwd_regions
-        dense_pre = p.flops_us(B * w.dense_pre_fwd_flops_per_sample)
-        opt = p.kernel_launch_us + 1.5 * p.copy_us(w.dense_param_bytes) if w.dense_param_bytes else 0.0
+        dense_fwd = cost_model.dense(p, B * w.dense_fwd_flops_per_sample, w.dense_fwd_regions).total
+        dense_bwd = cost_model.dense(p, B * w.dense_bwd_flops_per_sample, w.dense_bwd_regions).total
+        dense_pre = cost_model.dense(p, B * w.dense_pre_fwd_flops_per_sample).total
+        opt = cost_model.optimizer_step(p, w.dense_param_bytes).total
         t_ar = t_last = 0.0
         if self.N > 1 and w.dense_param_bytes:
             bucket = self.o.grad_bucket_bytes
@@ -708,7 +679,7 @@ class _StepModel:
         """What latency hiding takes off the exposed communication (nothing without it)."""
         if not (self.o.latency_hiding and self.N > 1):
             return _HiddenTimes()
-        pre_bwd = self.p.flops_us(self.B * self.w.dense_pre_bwd_flops_per_sample)
+        pre_bwd = cost_model.dense(self.p, self.B * self.w.dense_pre_bwd_flops_per_sample).total
         window_bwd = dense.bwd + sp.bwd
         grad = min(sp.t_grad + sp.t_dp, pre_bwd)
         allreduce = min(dense.t_ar - dense.t_last, window_bwd - grad)

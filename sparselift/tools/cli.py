@@ -9,6 +9,7 @@ non-zero exit; `--traceback` (or SPARSELIFT_TRACEBACK=1) adds the Python traceba
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -205,7 +206,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         f"wall {time.perf_counter() - start:.2f} s including process start-up)"
     )
     if args.json and out["record"] is not None:
-        Path(args.json).write_text(out["record"])
+        summary = PlanRecord.from_json(out["record"]).summary()
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 
@@ -298,7 +300,7 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
     exp.add_argument("--world-size", type=int, default=2)
     exp.add_argument("--plan", help="a plan record JSON: printed as is (alone), or used for the compile")
     exp.add_argument("--replan", action="store_true", help="calibrate even if a cached plan matches")
-    exp.add_argument("--budget", type=float, default=30.0, help="calibration budget in seconds (default 30)")
+    exp.add_argument("--budget", type=float, default=60.0, help="cap of the calibration budget in seconds (default 60)")
     exp.add_argument(
         "--memory-cap-bytes", type=int, default=None, help="per-rank cap for workspace and in-flight buffers"
     )
@@ -312,7 +314,9 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
         "--cache-dir", default=None, help="plan cache (default $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift)"
     )
     exp.add_argument("--timeout", type=float, default=300.0, help="seconds before the ranks are stopped")
-    exp.add_argument("--json", help="also write the plan record here")
+    exp.add_argument(
+        "--json", help="also write the outcome (pipeline, t0_us, chosen_us, confirmed, cost_model, decisions) here"
+    )
     exp.set_defaults(func=cmd_explain)
 
 

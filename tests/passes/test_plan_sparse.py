@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
-from xdsl.utils.exceptions import PassFailedException
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 import sparselift.passes.plan_sparse as ps
+from sparselift.ir.sched import RemarkAttr
 from sparselift.ir.sparse import FusedTableOp
 from sparselift.passes.annotate_cost import annotate_step, op_cost
+from sparselift.passes.cost_model import op_terms
 from sparselift.passes.pipeline import split_pipeline
 from sparselift.passes.plan_sparse import (
     AnalyticConfirmer,
@@ -20,13 +22,13 @@ from sparselift.passes.plan_sparse import (
     PlanOptions,
     PlanSparse,
     Predictor,
-    cost_terms,
     enumerate_candidates,
     predict,
     search,
     with_change,
 )
 from sparselift.passes.profiles import CPU_GLOO
+from sparselift.passes.remarks import remark, remarks_of
 from sparselift.passes.srsv import Sizer, build_srsv, steps_of
 from sparselift.plan_record import Measurement, PlanRecord
 
@@ -111,9 +113,8 @@ def test_cost_terms_add_up_to_annotate_cost():
         sizer = Sizer(view.world_size, view.batch)
         for op in view.graph.nodes:
             want = op_cost(op, view, CPU_GLOO, sizer).est_us
-            assert sum(cost_terms(op, view, CPU_GLOO, sizer).values()) == pytest.approx(want, rel=1e-9, abs=1e-9), (
-                op.name
-            )
+            terms = op_terms(op, view, CPU_GLOO, sizer).as_dict()
+            assert sum(terms.values()) == pytest.approx(want, rel=1e-9, abs=1e-9), op.name
 
 
 def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_launches():
@@ -136,10 +137,37 @@ def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
     result = search(Predictor(lifted()), PlanOptions(memory_cap_bytes=1, families=FAMILIES))
     rejected = {d.label: d.reason for d in result.decisions if not d.accepted}
     assert rejected["aggregate output_pooled"] == (
-        "aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1"
+        "aggregate-comm refused (max-bytes): not merged: the merged buffer would hold 6144 bytes, over max-bytes 1"
     )
     assert "over max-bytes 1" in rejected["aggregate grad_pooled"]
     assert not any(p.startswith("aggregate-comm") for p in result.pipeline)
+
+
+def test_refusal_comes_from_the_candidates_own_pass_remarks():
+    # Three remarks in an IR that the candidate left unchanged: one of its own pass, one of
+    # another pass, and one its pass had left on the incumbent already. Only the first counts.
+    own = RemarkAttr("aggregate-comm", "dependency", "not merged: the collectives depend on each other")
+    other = RemarkAttr("hide-latency", "no-overlap", "aggregate-comm: nothing independent")
+    old = RemarkAttr("aggregate-comm", "max-bytes", "not merged: over max-bytes 1")
+    cand = Candidate("aggregation", "aggregate sparse_grad", "aggregate-comm{roles=sparse_grad}", ("x",))
+    incumbent = ps.Prediction("", 10.0, (), "h", (old,))
+    pred = ps.Prediction("x", 10.0, (), "h", (other, own, old))
+    reason = ps.check_candidate(cand, pred, incumbent, PlanOptions())
+    assert reason == "aggregate-comm refused (dependency): not merged: the collectives depend on each other"
+    # Another pass's remark (even one whose text starts with the name) is no refusal of this pass.
+    reason = ps.check_candidate(cand, ps.Prediction("x", 10.0, (), "h", (other, old)), incumbent, PlanOptions())
+    assert reason == "no effect: aggregate-comm{roles=sparse_grad} left the IR unchanged (nothing to rewrite)"
+
+
+def test_remarks_of_reads_the_structured_remarks_of_a_run():
+    module = lifted()
+    ps.run_pipeline(module, ["aggregate-comm{max-bytes=1}"], context())
+    found = remarks_of(module)
+    assert found and found == ps._remarks(module)
+    assert {(r.pass_name.data, r.check.data) for r in found} == {("aggregate-comm", "max-bytes")}
+    assert len(set(found)) == len(found)  # hashable, without repeats
+    with pytest.raises(VerifyException, match="kebab-case, got 'max bytes'"):
+        remark(next(iter(module.walk())), "aggregate-comm", "max bytes", "why")
 
 
 def test_tiny_memory_cap_rejects_parallelism_for_its_workspace():
@@ -232,7 +260,7 @@ def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
         "aggregate-comm{roles=input max-bytes=1}",
         (),
         False,
-        "aggregate-comm: input exchanges not merged: over max-bytes 1",
+        "aggregate-comm refused (max-bytes): input exchanges not merged: over max-bytes 1",
     )
     record = PlanRecord(
         key="abc",
@@ -253,8 +281,9 @@ def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
     assert PlanRecord.load(path) == record
     text = record.explain()
     assert "pipeline: generate-kernels" in text and "codegen: generated kernels" in text
-    assert "predicted -0.120 | measured -3.00 (noise 0.50)" in text
-    assert "aggregate-comm: input exchanges not merged: over max-bytes 1" in text
+    # The predicted increment's +- is sqrt 2 x the fit's 10 us residual; the measured one's its s.e.
+    assert "predicted -0.120 +- 0.01 | measured -3.00 +- 0.50" in text
+    assert "aggregate-comm refused (max-bytes): input exchanges not merged: over max-bytes 1" in text
     assert "calibration: 1.25 s of a 30 s budget" in text and "T0 20.00 ms -> chosen 17.00 ms" in text
     with pytest.raises(ValueError, match="not a plan record"):
         PlanRecord.from_json("[1, 2]")

@@ -28,7 +28,7 @@
 // The packed buffer (lengths + ids, 8 bytes each, batch 4) is over 100 bytes.
 // CAP-LABEL: sched.step @two_groups
 // CAP-NOT:     sparse.pack_ids
-// CAP:         role #coll.role<input_lengths> {{.*}}remark = "aggregate-comm: input exchanges not merged: the packed buffer would hold 192 bytes, over max-bytes 100"
+// CAP:         role #coll.role<input_lengths> {{.*}}remark = #sched.remark<"aggregate-comm", "max-bytes", "input exchanges not merged: the packed buffer would hold 192 bytes, over max-bytes 100">
 sched.step @two_groups world_size = 2 outputs = 1 attributes {batch = "4"} {
 ^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
   %p0 = sparse.embedding_bag_collection "a" ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) tables = [#sparse.table<"ta", rows = 100, dim = 8, f32, sum>] features = [#sparse.feature<"fa" -> "ta", pooling_factor = 2.0>] placements = [#sparse.placement<"ta", table_wise, rank = 1>] {group = "a/table_wise"} -> tensor<?x8xf32>
@@ -48,7 +48,7 @@ sched.step @two_groups world_size = 2 outputs = 1 attributes {batch = "4"} {
 // CHECK-LABEL: sched.step @two_groups_int32
 // CHECK:         sparse.pack_ids
 // CHECK:         role #coll.role<input_packed>
-// CHECK:         role #coll.role<input_lengths> {{.*}}remark = "aggregate-comm: input exchanges not merged: index dtypes differ"
+// CHECK:         role #coll.role<input_lengths> {{.*}}remark = #sched.remark<"aggregate-comm", "index-dtype", "input exchanges not merged: index dtypes differ">
 // CHECK:         role #coll.role<input_indices>
 sched.step @two_groups_int32 world_size = 2 outputs = 1 attributes {batch = "4"} {
 ^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi32>, %o1: tensor<?xi32>):
@@ -69,7 +69,7 @@ sched.step @two_groups_int32 world_size = 2 outputs = 1 attributes {batch = "4"}
 // CHECK-LABEL: sched.step @ids_computed_later
 // CHECK:         role #coll.role<input_packed>
 // CHECK:         sched.dense @hash_ids
-// CHECK:         role #coll.role<input_lengths> {{.*}}remark = "aggregate-comm: input exchanges not merged: the ids of group 'b/table_wise' are computed after the route of group 'a/table_wise'"
+// CHECK:         role #coll.role<input_lengths> {{.*}}remark = #sched.remark<"aggregate-comm", "order", "input exchanges not merged: the ids of group 'b/table_wise' are computed after the route of group 'a/table_wise'">
 
 // Two towers, three exchanged tables and one weighted feature: 5 input exchanges become one;
 // the item tower's tables on rank 1 move past the user tower's 2 features there.

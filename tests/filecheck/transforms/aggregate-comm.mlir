@@ -20,7 +20,7 @@
 // ROLES-COUNT-2: coll.all_reduce {{.*}} role #coll.role<sparse_grad>
 // CAP-LABEL:   sched.step @two_groups
 // CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "ga"}
-// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "gb", remark = "aggregate-comm: not merged: the merged buffer would hold 256 bytes, over max-bytes 100"}
+// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "gb", remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: the merged buffer would hold 256 bytes, over max-bytes 100">}
 sched.step @two_groups world_size = 2 outputs = 0 {
 ^bb0(%fl: tensor<?xi32>, %fi: tensor<?xi64>, %fa: tensor<?x4xf32>, %fb: tensor<?x4xf32>):
   sched.yield %fl, %fi, %fa, %fb : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>, tensor<?x4xf32>
@@ -40,7 +40,7 @@ sched.step @two_groups world_size = 2 outputs = 0 {
 // Different reductions are not merged; the later op says why.
 // CHECK-LABEL: sched.step @reductions_differ
 // CHECK:       coll.all_reduce %a {{.*}} reduce "sum"
-// CHECK:       coll.all_reduce %b {{.*}} reduce "mean" {remark = "aggregate-comm: not merged with an earlier collective: reductions differ"}
+// CHECK:       coll.all_reduce %b {{.*}} reduce "mean" {remark = #sched.remark<"aggregate-comm", "reduction", "not merged with an earlier collective: reductions differ">}
 sched.step @reductions_differ world_size = 2 outputs = 0 {
 ^bb0(%a: tensor<8xf32>, %b: tensor<8xf32>):
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<dense_grad> reduce "sum" : tensor<8xf32> -> tensor<8xf32>
@@ -56,7 +56,7 @@ sched.step @reductions_differ world_size = 2 outputs = 0 {
 // Different groups are not merged.
 // CHECK-LABEL: sched.step @groups_differ
 // CHECK:       coll.all_reduce %a on #coll.group<[0, 1]>
-// CHECK:       coll.all_reduce %b on #coll.group<[1, 2]> {{.*}} {remark = "aggregate-comm: not merged with an earlier collective: different groups"}
+// CHECK:       coll.all_reduce %b on #coll.group<[1, 2]> {{.*}} {remark = #sched.remark<"aggregate-comm", "group", "not merged with an earlier collective: different groups">}
 sched.step @groups_differ world_size = 3 outputs = 0 {
 ^bb0(%a: tensor<8xf32>, %b: tensor<8xf32>):
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<dense_grad> reduce "sum" : tensor<8xf32> -> tensor<8xf32>
@@ -72,7 +72,7 @@ sched.step @groups_differ world_size = 3 outputs = 0 {
 // The second all-reduce reads the first one's result: merging would create a cycle.
 // CHECK-LABEL: sched.step @dependent
 // CHECK:       %[[R:.*]] = coll.all_reduce %a
-// CHECK:       coll.all_reduce %[[R]] {{.*}} {remark = "aggregate-comm: not merged: the collectives depend on each other (merging would create a cycle)"}
+// CHECK:       coll.all_reduce %[[R]] {{.*}} {remark = #sched.remark<"aggregate-comm", "dependency", "not merged: the collectives depend on each other (merging would create a cycle)">}
 sched.step @dependent world_size = 2 outputs = 0 {
 ^bb0(%a: tensor<8xf32>):
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<dense_grad> reduce "sum" : tensor<8xf32> -> tensor<8xf32>
@@ -87,7 +87,7 @@ sched.step @dependent world_size = 2 outputs = 0 {
 
 // An op between them uses the first result and feeds the second: no consistent order exists.
 // CHECK-LABEL: sched.step @ordering
-// CHECK:       coll.all_reduce %{{.*}} {remark = "aggregate-comm: not merged: the collectives depend on each other (merging would create a cycle)"}
+// CHECK:       coll.all_reduce %{{.*}} {remark = #sched.remark<"aggregate-comm", "dependency", "not merged: the collectives depend on each other (merging would create a cycle)">}
 sched.step @ordering world_size = 2 outputs = 0 {
 ^bb0(%a: tensor<8xf32>, %b: tensor<8xf32>):
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<dense_grad> reduce "sum" : tensor<8xf32> -> tensor<8xf32>
@@ -133,7 +133,7 @@ sched.step @pooled_outputs world_size = 2 outputs = 4 {
 
 // A send buffer that no sparse.pack made has no layout to merge.
 // CHECK-LABEL: sched.step @not_packed
-// CHECK:       coll.all_to_all %x {{.*}} {remark = "aggregate-comm: not merged: a send buffer is not made by sparse.pack (layout mapping not computable)"}
+// CHECK:       coll.all_to_all %x {{.*}} {remark = #sched.remark<"aggregate-comm", "layout", "not merged: a send buffer is not made by sparse.pack (layout mapping not computable)">}
 sched.step @not_packed world_size = 2 outputs = 2 {
 ^bb0(%x: tensor<?xf32>, %y: tensor<?x4xf32>):
   %py = sparse.pack %y layout = #sparse.layout<[[0 : 4], [0 : 4]]> : tensor<?x4xf32> -> tensor<?xf32>

@@ -23,7 +23,7 @@
 // CHECK:         coll.wait %[[L]]
 // CHECK-NEXT:    coll.wait %[[I]]
 // CHECK-NEXT:    sparse.lookup {{.*}}"t0"
-// CHECK:         coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}}remark = "hide-latency: nothing independent to overlap: the first use follows the exchange"
+// CHECK:         coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}}remark = #sched.remark<"hide-latency", "no-overlap", "nothing independent to overlap: the first use follows the exchange">
 // CHECK:       } backward {
 // CHECK:         sched.dense @dense_post
 // CHECK:         %[[R:.*]] = coll.all_reduce_start {{.*}} role #coll.role<sparse_grad>
@@ -69,11 +69,11 @@
 // reason. (The sparse-gradient all-reduce, 320 bytes, fits once the larger one is out.)
 // CAP-LABEL: sched.step @hide
 // CAP:         coll.all_to_all_start {{.*}}input_lengths
-// CAP:         coll.all_to_all {{.*}}input_indices{{.*}}remark = "hide-latency: in-flight bytes 2048 would exceed max-inflight-bytes 1000; this exchange (1536 bytes) stays synchronous"
-// CAP:         coll.all_to_all {{.*}}output_pooled{{.*}}remark = "hide-latency: in-flight bytes 3072 would exceed max-inflight-bytes 1000
+// CAP:         coll.all_to_all {{.*}}input_indices{{.*}}remark = #sched.remark<"hide-latency", "in-flight-memory", "in-flight bytes 2048 would exceed max-inflight-bytes 1000; this exchange (1536 bytes) stays synchronous">
+// CAP:         coll.all_to_all {{.*}}output_pooled{{.*}}remark = #sched.remark<"hide-latency", "in-flight-memory", "in-flight bytes 3072 would exceed max-inflight-bytes 1000
 // CAP:       } backward {
 // CAP:         coll.all_reduce_start {{.*}}sparse_grad
-// CAP:         coll.all_to_all {{.*}}grad_pooled{{.*}}remark = "hide-latency: in-flight bytes 3392 would exceed max-inflight-bytes 1000
+// CAP:         coll.all_to_all {{.*}}grad_pooled{{.*}}remark = #sched.remark<"hide-latency", "in-flight-memory", "in-flight bytes 3392 would exceed max-inflight-bytes 1000
 
 // BADOPT: hide-latency: overlap must be 'input' or 'output', got 'sideways'
 

@@ -55,7 +55,7 @@
 // Workspace: each lookup's output is 8 bags x 8 x 4 B = 256 B; three lanes on rank 0 hold 768 B
 // at once, over a cap of 600: two lanes (512 B) are used instead, and the remark says why.
 // CAP600-LABEL: sched.step @four_tables
-// CAP600:       sched.parallel lanes 2 -> ({{.*}}) attributes {remark = "parallelize-tables: 2 lanes instead of 3: 3 would hold 768 bytes of outputs at once on rank 0, over max-workspace-bytes 600 (workspace)"}
+// CAP600:       sched.parallel lanes 2 -> ({{.*}}) attributes {remark = #sched.remark<"parallelize-tables", "workspace", "2 lanes instead of 3: 3 would hold 768 bytes of outputs at once on rank 0, over max-workspace-bytes 600">}
 // Updates produce no outputs: three lanes fit.
 // CAP600:       } backward {
 // CAP600:       sched.parallel lanes 3 {
@@ -63,14 +63,14 @@
 // Under 512 B not even two lanes fit: the lookups stay as they are, with a remark.
 // CAP500-LABEL: sched.step @four_tables
 // CAP500-NOT:   sched.parallel
-// CAP500:       sparse.lookup {{.*}}"t0"{{.*}} {remark = "parallelize-tables: not parallelized: 2 concurrent lanes would hold 512 bytes of outputs at once on rank 0, over max-workspace-bytes 500 (workspace)"}
+// CAP500:       sparse.lookup {{.*}}"t0"{{.*}} {remark = #sched.remark<"parallelize-tables", "workspace", "not parallelized: 2 concurrent lanes would hold 512 bytes of outputs at once on rank 0, over max-workspace-bytes 500">}
 // CAP500:       } backward {
 // CAP500:       sched.parallel lanes 2
 
 // A backend without concurrent lanes, and fewer than two lanes: nothing changes; the step says why.
-// NONE-LABEL:  sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4", remark = "parallelize-tables: not parallelized: backend 'none' cannot run lanes concurrently; supported: cpu, cuda (backend)"}
+// NONE-LABEL:  sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4", remark = #sched.remark<"parallelize-tables", "backend", "not parallelized: backend 'none' cannot run lanes concurrently; supported: cpu, cuda">}
 // NONE-NOT:    sched.parallel
-// G1-LABEL:    sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4", remark = "parallelize-tables: nothing to do: groups=1, at least 2 lanes are needed (lanes)"}
+// G1-LABEL:    sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4", remark = #sched.remark<"parallelize-tables", "lanes", "nothing to do: groups=1, at least 2 lanes are needed">}
 // G1-NOT:      sched.parallel
 sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4"} {
 ^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>, %i2: tensor<?xi64>, %o2: tensor<?xi64>, %i3: tensor<?xi64>, %o3: tensor<?xi64>):
@@ -94,7 +94,7 @@ sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4"} {
 // A pack of a lookup's result depends on it: nothing runs concurrently, the pack says why.
 // CHECK-LABEL: sched.step @dependent
 // CHECK-NOT:   sched.parallel
-// CHECK:       sparse.pack %p0 {{.*}} {remark = "parallelize-tables: not parallelized with the ops before it: it depends on sparse.lookup of table 't0' (independence)"}
+// CHECK:       sparse.pack %p0 {{.*}} {remark = #sched.remark<"parallelize-tables", "independence", "not parallelized with the ops before it: it depends on sparse.lookup of table 't0'">}
 sched.step @dependent world_size = 1 outputs = 1 attributes {batch = "4"} {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>):
   %p0 = sparse.lookup %l, %i table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
@@ -112,7 +112,7 @@ sched.step @dependent world_size = 1 outputs = 1 attributes {batch = "4"} {
 // CHECK-LABEL: sched.step @same_table
 // CHECK:       } backward {
 // CHECK-NOT:   sched.parallel
-// CHECK:       sparse.lookup_update {{.*}} {remark = "parallelize-tables: not parallelized with the ops before it: sparse.lookup_grad of table 't0' also touches table 't0' (independence)"}
+// CHECK:       sparse.lookup_update {{.*}} {remark = #sched.remark<"parallelize-tables", "independence", "not parallelized with the ops before it: sparse.lookup_grad of table 't0' also touches table 't0'">}
 sched.step @same_table world_size = 1 outputs = 1 attributes {batch = "4"} {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>):
   %p0 = sparse.lookup %l, %i table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
@@ -129,7 +129,7 @@ sched.step @same_table world_size = 1 outputs = 1 attributes {batch = "4"} {
 // Independent, but each rank runs only one of them: lanes would gain nothing.
 // CHECK-LABEL: sched.step @one_per_rank
 // CHECK-NOT:   sched.parallel
-// CHECK:       sparse.lookup {{.*}}"t0"{{.*}} {remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"}
+// CHECK:       sparse.lookup {{.*}}"t0"{{.*}} {remark = #sched.remark<"parallelize-tables", "independence", "not parallelized: 2 independent ops, but no rank runs more than one of them">}
 sched.step @one_per_rank world_size = 2 outputs = 2 attributes {batch = "4"} {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>):
   %p0 = sparse.lookup %l, %i table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>
@@ -165,7 +165,7 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 // KAGGLE-COUNT-4: sparse.lookup {{.*}}placement = #sparse.placement<"emb_l.{{[0-9]+}}", table_wise, rank = 0>
 // KAGGLE:         }, {
 // KAGGLE-COUNT-3: sparse.lookup {{.*}}placement = #sparse.placement<"emb_l.{{[0-9]+}}", table_wise, rank = 0>
-// KAGGLE:         sparse.pack {{.*}} on_rank 0 {{.*}}remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"
+// KAGGLE:         sparse.pack {{.*}} on_rank 0 {{.*}}remark = #sched.remark<"parallelize-tables", "independence", "not parallelized: 2 independent ops, but no rank runs more than one of them">
 // KAGGLE:         sched.parallel lanes 2
 // KAGGLE-COUNT-6:   sparse.lookup {{.*}}data_parallel
 // KAGGLE:         }, {
@@ -210,13 +210,13 @@ sched.step @dense_between world_size = 1 outputs = 3 attributes {batch = "4"} {
 
 // The other order: fused kernels are one per rank already (the replicated tables' gradients
 // too), so only the replicated tables' updates (not fused) get lanes.
-// KFIRST:      sparse.fused_lookup {{.*}} {group = "emb_l/table_wise", remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"}
+// KFIRST:      sparse.fused_lookup {{.*}} {group = "emb_l/table_wise", remark = #sched.remark<"parallelize-tables", "independence", "not parallelized: 2 independent ops, but no rank runs more than one of them">}
 // KFIRST:      sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // KFIRST:      } backward {
 // KFIRST:      sparse.fused_lookup_grad {{.*}} {group = "emb_l/data_parallel"}
 // KFIRST:      sched.parallel lanes 2
 // KFIRST-NEXT:   sparse.lookup_update grad
-// KFIRST:      sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise", remark = "parallelize-tables: not parallelized: 2 independent ops, but no rank runs more than one of them (independence)"}
+// KFIRST:      sparse.fused_lookup_update {{.*}} {group = "emb_l/table_wise", remark = #sched.remark<"parallelize-tables", "independence", "not parallelized: 2 independent ops, but no rank runs more than one of them">}
 
 // The plan module: each lane is a closure returning what it yields; rt.parallel runs them.
 // PLAN:        def _segment_0_forward(

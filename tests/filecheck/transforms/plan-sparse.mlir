@@ -23,8 +23,9 @@
 // REPLAY-COUNT-2: coll.all_to_all {{.*}} role #coll.role<grad_pooled>
 
 // A 1-byte memory cap: aggregate-comm gets it as max-bytes and refuses every merge; the
-// refusals are the rejected candidates' reasons. Code generation needs no memory and stays.
-// CAP:         builtin.module attributes {plan = "generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate output_pooled: aggregate-comm: not merged: the merged buffer would hold 6144 bytes, over max-bytes 1", "aggregation aggregate grad_pooled: aggregate-comm: not merged: the merged buffer would hold 4096 bytes, over max-bytes 1"
+// refusals (pass, check, text) are the rejected candidates' reasons. Code generation needs no
+// memory and stays.
+// CAP:         builtin.module attributes {plan = "generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate output_pooled: aggregate-comm refused (max-bytes): not merged: the merged buffer would hold 6144 bytes, over max-bytes 1", "aggregation aggregate grad_pooled: aggregate-comm refused (max-bytes): not merged: the merged buffer would hold 4096 bytes, over max-bytes 1"
 // CAP-COUNT-2: coll.all_to_all {{.*}} role #coll.role<output_pooled>
 
 // MISSING:     plan-sparse: decisions {{.*}}.missing: cannot read it

@@ -112,6 +112,17 @@ func.func @costs(%x: tensor<?x13xf32>, %l: tensor<?xi32>, %i: tensor<?xi64>) -> 
   func.return %r#0, %r#1, %r#2 : tensor<?x16xf32>, tensor<?xi32>, tensor<?x16xf32>
 }
 
+// #sched.remark: pass, check and text, on an op and on a function; quotes and backslashes in
+// the text are escaped when printed and read back unchanged.
+// CHECK-LABEL: func.func @remarks(%x: tensor<?x13xf32>) -> tensor<?x16xf32> attributes {remark = #sched.remark<"parallelize-tables", "lanes", "nothing to do: groups=1, at least 2 lanes are needed">} {
+// CHECK-NEXT:    %d = sched.dense @bottom(%x) phase "forward" {remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: \22a\22 \\ over max-bytes 1">} : (tensor<?x13xf32>) -> tensor<?x16xf32>
+// CHECK-NEXT:    func.return %d : tensor<?x16xf32>
+// CHECK-NEXT:  }
+func.func @remarks(%x: tensor<?x13xf32>) -> tensor<?x16xf32> attributes {remark = #sched.remark<"parallelize-tables", "lanes", "nothing to do: groups=1, at least 2 lanes are needed">} {
+  %d = sched.dense @bottom(%x) phase "forward" {remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: \"a\" \\ over max-bytes 1">} : (tensor<?x13xf32>) -> tensor<?x16xf32>
+  func.return %d : tensor<?x16xf32>
+}
+
 // A step-level cost annotation and a parallel region inside a step.
 // CHECK-LABEL: sched.step @step_with_parallel world_size = 2 outputs = 1 attributes {cost = #sched.cost<bytes = 10, lookups = 2, est_us = 1.5, measured_us = 1.25>} {
 // CHECK-NEXT:  ^bb0(%x: tensor<?x13xf32>):

@@ -57,6 +57,42 @@ func.func @cost_negative_measured() attributes {cost = #sched.cost<bytes = 0, lo
 // -----
 
 //===----------------------------------------------------------------------===//
+// #sched.remark
+//===----------------------------------------------------------------------===//
+
+// The pass is named.
+// CHECK: remark pass name must be non-empty kebab-case, got ''
+func.func @remark_empty_pass() attributes {remark = #sched.remark<"", "lanes", "why">} {
+  func.return
+}
+
+// -----
+
+// The check is kebab-case: no spaces.
+// CHECK: remark check name must be non-empty kebab-case, got 'max bytes'
+func.func @remark_check_with_space() attributes {remark = #sched.remark<"aggregate-comm", "max bytes", "why">} {
+  func.return
+}
+
+// -----
+
+// The check is kebab-case: no capitals, underscores or trailing dashes.
+// CHECK: remark check name must be non-empty kebab-case, got 'Max_bytes-'
+func.func @remark_check_not_kebab() attributes {remark = #sched.remark<"aggregate-comm", "Max_bytes-", "why">} {
+  func.return
+}
+
+// -----
+
+// The pass is kebab-case.
+// CHECK: remark pass name must be non-empty kebab-case, got 'aggregate_comm'
+func.func @remark_pass_not_kebab() attributes {remark = #sched.remark<"aggregate_comm", "dependency", "why">} {
+  func.return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // sched.step
 //===----------------------------------------------------------------------===//
 

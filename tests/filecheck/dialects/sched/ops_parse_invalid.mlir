@@ -42,3 +42,19 @@ sched.step @negative_world world_size = -2 outputs = 0 {
 sched.step @no_backward world_size = 1 outputs = 0 {
   sched.yield
 }
+
+// -----
+
+// A remark has a pass, a check and a text.
+// CHECK: Expected ','
+func.func @remark_without_text() attributes {remark = #sched.remark<"aggregate-comm", "max-bytes">} {
+  func.return
+}
+
+// -----
+
+// A remark's fields are string literals.
+// CHECK: string literal expected for the check name
+func.func @remark_check_not_string() attributes {remark = #sched.remark<"aggregate-comm", max_bytes, "why">} {
+  func.return
+}

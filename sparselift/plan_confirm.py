@@ -1,0 +1,243 @@
+"""Deciding between two plans by measurement: the sequential paired test, and the confirmation of a chosen plan.
+
+A single step on this kind of machine varies by 5-35 ms, so two observations per plan (the
+paper's budget) cannot order plans a few percent apart, and decisions taken on them change from
+run to run. Here every comparison is a *sequential paired test*: rounds of one step of each plan,
+back to back and in alternating order (so drift and order effects hit both alike), each round's
+difference taken on the slowest rank. After `min_rounds` it stops as soon as the mean difference
+is more than `z` standard errors (as a Student t quantile: `t_critical`) and `min_effect` of the
+baseline away from zero, or when the round limit or the calibration budget is reached; then the
+effect is *unclear*.
+
+`confirm_choice` runs the test on the plan the search chose against T0 before it is returned: a
+plan that is not faster than T0 beyond noise is never returned; the planner falls back to the
+best less-optimized plan it passed through that is confirmed, or to T0 itself.
+
+Torch-free and collective-free: the caller's `PairMeasure` times the rounds (and agrees them over
+the ranks), so tests drive it with fake timings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+
+VERDICTS = ("faster", "slower", "unclear")
+
+Z_CLEAR = 3.0
+"""Standard errors the mean difference must clear: at 3, a false "faster" is a ~0.1% event per test."""
+
+
+class PairMeasure(Protocol):
+    """Times one round of two plans (seconds, each the slowest rank's), and says whether the
+    calibration budget is spent; the same answers on every rank."""
+
+    def pair(self, baseline: tuple[str, ...], candidate: tuple[str, ...], candidate_first: bool) -> tuple[float, float]:
+        """One step of each plan, in the given order: (baseline s, candidate s)."""
+        ...
+
+    def over_budget(self) -> bool: ...
+
+
+@attrs.frozen
+class PairedComparison:
+    """The outcome of one sequential paired test of `candidate` against `baseline`."""
+
+    baseline: tuple[str, ...]
+    candidate: tuple[str, ...]
+    baseline_rounds_us: tuple[float, ...]  # per round, the slowest rank's step
+    candidate_rounds_us: tuple[float, ...]
+    verdict: str  # faster | slower | unclear
+    stopped: str  # clear | futile | rounds | budget
+
+    @property
+    def gains_us(self) -> tuple[float, ...]:
+        """Per round: baseline - candidate (positive: the candidate is faster)."""
+        return tuple(b - c for b, c in zip(self.baseline_rounds_us, self.candidate_rounds_us))
+
+    @property
+    def baseline_us(self) -> float:
+        """The median baseline step over the rounds."""
+        return _median(self.baseline_rounds_us)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.gains_us)
+
+    @property
+    def mean_us(self) -> float:
+        return sum(self.gains_us) / len(self.gains_us) if self.gains_us else 0.0
+
+    @property
+    def se_us(self) -> float:
+        """Standard error of the mean gain."""
+        n = len(self.gains_us)
+        if n < 2:
+            return math.inf
+        m = self.mean_us
+        return math.sqrt(sum((g - m) ** 2 for g in self.gains_us) / (n - 1) / n)
+
+    @property
+    def candidate_us(self) -> float:
+        return self.baseline_us - self.mean_us
+
+    def describe(self) -> str:
+        se = "inf" if math.isinf(self.se_us) else f"{self.se_us / 1e3:.2f}"
+        why = {
+            "clear": "",
+            "futile": " (stopped: a gain worth the pass is ruled out)",
+            "rounds": " (round limit reached)",
+            "budget": " (calibration budget spent)",
+        }[self.stopped]
+        return (
+            f"{self.verdict}: mean gain {self.mean_us / 1e3:+.2f} ms +- {se} ms (1 s.e.)"
+            f" over {self.rounds} paired rounds{why}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": ",".join(self.baseline),
+            "candidate": ",".join(self.candidate),
+            "rounds": self.rounds,
+            "mean_gain_us": round(self.mean_us, 3),
+            "se_us": None if math.isinf(self.se_us) else round(self.se_us, 3),
+            "baseline_us": round(self.baseline_us, 3),
+            "candidate_us": round(self.candidate_us, 3),
+            "verdict": self.verdict,
+            "stopped": self.stopped,
+        }
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return 0.0 if n == 0 else (s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2]))
+
+
+def t_critical(z: float, dof: int) -> float:
+    """Student's t quantile matching the normal quantile `z` at `dof` degrees of freedom
+    (Cornish-Fisher expansion): with a handful of rounds the standard error is itself noisy, and
+    3 estimated standard errors at 3 degrees of freedom are a ~6% event, not a 0.3% one."""
+    v = float(max(1, dof))
+    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v * v)
+
+
+def _futile(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> bool:
+    n = len(gains)
+    mean = sum(gains) / n
+    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n)
+    return mean + t_critical(z, n - 1) * se < worth * baseline_us
+
+
+def _verdict(gains: Sequence[float], baseline_us: float, z: float, min_effect: float) -> str:
+    n = len(gains)
+    if n < 2:
+        return "unclear"
+    mean = sum(gains) / n
+    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n)
+    if abs(mean) <= t_critical(z, n - 1) * se or abs(mean) <= min_effect * baseline_us:
+        return "unclear"
+    return "faster" if mean > 0 else "slower"
+
+
+def paired_test(
+    measure: PairMeasure,
+    baseline: tuple[str, ...],
+    candidate: tuple[str, ...],
+    *,
+    min_rounds: int = 6,
+    max_rounds: int = 16,
+    z: float = Z_CLEAR,
+    min_effect: float = 0.005,
+    worth: float = 0.01,
+) -> PairedComparison:
+    """Paired rounds of `baseline` and `candidate` until the gain is clear of noise (see the module
+    docstring); `min_effect` (a share of the baseline step) is the smallest gain worth a decision.
+    The rounds also stop once the gain is clearly below `worth` of the baseline step (futility:
+    even the optimistic end of its interval would not pay for the pass)."""
+    base: list[float] = []
+    cand: list[float] = []
+    stopped = "rounds"
+    for i in range(max_rounds):
+        if measure.over_budget():
+            stopped = "budget"
+            break
+        t_base, t_cand = measure.pair(baseline, candidate, candidate_first=bool(i % 2))
+        base.append(t_base * 1e6)
+        cand.append(t_cand * 1e6)
+        gains = [b - c for b, c in zip(base, cand)]
+        if len(gains) >= min_rounds and _verdict(gains, _median(base), z, min_effect) != "unclear":
+            stopped = "clear"
+            break
+        if len(gains) >= min_rounds and _futile(gains, _median(base), z, worth):
+            stopped = "futile"
+            break
+    gains = [b - c for b, c in zip(base, cand)]
+    verdict = _verdict(gains, _median(base), z, min_effect)
+    return PairedComparison(baseline, candidate, tuple(base), tuple(cand), verdict, stopped)
+
+
+@attrs.frozen
+class Confirmation:
+    """What the confirmation before return found: the plan returned and the tests behind it."""
+
+    chosen: tuple[str, ...]  # what the search chose
+    returned: tuple[str, ...]  # what the planner returns (the chosen plan, a fallback, or T0)
+    confirmed: bool  # `returned` measured faster than T0 beyond noise (or it is T0)
+    tests: tuple[PairedComparison, ...]
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chosen": ",".join(self.chosen),
+            "returned": ",".join(self.returned),
+            "confirmed": self.confirmed,
+            "note": self.note,
+            "tests": [t.to_dict() for t in self.tests],
+        }
+
+
+def confirm_choice(
+    measure: PairMeasure,
+    chosen: tuple[str, ...],
+    fallbacks: Sequence[tuple[str, ...]] = (),
+    t0: tuple[str, ...] = (),
+    **test_options: Any,
+) -> Confirmation:
+    """Test `chosen` against `t0`; if it is not faster beyond noise, test the `fallbacks` (the
+    plans the search passed through, most optimized first) the same way and return the first
+    confirmed one, or T0. Nothing slower than (or indistinguishable from) T0 is ever returned."""
+    if chosen == t0:
+        return Confirmation(chosen, t0, True, (), "the search kept T0: nothing to confirm")
+    tests: list[PairedComparison] = []
+    for plan in (chosen, *(f for f in fallbacks if f not in (chosen, t0))):
+        test = paired_test(measure, t0, plan, **test_options)
+        tests.append(test)
+        if test.verdict == "faster":
+            note = (
+                "the chosen plan beat T0"
+                if plan == chosen
+                else f"the chosen plan did not beat T0 ({tests[0].verdict}); fell back to {','.join(plan)}"
+            )
+            return Confirmation(chosen, plan, True, tuple(tests), note)
+        if test.stopped == "budget":
+            break
+    why = ", ".join(f"{','.join(t.candidate)}: {t.verdict}" for t in tests)
+    return Confirmation(
+        chosen, t0, True, tuple(tests), f"no plan beat T0 beyond noise ({why}); T0 returned (the fewest passes)"
+    )
+
+
+__all__ = [
+    "VERDICTS",
+    "Z_CLEAR",
+    "PairMeasure",
+    "PairedComparison",
+    "Confirmation",
+    "t_critical",
+    "paired_test",
+    "confirm_choice",
+]

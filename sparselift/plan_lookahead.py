@@ -1,0 +1,308 @@
+"""The planner's measured lookahead: each family's candidates decided by sequential paired tests on real steps.
+
+`sparselift.planner.Planner` is the search's `Confirmer` (`plan_sparse.search`); `Lookahead`, its
+base class, holds how a family's candidates are measured and decided, family by family:
+
+- **One variant** (an aggregation role, generated kernels): one warmup step of each plan, then a
+  sequential paired test against the incumbent (`plan_confirm.paired_test`). Accepted only when
+  the test says "faster" (the gain is over 3 standard errors of the paired rounds).
+- **Alternatives** (latency-hiding schedules): one warmup step each, then two interleaved screening
+  rounds of every schedule and the incumbent. The two fastest screened schedules that screened
+  below the incumbent are tested against it; if both are faster, they are tested against each
+  other, and when that stays unclear the earlier in the planner's fixed candidate order wins, so
+  a tie is decided the same way in every run.
+- **Parallelism**: a sweep over G (from the best predicted G, up while faster, then down) with
+  two observations per G, then the fastest G tested against the incumbent.
+- **Sharding** (opt-in): each placement policy's own T0 screened against "auto"'s, then tested.
+
+Every paired test's rounds are timed on every rank and combined by MAX (a step ends when its
+slowest rank ends), so every rank reaches the same verdict. Building and timing plans is
+`PlanTiming`'s (`sparselift.plan_timing`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sparselift.codegen.table_facts import sharding_plan
+from sparselift.passes.plan_sparse import (
+    Candidate,
+    Decision,
+    Prediction,
+    Predictor,
+    decision,
+    enumerate_candidates,
+    run_pipeline,
+)
+from sparselift.plan_confirm import PairedComparison, paired_test
+from sparselift.plan_timing import PlanTiming
+
+Plan = tuple[str, ...]
+
+
+class Lookahead(PlanTiming):
+    """Measured decisions for `sparselift.planner.Planner` (its base class; the state is the planner's)."""
+
+    predictor: Any
+    plan_options: Any
+    base_profile: Any
+    sharding_json: str | None
+    tests: list[PairedComparison]
+    _label_programs: dict[Plan, Any]
+    _refit: Any  # the planner's: re-fit the cost model after an accepted candidate
+
+    # -- plan_confirm.PairMeasure ------------------------------------------------------------
+    def pair(self, baseline: Plan, candidate: Plan, candidate_first: bool) -> tuple[float, float]:
+        """One step of each plan, back to back; each the slowest rank's (seconds)."""
+        order = (candidate, baseline) if candidate_first else (baseline, candidate)
+        first, second = (self._observe_plan(p) for p in order)
+        t_base, t_cand = (second, first) if candidate_first else (first, second)
+        slowest = self._max([t_base, t_cand])
+        self.spent["paired_rounds"] += 1
+        return slowest[0], slowest[1]
+
+    def over_budget(self) -> bool:
+        return self._over_budget()
+
+    def _observe_plan(self, plan: Plan) -> float:
+        program = self._label_programs.get(plan)
+        if program is not None:  # a sharding alternative: its own program's lifted plan
+            return self._observe((), program, plan[0])
+        return self._observe(plan)
+
+    def _test(self, baseline: Plan, candidate: Plan) -> PairedComparison:
+        test = paired_test(self, baseline, candidate)
+        self.tests.append(test)
+        if test.rounds:
+            se = 0.0 if math.isinf(test.se_us) else test.se_us
+            self._record(baseline, min(test.baseline_rounds_us), se, [t / 1e6 for t in test.baseline_rounds_us])
+            self._record(candidate, min(test.candidate_rounds_us), se, [t / 1e6 for t in test.candidate_rounds_us])
+        return test
+
+    # -- the Confirmer protocol's decisions --------------------------------------------------
+    def confirm(
+        self,
+        family: str,
+        incumbent: Plan,
+        variants: list[tuple[Candidate, Prediction]],
+        incumbent_prediction: Prediction,
+    ) -> list[Decision]:
+        predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
+        if self._over_budget():
+            return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
+        error = self._ready([incumbent])
+        if error:  # the incumbent itself cannot run: nothing can be confirmed
+            return [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
+        if family == "parallelism":
+            out = self._sweep(incumbent, variants, predicted)
+        elif len(variants) == 1:
+            out = [self._single(incumbent, variants[0][0], predicted[variants[0][0].label])]
+        else:
+            out = self._alternatives(incumbent, variants, predicted)
+        if any(d.accepted for d in out):
+            self._refit()
+        return out
+
+    def _not_tried(self, cand: Candidate, predicted: float | None) -> Decision:
+        return decision(
+            cand,
+            False,
+            f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)",
+            predicted,
+        )
+
+    def _tested(self, cand: Candidate, predicted: float | None, test: PairedComparison, note: str = "") -> Decision:
+        """The decision a paired test of `cand` against its incumbent gives (accepted: "faster")."""
+        accepted = test.verdict == "faster" and not note
+        if test.verdict == "unclear" and not note:
+            note = "the incumbent (fewer passes) is kept"
+        se = None if math.isinf(test.se_us) else round(test.se_us, 3)
+        return decision(
+            cand,
+            accepted,
+            test.describe() + (f"; {note}" if note else ""),
+            predicted,
+            measured_us=round(-test.mean_us, 3) if test.rounds else None,
+            incumbent_us=round(test.baseline_us, 3) if test.rounds else None,
+            candidate_us=round(test.candidate_us, 3) if test.rounds else None,
+            noise_us=se,
+        )
+
+    def _single(self, inc: Plan, cand: Candidate, predicted: float) -> Decision:
+        error = self._ready([cand.pipeline])
+        if error:
+            return decision(cand, False, f"candidate {error}", predicted)
+        self._observe(inc)  # warmups: first steps after a build are not steady-state ones
+        self._observe(cand.pipeline)
+        return self._tested(cand, predicted, self._test(inc, cand.pipeline))
+
+    def _screen(self, plans: Sequence[Plan]) -> list[float]:
+        """One warmup step each, then two interleaved rounds; F per plan (us)."""
+        for plan in plans:
+            self._observe_plan(plan)
+        obs: list[list[float]] = [[] for _ in plans]
+        for _ in range(2):
+            for i, plan in enumerate(plans):
+                obs[i].append(self._observe_plan(plan))
+        f, spread = self._combine(obs)
+        for i, plan in enumerate(plans):
+            self._record(plan, f[i], spread[i], obs[i])
+        return f
+
+    def _alternatives(self, inc: Plan, variants, predicted) -> list[Decision]:
+        """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
+        results: dict[str, float | str] = {}
+        ready = []
+        for cand, _ in variants:
+            error = self._ready([cand.pipeline])
+            if error:
+                results[cand.label] = error
+            else:
+                ready.append(cand)
+        # Every schedule stays built across the rounds: an evicted one would be rebuilt and its
+        # next observation would be a cold first step, not a steady-state one.
+        self._cache_models = max(self._cache_models, len(ready) + 1)
+        f = self._screen([inc, *(c.pipeline for c in ready)])
+        for i, cand in enumerate(ready):
+            results[cand.label] = f[i + 1]
+        return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
+
+    def _sweep(self, inc: Plan, variants, predicted) -> list[Decision]:
+        """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
+        f0 = self._screen([inc])[0]
+        by_g = sorted((c for c, _ in variants), key=lambda c: (c.lanes, c.label))
+        start = by_g.index(variants[0][0])  # variants come best predicted first
+        results: dict[str, float | str] = {}
+        for direction in (1, -1):
+            prev = results.get(by_g[start].label) if direction == -1 else None
+            prev = prev if isinstance(prev, float) else None
+            i = start if direction == 1 else start - 1
+            while 0 <= i < len(by_g) and not self._over_budget():
+                error = self._ready([by_g[i].pipeline])
+                f: float | str = error if error else self._screen([by_g[i].pipeline])[0]
+                results[by_g[i].label] = f
+                if isinstance(f, float):
+                    if prev is not None and f >= prev:
+                        break  # slower than its neighbour: the sweep turns
+                    prev = f
+                i += direction
+        return self._race(inc, [c for c, _ in variants], predicted, results, f0, contenders=1)
+
+    def _fixed_order(self, inc: Plan, cands: Sequence[Candidate]) -> dict[str, int]:
+        """The planner's candidate order (enumeration order): who wins a tie."""
+        if self.predictor is None:  # scripted planners in tests: the order they were given
+            return {c.change: i for i, c in enumerate(cands)}
+        return {c.change: i for i, c in enumerate(enumerate_candidates(self.predictor.module, self.plan_options, inc))}
+
+    def _race(
+        self, inc: Plan, cands: list[Candidate], predicted, results, f0: float, contenders: int = 2
+    ) -> list[Decision]:
+        """At most one variant: of the (two) fastest screened below the incumbent, those a paired
+        test finds faster; two such are tested against each other, a tie going to the earlier in
+        the fixed candidate order."""
+        by_label = {c.label: c for c in cands}
+        timed = {k: v for k, v in results.items() if isinstance(v, float)}
+        below = sorted((k for k in timed if timed[k] < f0), key=lambda k: (timed[k], k))[:contenders]
+        tests = {k: self._test(inc, by_label[k].pipeline) for k in below}
+        winners = [k for k in below if tests[k].verdict == "faster"]
+        best, duel_note = (winners[0] if winners else None), ""
+        if len(winners) == 2:
+            order = self._fixed_order(inc, cands)
+            first, second = sorted(winners, key=lambda k: order.get(by_label[k].change, len(order)))
+            duel = self._test(by_label[first].pipeline, by_label[second].pipeline)
+            best = second if duel.verdict == "faster" else first
+            tie = " (a tie: the earlier in the planner's order)" if duel.verdict == "unclear" else ""
+            duel_note = f"against {first if best == second else second}: {duel.describe()}{tie}"
+        out = []
+        for cand in cands:
+            r = results.get(cand.label)
+            p = predicted.get(cand.label)
+            if r is None:
+                out.append(self._not_tried(cand, p) if self.exhausted else decision(cand, False, "not measured", p))
+            elif isinstance(r, str):
+                out.append(decision(cand, False, r, p))
+            elif cand.label in tests:
+                note = "" if cand.label == best else (f"{best} was chosen" if best else "")
+                d = self._tested(cand, p, tests[cand.label], note)
+                if cand.label == best and duel_note:
+                    d = _with_reason(d, f"{d.reason}; {duel_note}")
+                out.append(d)
+            else:
+                out.append(
+                    decision(
+                        cand,
+                        False,
+                        f"screened at {r / 1e3:.2f} ms against the incumbent's {f0 / 1e3:.2f} ms: not a contender",
+                        p,
+                        measured_us=round(r - f0, 3),
+                        incumbent_us=round(f0, 3),
+                        candidate_us=round(r, 3),
+                    )
+                )
+        return out
+
+    # -- sharding ----------------------------------------------------------------------------
+    def _decide_sharding(self) -> list[Decision]:
+        """The placement "auto" chose against the other policies, each as its own lifted T0."""
+        profile = self.base_profile
+        base = self.predictor.predict((), profile)
+        current = sharding_plan(self.program.module).to_json()
+        out: list[Decision] = []
+        variants: list[tuple[Candidate, Prediction]] = []
+        programs: dict[str, tuple[Any, Predictor]] = {}
+        for choice in ("table_wise", "row_wise", "data_parallel"):
+            cand = Candidate("sharding", choice, f"sharding={choice}", (f"sharding={choice}",))
+            if self._over_budget():
+                out.append(self._not_tried(cand, None))
+                continue
+            start = time.perf_counter()
+            program = self.builder.export(choice)
+            self.spent["export_s"] += time.perf_counter() - start
+            if sharding_plan(program.module).to_json() == current:
+                out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
+                continue
+            lifted = program.module.clone()
+            run_pipeline(lifted, [self.lift])
+            predictor = Predictor(lifted)
+            variants.append((cand, predictor.predict((), profile)))
+            programs[choice] = (program, predictor)
+        if not variants:
+            return out
+        predicted = {c.label: p.est_us - base.est_us for c, p in variants}
+        auto: Plan = ("sharding=auto",)
+        self._label_programs[auto] = self.program
+        results: dict[str, float | str] = {}
+        ready = []
+        for cand, _ in variants:
+            self._label_programs[cand.pipeline] = programs[cand.label][0]
+            error = self._ready([()], programs[cand.label][0])
+            if error:
+                results[cand.label] = error
+            else:
+                ready.append(cand)
+        error = self._ready([()])
+        if error:
+            return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
+        f = self._screen([auto, *(c.pipeline for c in ready)])
+        for i, cand in enumerate(ready):
+            results[cand.label] = f[i + 1]
+        decided = self._race(auto, [c for c, _ in variants], predicted, results, f[0], contenders=1)
+        chosen = [d for d in decided if d.accepted]
+        if chosen:
+            self.program, self.predictor = programs[chosen[0].label]
+            self.sharding_json = sharding_plan(self.program.module).to_json()
+            self._models.clear()
+            self._refit()
+        return out + decided
+
+
+def _with_reason(d: Decision, reason: str) -> Decision:
+    import attrs
+
+    return attrs.evolve(d, reason=reason)
+
+
+__all__ = ["Lookahead", "Plan"]
