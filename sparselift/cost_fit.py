@@ -23,8 +23,9 @@ SCALE_MIN, SCALE_MAX = 0.1, 10.0
 profile's. A fit that wants more is telling that the model misses a term, not that the machine
 is 100x off its profile; the residual says so instead."""
 MIN_POINTS = 3
-"""Plans that must exercise a category, with at least two different amounts of it, before its
-scale is fitted; with fewer, it keeps the profile's value (scale 1)."""
+"""Plans that must exercise a category before its scale is fitted, and the category's amount must
+differ across the plans measured (else it is the intercept's twin); otherwise it keeps the
+profile's value (scale 1)."""
 
 
 def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: Sequence[float]) -> np.ndarray:
@@ -56,9 +57,14 @@ def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: S
 
 
 def _observed(category: str, points: Sequence[tuple[Mapping[str, float], float]]) -> bool:
-    """Enough plans exercise `category`, in different amounts, for its scale to be fitted."""
-    amounts = [b.get(category, 0.0) for b, _ in points if abs(b.get(category, 0.0)) > 1e-9]
-    return len(amounts) >= MIN_POINTS and max(amounts) - min(amounts) > 0.01 * max(abs(a) for a in amounts)
+    """Enough plans exercise `category`, and not all in one amount, for its scale to be fitted.
+
+    The same amount in some plans and none in others is enough (the reference lowering's work
+    is the same in every plan without generated kernels and absent from the others); the same
+    amount in every plan is not: it cannot be told from the intercept."""
+    every = [b.get(category, 0.0) for b, _ in points]
+    exercised = [a for a in every if abs(a) > 1e-9]
+    return len(exercised) >= MIN_POINTS and max(every) - min(every) > 0.01 * max(abs(a) for a in exercised)
 
 
 def fit_profile(
@@ -111,6 +117,10 @@ def fit_profile(
         kernel_launch_us=base.kernel_launch_us * s["fixed"],
         lookup_overhead_us=base.lookup_overhead_us * s["fixed"],
         flops_per_s=base.flops_per_s / s["dense"],
+        reference_op_us=base.reference_op_us * s["reference"],
+        reference_lookup_ns=base.reference_lookup_ns * s["reference"],
+        reference_update_ns=base.reference_update_ns * s["reference"],
+        reference_byte_ns=base.reference_byte_ns * s["reference"],
     )
     report = {
         "points": n,
@@ -127,6 +137,7 @@ def fit_profile(
             "update_GBps": round(fitted.mem_bw_gbps / fitted.update_factor, 4),
             "copy_GBps": round(fitted.copy_bw_gbps, 4),
             "launch_us": round(fitted.kernel_launch_us, 3),
+            "reference_op_us": round(fitted.reference_op_us, 3),
         },
         "profile": fitted.to_dict(),
     }

@@ -108,6 +108,8 @@ class PairedComparison:
             "candidate_us": round(self.candidate_us, 3),
             "verdict": self.verdict,
             "stopped": self.stopped,
+            "baseline_rounds_us": [round(t, 1) for t in self.baseline_rounds_us],
+            "candidate_rounds_us": [round(t, 1) for t in self.candidate_rounds_us],
         }
 
 

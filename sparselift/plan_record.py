@@ -8,6 +8,7 @@ decisions is `sparselift.passes.plan_sparse`; this module only stores and explai
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,13 @@ class Measurement:
     f_us: float
     noise_us: float
     observations_us: tuple[float, ...] = ()
+
+    @property
+    def typical_us(self) -> float:
+        """The median step of the observations (F without any): what the cost model is fitted to.
+        A minimum is biased low, by more the more steps a plan was given (a paired test takes up
+        to 16, a screening 2), so minima would tell plans apart by how long they were tested."""
+        return float(statistics.median(self.observations_us)) if self.observations_us else self.f_us
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +71,8 @@ class PlanRecord:
     confirmed: bool | None = None  # the returned plan measured not slower than T0 (None: not planned by measurement)
     confirmation: dict[str, Any] = attrs.field(factory=dict)  # plan_confirm.Confirmation.to_dict()
     cost_model: dict[str, Any] = attrs.field(factory=dict)  # the fitted model's error over the plans measured
+    # Every sequential paired test of the search, in order, with its rounds (PairedComparison.to_dict()).
+    paired_tests: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
     format: int = RECORD_FORMAT
     created: str = attrs.field(default="", eq=False)
 
@@ -82,6 +92,7 @@ class PlanRecord:
         d["pipeline"] = list(self.pipeline)
         d["decisions"] = [x.to_dict() for x in self.decisions]
         d["measurements"] = [x.to_dict() for x in self.measurements]
+        d["paired_tests"] = list(self.paired_tests)
         return d
 
     def to_json(self) -> str:

@@ -385,7 +385,7 @@ class Planner(Lookahead):
                 continue
             pred = self.predictor.predict(split_pipeline(m.spec), self.base_profile)
             if math.isfinite(pred.est_us):
-                points.append((dict(pred.breakdown), m.f_us))
+                points.append((dict(pred.breakdown), m.typical_us))
         if points:
             self.fitted, self.fit = fit_profile(self.base_profile, points)
 
@@ -416,22 +416,33 @@ class Planner(Lookahead):
 
     def _cost_model_report(self) -> dict[str, Any]:
         """How far the fitted model's predictions sit from the plans measured (relative errors)."""
-        errors, prior = [], []
+        errors, prior, plans = [], [], []
         for m in self.measurements.values():
-            if m.spec.startswith("sharding=") or m.f_us <= 0:
+            measured = m.typical_us
+            if m.spec.startswith("sharding=") or measured <= 0:
                 continue
             specs = split_pipeline(m.spec)
             fitted = self.predictor.predict(specs, self.fitted or self.base_profile)
             base = self.predictor.predict(specs, self.base_profile)
             if math.isfinite(fitted.est_us) and math.isfinite(base.est_us):
                 intercept = float(self.fit.get("intercept_us", 0.0)) if self.fitted else 0.0
-                errors.append(abs(fitted.est_us + intercept - m.f_us) / m.f_us)
-                prior.append(abs(base.est_us - m.f_us) / m.f_us)
+                errors.append(abs(fitted.est_us + intercept - measured) / measured)
+                prior.append(abs(base.est_us - measured) / measured)
+                plans.append(
+                    {
+                        "pipeline": m.spec,
+                        "measured_us": round(measured, 3),
+                        "predicted_us": round(fitted.est_us + intercept, 3),
+                        "predicted_profile_us": round(base.est_us, 3),
+                    }
+                )
         return {
             "n_plans": len(errors),
             "median_rel_error": round(float(np.median(errors)), 4) if errors else None,
             "median_rel_error_profile": round(float(np.median(prior)), 4) if prior else None,
-            "what": "in-sample: the final fit against every plan measured (profile: before fitting)",
+            "what": "in-sample: the final fit against every plan measured, each plan's median step "
+            "(profile: before fitting)",
+            "plans": plans,
         }
 
     def run(self, key: str = "", fields: Mapping[str, str] | None = None) -> PlanRecord:
@@ -481,6 +492,7 @@ class Planner(Lookahead):
             confirmed=confirmation.confirmed,
             confirmation=confirmation.to_dict(),
             cost_model=self._cost_model_report(),
+            paired_tests=tuple(t.to_dict() for t in self.tests),
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
 

@@ -220,6 +220,10 @@ def _yield_of(region: Region, what: str) -> YieldOp:
     return term
 
 
+KERNEL_LOWERINGS = ("generated", "reference")
+"""The values of `sched.step`'s `kernels` attribute."""
+
+
 @irdl_op_definition
 class StepOp(IRDLOperation):
     """One training step for all ranks (global SPMD view)."""
@@ -234,6 +238,9 @@ class StepOp(IRDLOperation):
     batch = opt_attr_def(base(StringAttr) | base(IntegerAttr))  # the example batch per rank: "128" or 128
     model = opt_attr_def(StringAttr)  # the model's class name
     table_params = opt_attr_def(DictionaryAttr)  # table -> state-dict name, where not "<table>.weight"
+    # How the step's table ops run: "generated" (set by generate-kernels: generated kernels, one
+    # call per table op or fused op) or, absent or "reference", the per-table torch lowering.
+    kernels = opt_attr_def(StringAttr)
 
     forward = region_def("single_block")
     backward = region_def("single_block")
@@ -309,10 +316,19 @@ class StepOp(IRDLOperation):
         where = f"sched.step @{self.sym_name.data}"
         if self.batch is not None and (self.batch_size is None or self.batch_size < 1):
             raise VerifyException(f"{where}: batch must be a positive integer, got {self.batch}")
+        if self.kernels is not None and self.kernels.data not in KERNEL_LOWERINGS:
+            raise VerifyException(
+                f"{where}: kernels must be one of {', '.join(KERNEL_LOWERINGS)}, got {self.kernels.data!r}"
+            )
         if self.table_params is not None:
             for table, param in self.table_params.data.items():
                 if not isinstance(param, StringAttr) or not param.data:
                     raise VerifyException(f"{where}: table_params['{table}'] must be a parameter name, got {param}")
+
+    @property
+    def generated_kernels(self) -> bool:
+        """Whether the step's table ops run generated kernels (not the per-table torch lowering)."""
+        return self.kernels is not None and self.kernels.data == "generated"
 
     @property
     def saved(self):

@@ -8,9 +8,15 @@ all price work with the functions here, so the three cannot drift apart. Each re
 
 Primitives (functions of a `HardwareProfile`; see its docstring for the profile terms):
 
-- `lookup`: `fixed` (launch + lookup overhead) + the gathered bytes over the gather bandwidth;
-- `sparse_update`: the same rows `update_factor` times (read row and gradient, write the row);
-- `dense_grad`: zero-fill a table-sized gradient (`copy / 2`) and scatter the rows into it;
+- `lookup`: `fixed` (launch + lookup overhead) + the gathered bytes over the gather bandwidth,
+  + `reference`: what the reference lowering's per-table torch ops cost besides that work (their
+  torch dispatches, `reference_op_us`; their per-id passes: bag geometry, masks, scaling,
+  `reference_lookup_ns` per id; and their row passes: scale, scatter, `reference_byte_ns` per
+  gathered byte);
+- `sparse_update`: the same rows `update_factor` times (read row and gradient, write the row),
+  + `reference` (`reference_op_us`, `reference_update_ns` per id, `reference_byte_ns` per byte);
+- `dense_grad`: zero-fill a table-sized gradient (`copy / 2`) and scatter the rows into it
+  (+ `reference`, as an update);
   `dense_apply`: apply it (read table and gradient, write the table: `1.5 copy`);
 - `copy_op`: a pack, unpack or route of `n` bytes: a launch + `copy(n)`; `stream`: `copy(n)` alone;
 - `exchange`: `coll_alpha_us + coll_peer_alpha_us x messages + ` the busiest rank's link time,
@@ -20,9 +26,11 @@ Primitives (functions of a `HardwareProfile`; see its docstring for the profile 
 - `dense`: FLOPs over `flops_per_s` (plus launches, where the caller counts regions);
   `optimizer_step`: a launch + `1.5 copy` of the parameters;
 - `fused_kernel`: one launch + one overhead, plus its tables' gathers, updates or zero-fill +
-  updates (a fused kernel saves launches and overheads, not the work).
+  updates (a fused kernel saves launches, overheads and the reference lowering's per-id torch
+  passes, not the work).
 
-`op_terms` prices one op of a lifted or optimized step. A fused op's tables are sized from the
+`op_terms` prices one op of a lifted or optimized step; a per-table op's `reference` term applies
+only where its step runs the reference lowering (`sched.step`'s `kernels`). A fused op's tables are sized from the
 step's SRSV when it has them, else from the optional `tables` mapping, else from the IR itself
 (the fused op's table, placement and slots and the step's route features, as `build_srsv`
 sizes a per-table op). No torch here.
@@ -63,7 +71,7 @@ from sparselift.passes.srsv import (
     attr_int,
 )
 
-CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense")
+CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "reference")
 """Cost categories; the runtime planner fits one scale per category (`sparselift.cost_fit`)."""
 
 _US_PER_S = 1e6
@@ -80,12 +88,13 @@ class CostTerms:
     copy: float = 0.0
     fixed: float = 0.0
     dense: float = 0.0
+    reference: float = 0.0
     bytes: float = 0.0
     lookups: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.coll_alpha + self.coll_beta + self.gather + self.update + self.copy + self.fixed + self.dense
+        return sum(getattr(self, c) for c in CATEGORIES)
 
     def plus(self, other: CostTerms) -> CostTerms:
         return CostTerms(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other))))
@@ -112,8 +121,22 @@ def table_fixed_us(p: HardwareProfile) -> float:
     return p.kernel_launch_us + p.lookup_overhead_us
 
 
+def reference_us(p: HardwareProfile, kind: str, lookups: float, gathered_bytes: float) -> float:
+    """What one per-table op of the reference lowering costs besides the work a generated kernel
+    also does (`kind`: lookup | update): its torch dispatches, per-id passes and row passes."""
+    per_id_ns = p.reference_lookup_ns if kind == "lookup" else p.reference_update_ns
+    return p.reference_op_us + (per_id_ns * lookups + p.reference_byte_ns * gathered_bytes) / 1e3
+
+
 def lookup(p: HardwareProfile, gathered_bytes: float, lookups: float = 0.0) -> CostTerms:
-    return CostTerms(gather=p.gather_us(gathered_bytes), fixed=table_fixed_us(p), bytes=gathered_bytes, lookups=lookups)
+    """A per-table gather and pool (the reference lowering's; `fused_kernel` prices generated ones)."""
+    return CostTerms(
+        gather=p.gather_us(gathered_bytes),
+        fixed=table_fixed_us(p),
+        reference=reference_us(p, "lookup", lookups, gathered_bytes),
+        bytes=gathered_bytes,
+        lookups=lookups,
+    )
 
 
 def sparse_update(p: HardwareProfile, gathered_bytes: float, lookups: float = 0.0) -> CostTerms:
@@ -121,6 +144,7 @@ def sparse_update(p: HardwareProfile, gathered_bytes: float, lookups: float = 0.
     return CostTerms(
         update=p.update_factor * p.gather_us(gathered_bytes),
         fixed=table_fixed_us(p),
+        reference=reference_us(p, "update", lookups, gathered_bytes),
         bytes=2 * gathered_bytes,
         lookups=lookups,
     )
@@ -132,6 +156,7 @@ def dense_grad(p: HardwareProfile, table_bytes: float, gathered_bytes: float, lo
         copy=0.5 * p.copy_us(table_bytes),
         update=p.update_factor * p.gather_us(gathered_bytes),
         fixed=table_fixed_us(p),
+        reference=reference_us(p, "update", lookups, gathered_bytes),
         bytes=table_bytes + 2 * gathered_bytes,
         lookups=lookups,
     )
@@ -246,11 +271,12 @@ def fused_kernel(p: HardwareProfile, kind: str, entries: Sequence[TableEntry]) -
     lookups = sum(t.lookups_per_rank for t in entries)
     fixed = p.kernel_launch_us + (p.lookup_overhead_us if entries else 0.0)
     if kind == "update":
-        return attrs.evolve(sparse_update(p, gathered, lookups), fixed=fixed)
-    if kind == "grad":
-        table_bytes = sum(t.max_table_bytes for t in entries)
-        return attrs.evolve(dense_grad(p, table_bytes, gathered, lookups), fixed=fixed)
-    return attrs.evolve(lookup(p, gathered, lookups), fixed=fixed)
+        terms = sparse_update(p, gathered, lookups)
+    elif kind == "grad":
+        terms = dense_grad(p, sum(t.max_table_bytes for t in entries), gathered, lookups)
+    else:
+        terms = lookup(p, gathered, lookups)
+    return attrs.evolve(terms, fixed=fixed, reference=0.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -309,6 +335,16 @@ def _fused_kind(op: FusedTableOp) -> str:
     return "lookup"
 
 
+def _table_op_terms(op: LookupOp | LookupUpdateOp | LookupGradOp, t: TableEntry, p: HardwareProfile) -> CostTerms:
+    if isinstance(op, LookupOp):
+        return lookup(p, t.bytes_gathered, t.lookups_per_rank)
+    if isinstance(op, LookupGradOp):
+        return dense_grad(p, t.max_table_bytes, t.bytes_gathered, t.lookups_per_rank)
+    if op.dense:
+        return dense_apply(p, t.max_table_bytes, t.rows)
+    return sparse_update(p, t.bytes_gathered, t.lookups_per_rank)
+
+
 def op_terms(
     op: Operation,
     view: SRSV,
@@ -322,17 +358,11 @@ def op_terms(
     start carries the time) cost nothing.
     """
     p = profile
-    if isinstance(op, LookupOp):
-        t = view.table(op.table.name_str)
-        return lookup(p, t.bytes_gathered, t.lookups_per_rank)
-    if isinstance(op, LookupUpdateOp):
-        t = view.table(op.table.name_str)
-        if op.dense:
-            return dense_apply(p, t.max_table_bytes, t.rows)
-        return sparse_update(p, t.bytes_gathered, t.lookups_per_rank)
-    if isinstance(op, LookupGradOp):
-        t = view.table(op.table.name_str)
-        return dense_grad(p, t.max_table_bytes, t.bytes_gathered, t.lookups_per_rank)
+    if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
+        terms = _table_op_terms(op, view.table(op.table.name_str), p)
+        step = _step_of(op)
+        # Per-table ops of a step with generated kernels are one kernel call each: no torch passes.
+        return attrs.evolve(terms, reference=0.0) if step is not None and step.generated_kernels else terms
     if isinstance(op, COLLECTIVE_OPS):
         return collective(view.collective(op), p)
     if isinstance(op, PackOp | UnpackOp):
@@ -365,6 +395,7 @@ __all__ = [
     "matrix_link_us",
     "op_terms",
     "optimizer_step",
+    "reference_us",
     "ring_all_reduce",
     "sparse_update",
     "stream",

@@ -12,7 +12,8 @@ without a copy. A `group` label of the fused ops stays on the fused op. The plan
 call of the generated multi-table C kernel; with `kernels="reference"` the same op runs the
 per-table reference lowering, so both stay comparable region by region.
 
-Groups smaller than `min-tables` are left alone (a fused call of one table gains nothing). A
+Groups smaller than `min-tables` are left alone (a fused call of one table gains nothing); they
+run the generated kernel one table at a time, and the step says so (`kernels = "generated"`). A
 table-gradient group is left alone when one of its gradients is read before the group's last
 op (the fused op takes that op's place).
 Inside `sched.parallel` lanes (from `parallelize-tables`) each lane is fused on its own.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -59,6 +60,9 @@ class GenerateKernels(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
+            # Every table op of the step now runs a generated kernel, fused or (a group under
+            # `min-tables`) one call per table: the cost model prices them so.
+            step.attributes["kernels"] = StringAttr("generated")
             for region in (step.forward, step.backward):
                 _fuse_block(region.block, self.min_tables)
                 # After parallelize-tables: fuse within each lane (one kernel per lane and rank),

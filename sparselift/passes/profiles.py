@@ -62,6 +62,12 @@ class HardwareProfile:
     - `net_bw_gbps`: point-to-point bandwidth between ranks of one node (per direction).
     - `inter_node_bw_gbps`: point-to-point bandwidth between ranks of different nodes.
     - `ranks_per_node`: consecutive ranks `[k * n, (k + 1) * n)` share node `k`.
+    - `reference_op_us`: what one per-table op of the reference lowering (torch ops, the CPU
+      path without generated kernels) costs besides its launch: its torch dispatches.
+    - `reference_lookup_ns`, `reference_update_ns`: its per-id passes (bag geometry, masks,
+      scales) per id, in a lookup and in an update; `reference_byte_ns`: its row passes (scale,
+      scatter) per gathered byte. All 0 where the per-table ops are kernels themselves (CUDA:
+      Triton per-table kernels).
     """
 
     name: str = attrs.field(validator=_name)
@@ -76,6 +82,10 @@ class HardwareProfile:
     net_bw_gbps: float = attrs.field(validator=_positive)
     inter_node_bw_gbps: float = attrs.field(validator=_positive)
     ranks_per_node: int = attrs.field(validator=_positive_int)
+    reference_op_us: float = attrs.field(default=0.0, validator=_non_negative)
+    reference_lookup_ns: float = attrs.field(default=0.0, validator=_non_negative)
+    reference_update_ns: float = attrs.field(default=0.0, validator=_non_negative)
+    reference_byte_ns: float = attrs.field(default=0.0, validator=_non_negative)
 
     # -- derived numbers --------------------------------------------------------------------
     def gather_us(self, nbytes: float) -> float:
@@ -152,6 +162,12 @@ CPU_GLOO = HardwareProfile(
     net_bw_gbps=3.0,
     inter_node_bw_gbps=1.25,  # 10 GbE, should ranks ever span hosts
     ranks_per_node=8,
+    # `sparselift bench reference-ops` on this machine (one thread, two runs averaged): the
+    # reference lowering's torch ops are ~100 us a call and ~5x the gather bandwidth's time a row.
+    reference_op_us=85.0,
+    reference_lookup_ns=115.0,
+    reference_update_ns=115.0,
+    reference_byte_ns=0.77,
 )
 
 H100_NCCL = HardwareProfile(

@@ -23,8 +23,9 @@ per embedding module, placement kind and dtype. Profile terms:
 
 1. Ids gathered on rank r per step: table-wise owner `N B pf_t`; row-wise shard `N B pf_t / |R_t|`
    (ids uniform over rows); data-parallel `B pf_t` on every rank.
-   `lookup_r = sum_t (fixed + gather(ids_t,r d_t E_t))`;
-   `update_r = sum_t (fixed + update_factor gather(ids_t,r d_t E_t))`. A data-parallel table
+   `lookup_r = sum_t (fixed + gather(ids_t,r d_t E_t) + ref_lookup(ids_t,r))`;
+   `update_r = sum_t (fixed + update_factor gather(ids_t,r d_t E_t) + ref_update(ids_t,r))`
+   (`ref_*`: the reference lowering's per-table torch passes, `cost_model.reference_us`). A data-parallel table
    instead zero-fills and scatters its dense gradient `(fixed + copy(S_t) / 2 +
    update_factor gather(..))` and applies it `(fixed + 1.5 copy(S_t))`, `S_t` its bytes.
 2. Copies, per group: `route = kernel_launch_us + copy(B (pf I + F 4 + pf_w 4))` on every rank;
@@ -523,14 +524,14 @@ class _StepModel:
         return self._ids_gathered(t, share) * t.dim * t.dtype_bytes
 
     def _lookup_us(self, t: SimTable, share: float) -> float:
-        return cost_model.lookup(self.p, self._gathered(t, share)).total
+        return cost_model.lookup(self.p, self._gathered(t, share), self._ids_gathered(t, share)).total
 
     def _update_us(self, t: SimTable, share: float) -> float:
-        return cost_model.sparse_update(self.p, self._gathered(t, share)).total
+        return cost_model.sparse_update(self.p, self._gathered(t, share), self._ids_gathered(t, share)).total
 
     def _dense_grad_us(self, t: SimTable, share: float) -> float:
         """A replicated table's backward: its whole-table gradient, then applying it."""
-        grad = cost_model.dense_grad(self.p, t.table_bytes, self._gathered(t, share))
+        grad = cost_model.dense_grad(self.p, t.table_bytes, self._gathered(t, share), self._ids_gathered(t, share))
         return grad.plus(cost_model.dense_apply(self.p, t.table_bytes)).total
 
     def _copy_op_us(self, nbytes: float) -> float:

@@ -218,6 +218,7 @@ BENCHES = {
     "kernels": "sparselift.bench.kernels",
     "gpu": "sparselift.bench.gpu",
     "ops": "sparselift.bench.ops",
+    "reference-ops": "sparselift.bench.reference_ops",
     "memory": "sparselift.bench.memory_check",
 }
 

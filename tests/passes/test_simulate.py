@@ -146,17 +146,27 @@ def test_ring_all_reduce_uses_the_slow_link_once_it_spans_nodes():
 def test_one_rank_step_by_hand():
     """One table, one rank: route + lookup + pack + unpack forward, with round profile numbers."""
     profile = attrs.evolve(
-        CPU_GLOO, mem_bw_gbps=1.0, copy_bw_gbps=1.0, kernel_launch_us=5.0, lookup_overhead_us=15.0, update_factor=2.0
+        CPU_GLOO,
+        mem_bw_gbps=1.0,
+        copy_bw_gbps=1.0,
+        kernel_launch_us=5.0,
+        lookup_overhead_us=15.0,
+        update_factor=2.0,
+        reference_op_us=100.0,
+        reference_lookup_ns=50.0,
+        reference_update_ns=200.0,
+        reference_byte_ns=1.0,
     )
     table = SimTable("t", "emb", rows=1000, dim=8, pooling_factor=2.0)
     w = Workload("hand", 100, (table,))
     row = simulate(w, profile, 1)
     # 1 GB/s = 1000 bytes/us; copy(x) = 2x / 1000.
     route = 5 + 2 * 100 * (2 * 8 + 4) / 1000  # ids (i64) and lengths (i32) of 100 samples
-    lookup = 20 + 100 * 2 * 8 * 4 / 1000  # 200 rows of 32 bytes
+    # 200 rows of 32 bytes, and the reference lowering's torch passes: per op, per id, per byte.
+    lookup = 20 + 100 * 2 * 8 * 4 / 1000 + 100 + (200 * 50 + 200 * 32 * 1.0) / 1000
     pack = unpack = 5 + 2 * 100 * 32 / 1000
     assert row.breakdown.sparse_fwd * 1e3 == pytest.approx(route + lookup + pack + unpack)
-    update = 20 + 2 * 100 * 2 * 8 * 4 / 1000
+    update = 20 + 2 * 100 * 2 * 8 * 4 / 1000 + 100 + (200 * 200 + 200 * 32 * 1.0) / 1000
     assert row.breakdown.sparse_bwd * 1e3 == pytest.approx(pack + unpack + update)
     assert row.exchange_ms == 0.0 and row.hidden_ms == 0.0
     assert row.breakdown.other_fwd == row.breakdown.other_bwd == row.breakdown.other == 0.0

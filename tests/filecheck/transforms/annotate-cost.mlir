@@ -1,5 +1,6 @@
 // RUN: sparselift-opt %s --split-input-file -p lift-sparse,annotate-cost | filecheck %s
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,annotate-cost{profile=h100-nccl}' | filecheck %s --check-prefix=H100
+// RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,generate-kernels,annotate-cost' | filecheck %s --check-prefix=GEN
 // RUN: echo '{"name": "slow-net", "net_bw_gbps": 0.001}' > %t.json
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,annotate-cost{profile="%t.json"}' | filecheck %s --check-prefix=JSON
 // RUN: sparselift-opt %s --split-input-file --verify-diagnostics -p 'lift-sparse,annotate-cost{profile=tpu-v9}' | filecheck %s --check-prefix=BAD
@@ -7,24 +8,33 @@
 // Two ranks, batch 4: "t0" (dim 8) on rank 0 serves f0 (pooling factor 2), "t1" (dim 16) on
 // rank 1 serves f1 (pooling factor 3).
 // cpu-gloo: the t0 lookup gathers 4 x 2 x 2 = 16 rows of 32 B: 5 us launch + 15 us lookup
-// overhead + 512 B / 6 GB/s = 20.085 us. The pooled all-to-all: rank 1 sends 16 x 4 x 4 = 256 B
+// overhead + 512 B / 6 GB/s = 20.085 us, plus the reference lowering's torch passes: 85 us +
+// 16 ids x 115 ns + 512 B x 0.77 ns = 87.234 us (107.32 us in all). The pooled all-to-all: rank 1 sends 16 x 4 x 4 = 256 B
 // to rank 0: 50 us + 20 us per peer + 256 B / 3 GB/s = 70.085 us. The step total is the critical
 // path: route, the lengths and indices exchanges, the t1 lookup, its pack, the pooled exchange,
 // unpack, (dense regions without flops: 0), the gradient pack, exchange, the t1 unpack and update.
 // CHECK-LABEL: sched.step @two_tables
-// CHECK-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 396.544>
+// CHECK-SAME:    cost = #sched.cost<bytes = 9488, lookups = 80, est_us = 748.898>
 // CHECK:         sparse.route {{.*}}cost = #sched.cost<bytes = 416, lookups = 0, est_us = 5.023>
 // CHECK:         coll.all_to_all {{.*}}role #coll.role<input_lengths> {{.*}}cost = #sched.cost<bytes = 16, lookups = 0, est_us = 70.005>
 // CHECK:         coll.all_to_all {{.*}}role #coll.role<input_indices> {{.*}}cost = #sched.cost<bytes = 96, lookups = 0, est_us = 70.032>
-// CHECK:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 20.085>
-// CHECK:         sparse.lookup {{.*}}"t1"{{.*}}cost = #sched.cost<bytes = 1536, lookups = 24, est_us = 20.256>
+// CHECK:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 107.32>
+// CHECK:         sparse.lookup {{.*}}"t1"{{.*}}cost = #sched.cost<bytes = 1536, lookups = 24, est_us = 109.199>
 // CHECK:         coll.all_to_all {{.*}}role #coll.role<output_pooled> {{.*}}cost = #sched.cost<bytes = 256, lookups = 0, est_us = 70.085>
 // CHECK:         sparse.permute {{.*}}cost = #sched.cost<bytes = 0, lookups = 0, est_us = 0.0>
 // CHECK:         sched.dense @top{{.*}}cost = #sched.cost<bytes = 0, lookups = 0, est_us = 0.0>
 // CHECK:         sched.yield {{.*}}cost = #sched.cost<bytes = 0, lookups = 0, est_us = 0.0>
 // CHECK:       } backward {
-// CHECK:         sparse.lookup_update {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 1024, lookups = 16, est_us = 20.179>
-// CHECK:         sparse.lookup_update {{.*}}"t1"{{.*}}cost = #sched.cost<bytes = 3072, lookups = 24, est_us = 20.538>
+// CHECK:         sparse.lookup_update {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 1024, lookups = 16, est_us = 107.413>
+// CHECK:         sparse.lookup_update {{.*}}"t1"{{.*}}cost = #sched.cost<bytes = 3072, lookups = 24, est_us = 109.48>
+
+// After generate-kernels the step runs generated kernels (`kernels = "generated"`): a table op
+// left unfused (one table per rank, under min-tables) is one kernel call, without the
+// reference lowering's torch passes: 20.085 us again.
+// GEN-LABEL: sched.step @two_tables
+// GEN-SAME:    kernels = "generated"
+// GEN:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 20.085>
+// GEN:         sparse.lookup_update {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 1024, lookups = 16, est_us = 20.179>
 
 // h100-nccl: the t0 lookup is 5 us + 8 us + 512 B / 1.5 TB/s = 13.0 us; the pooled exchange
 // 15 us + 1 us per peer + 256 B / 350 GB/s = 16.001 us.
@@ -53,15 +63,17 @@ sched.step @two_tables world_size = 2 outputs = 1 attributes {batch = "4"} {
 // -----
 
 // World size 1: no collective; 8 bags x 2 ids of 16 B rows per lookup (5 + 15 + 256 B / 6 GB/s
-// = 20.043 us). The total is the whole chain: route, lookup, update (one rank exchanges nothing,
+// = 20.043 us, + 87.037 us of reference torch passes). The total is the whole chain: route, lookup, update (one rank exchanges nothing,
 // so lift-sparse leaves no pack or unpack).
 // CHECK-LABEL: sched.step @single
-// CHECK-SAME:    cost = #sched.cost<bytes = 1120, lookups = 32, est_us = 45.153>
+// CHECK-SAME:    cost = #sched.cost<bytes = 1120, lookups = 32, est_us = 219.227>
 // CHECK-NOT:     coll.
-// CHECK:         sparse.lookup {{.*}}cost = #sched.cost<bytes = 256, lookups = 16, est_us = 20.043>
+// CHECK:         sparse.lookup {{.*}}cost = #sched.cost<bytes = 256, lookups = 16, est_us = 107.08>
 // CHECK-NOT:     coll.
-// CHECK:         sparse.lookup_update {{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 20.09>
+// CHECK:         sparse.lookup_update {{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 107.127>
 // CHECK-NOT:     coll.
+// GEN-LABEL: sched.step @single
+// GEN:         sparse.lookup {{.*}}cost = #sched.cost<bytes = 256, lookups = 16, est_us = 20.043>
 // H100-LABEL: sched.step @single
 // H100-NOT:     coll.
 // JSON-LABEL: sched.step @single
@@ -80,11 +92,12 @@ sched.step @single world_size = 1 outputs = 1 attributes {batch = "8"} {
 // -----
 
 // A dense region with a `flops` attribute: 4.5 MFLOP at 45 GFLOP/s = 100 us (forward) and
-// 9 MFLOP (backward) = 200 us, both on the critical path: 45.153 + 300 us.
+// 9 MFLOP (backward) = 200 us, both on the critical path: 219.227 + 300 us.
 // CHECK-LABEL: sched.step @flops
-// CHECK-SAME:    est_us = 345.153
+// CHECK-SAME:    est_us = 519.227
 // CHECK:         sched.dense @top{{.*}} {flops = 4500000 : i64, cost = #sched.cost<bytes = 0, lookups = 0, est_us = 100.0>}
 // CHECK:         sched.dense @top{{.*}} {flops = "9000000", cost = #sched.cost<bytes = 0, lookups = 0, est_us = 200.0>}
+// GEN-LABEL: sched.step @flops
 // H100-LABEL: sched.step @flops
 // JSON-LABEL: sched.step @flops
 // BAD: annotate-cost: unknown hardware profile 'tpu-v9'

@@ -3,8 +3,10 @@
 // RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p lift-sparse,generate-kernels | filecheck %s --check-prefix=KAGGLE
 
 // Two tables on rank 1 reading the same received buffers: one fused lookup and one fused update.
-// The table on rank 0 stays a per-table op (a fused call of one table gains nothing).
+// The table on rank 0 stays a per-table op (a fused call of one table gains nothing); the step
+// says that its table ops run generated kernels, fused or not.
 // CHECK-LABEL: sched.step @two_on_one_rank
+// CHECK-SAME:  attributes {kernels = "generated"}
 // CHECK:       sparse.lookup %l, %i table = #sparse.table<"t0"
 // CHECK-NEXT:  %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}} = sparse.fused_lookup %l, %i tables = [#sparse.table<"t1", {{.*}}>, #sparse.table<"t2", {{.*}}>] placements = [#sparse.placement<"t1", table_wise, rank = 1>, #sparse.placement<"t2", table_wise, rank = 1>] slots = [array<i64: 0>, array<i64: 1>] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?x8xf32>, tensor<?x4xf32>
 // CHECK-NOT:   sparse.lookup {{.*}}"t1"

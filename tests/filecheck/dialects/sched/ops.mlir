@@ -15,7 +15,7 @@ sched.step @empty world_size = 1 outputs = 0 {
 
 // A step that saves values for backward (forward yields outputs, then saved values), with a
 // discardable attribute dictionary; dense work in both phases.
-// CHECK-LABEL: sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i64, note = "dlrm"} {
+// CHECK-LABEL: sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i64, note = "dlrm", kernels = "generated"} {
 // CHECK-NEXT:  ^bb0(%x: tensor<?x13xf32>, %e: tensor<?x16xf32>):
 // CHECK-NEXT:    %h = sched.dense @bottom(%x) phase "forward" : (tensor<?x13xf32>) -> tensor<?x16xf32>
 // CHECK-NEXT:    %y, %s = sched.dense @top(%h, %e) phase "forward" : (tensor<?x16xf32>, tensor<?x16xf32>) -> (tensor<?x1xf32>, tensor<?x32xf32>)
@@ -26,7 +26,7 @@ sched.step @empty world_size = 1 outputs = 0 {
 // CHECK-NEXT:    sched.dense @optimizer_step() phase "backward" : () -> ()
 // CHECK-NEXT:    sched.yield
 // CHECK-NEXT:  }
-sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i64, note = "dlrm"} {
+sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i64, note = "dlrm", kernels = "generated"} {
 ^bb0(%x: tensor<?x13xf32>, %e: tensor<?x16xf32>):
   %h = sched.dense @bottom(%x) phase "forward" : (tensor<?x13xf32>) -> tensor<?x16xf32>
   %y, %s = sched.dense @top(%h, %e) phase "forward" : (tensor<?x16xf32>, tensor<?x16xf32>) -> (tensor<?x1xf32>, tensor<?x32xf32>)

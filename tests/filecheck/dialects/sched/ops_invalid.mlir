@@ -126,6 +126,16 @@ sched.step @bad_model world_size = 1 outputs = 0 attributes {model = 3 : i64} {
 
 // -----
 
+// The table ops' lowering is "generated" or "reference".
+// CHECK: sched.step @bad_kernels: kernels must be one of generated, reference, got 'triton'
+sched.step @bad_kernels world_size = 1 outputs = 0 attributes {kernels = "triton"} {
+  sched.yield
+} backward {
+  sched.yield
+}
+
+// -----
+
 // table_params maps a table to its state-dict parameter name.
 // CHECK: sched.step @bad_params: table_params['t0'] must be a parameter name, got 3 : i64
 sched.step @bad_params world_size = 1 outputs = 0 attributes {batch = "8", table_params = {t0 = 3 : i64}} {
