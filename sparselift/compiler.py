@@ -11,7 +11,7 @@ import functools
 import importlib.util
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,9 @@ from sparselift.frontend.export import export, input_device
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
 from sparselift.optim import SGD, RowWiseAdagrad
 from sparselift.passes import get_all_passes
-from sparselift.passes.pipeline import run_pipeline, split_pipeline
+from sparselift.passes.generate_kernels import GenerateKernels
+from sparselift.passes.lift_sparse import LiftSparse
+from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, run_pipeline
 from sparselift.placement import ShardingPlan
 from sparselift.planner import resolve_plan
 from sparselift.runtime.agree import register_error_type, same_outcome
@@ -87,19 +89,15 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
         return build_compiled(*args, **kwargs)
 
 
-def lift_spec(optimizer: SGD | RowWiseAdagrad) -> str:
-    """The `lift-sparse` spec for `optimizer` (the fused update it lowers to)."""
-    from sparselift.ir._syntax import format_float
-
-    return (
-        f"lift-sparse{{optimizer={optimizer.kind} lr={format_float(optimizer.lr)} eps={format_float(optimizer.eps)}}}"
-    )
+def lift_pass(optimizer: SGD | RowWiseAdagrad) -> LiftSparse:
+    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to)."""
+    return LiftSparse(optimizer=optimizer.kind, lr=float(optimizer.lr), eps=float(optimizer.eps))
 
 
 def build_compiled(
     program,
     local: LocalTables,
-    pipeline: Sequence[str],
+    pipeline: Pipeline,
     *,
     rank: int,
     world: int,
@@ -108,7 +106,7 @@ def build_compiled(
     options: CompileOptions,
     scratch: bool = False,
 ) -> CompiledModel:
-    """This rank's CompiledModel for `program` (exported, not yet lifted) after the pass specs
+    """This rank's CompiledModel for `program` (exported, not yet lifted) after the passes of
     `pipeline` (lift-sparse first); `options.kernels` selects the runtime kernels.
 
     The exported module is cloned, so one program serves many pipelines (the planner builds a
@@ -117,7 +115,7 @@ def build_compiled(
     running the result (calibration) never touches the model's dense parameters.
     """
     module = program.module.clone()
-    run_pipeline(module, list(pipeline), _ctx(), get_all_passes())
+    run_pipeline(module, pipeline, _ctx())
     regions = copy.deepcopy(program.regions) if scratch else program.regions
     lifted = attrs.evolve(program, module=module, regions=regions)
     ir_text = lifted.text
@@ -154,7 +152,7 @@ class CompilerCandidateBuilder:
             raise RuntimeError("this builder was given no way to place another program's tables")
         return self.take(program)
 
-    def build(self, program, local: LocalTables, pipeline: Sequence[str], options: CompileOptions) -> CompiledModel:
+    def build(self, program, local: LocalTables, pipeline: Pipeline, options: CompileOptions) -> CompiledModel:
         return build_compiled(
             program,
             local,
@@ -216,7 +214,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     # The compiled model keeps its options: not the hook, which may be a bound method of the
     # model (`model.table_init`) and would keep the whole model alive after the user drops it.
     options = attrs.evolve(options, table_init=None)
-    lift = lift_spec(optimizer)
+    lift = lift_pass(optimizer)
 
     if options.passes or options.plan == "none":
         return _build_on_every_rank(
@@ -258,13 +256,16 @@ def _check_inits(facts, model_tables, inits) -> None:
         )
 
 
-def _explicit_pipeline(options: CompileOptions, lift: str) -> list[str]:
-    """The pass specs of an explicit pipeline (`options.passes` or `plan="none"`): no planning."""
-    extra = split_pipeline(options.passes)
+def _explicit_pipeline(options: CompileOptions, lift: LiftSparse) -> Pipeline:
+    """The passes of an explicit pipeline (`options.passes` or `plan="none"`): no planning."""
+    try:
+        extra = parse_pipeline(options.passes, get_all_passes())
+    except ValueError as e:
+        raise ValueError(f"CompileOptions.passes: {e}") from None
     # Generated kernels fuse right after lifting unless the pipeline places generate-kernels
     # itself (after parallelize-tables, it fuses per lane).
-    fuse = options.kernels == "generated" and not any(s.split("{")[0] == "generate-kernels" for s in extra)
-    return [lift, *(["generate-kernels"] if fuse else []), *extra]
+    fuse = options.kernels == "generated" and find_pass(extra, "generate-kernels") is None
+    return (lift, *((GenerateKernels(),) if fuse else ()), *extra)
 
 
 def _compile_planned(
@@ -275,7 +276,7 @@ def _compile_planned(
     take: Callable[[Any], LocalTables],
     *,
     sharding,
-    lift: str,
+    lift: LiftSparse,
     rank: int,
     world: int,
     process_group,
@@ -306,7 +307,7 @@ def _compile_planned(
     compiled = _build_on_every_rank(
         outcome.program,
         local,
-        [lift, *record.pipeline],
+        (lift, *record.pipeline),
         rank=rank,
         world=world,
         process_group=process_group,

@@ -3,7 +3,11 @@
 The planner (`sparselift.planner`) measures plans by lookahead; after each accepted candidate
 it re-fits one scale per cost category (collective alpha and beta, gathers, updates, copies,
 fixed overheads, dense FLOP/s) plus an intercept to every plan measured so far, and predicts the
-next family with the fitted profile.
+next family with the fitted profile. Categories whose amount is the same in every plan measured
+(the dense compute, and on most models the gathers: no sparse-path plan changes them) cannot be
+told apart from each other, so they share one scale; that shared scale is what corrects a
+profile that is off about the part every plan has in common (a dense FLOP rate 2x too low made
+every prediction 40-180% high while the plans' differences were right).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ SCALE_MIN, SCALE_MAX = 0.1, 10.0
 profile's. A fit that wants more is telling that the model misses a term, not that the machine
 is 100x off its profile; the residual says so instead."""
 MIN_POINTS = 3
-"""Plans that must exercise a category before its scale is fitted, and the category's amount must
-differ across the plans measured (else it is the intercept's twin); otherwise it keeps the
+"""Plans that must exercise a category before its scale is fitted; otherwise it keeps the
 profile's value (scale 1)."""
+SAME_AMOUNT = 0.01
+"""A category whose amount varies by at most this share across the plans measured is "the same in
+every plan": such categories share one scale."""
 
 
 def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: Sequence[float]) -> np.ndarray:
@@ -56,52 +62,65 @@ def bounded_lstsq(a: np.ndarray, y: np.ndarray, lower: Sequence[float], upper: S
     return np.clip(x, lower, upper)
 
 
-def _observed(category: str, points: Sequence[tuple[Mapping[str, float], float]]) -> bool:
-    """Enough plans exercise `category`, and not all in one amount, for its scale to be fitted.
-
-    The same amount in some plans and none in others is enough (the reference lowering's work
-    is the same in every plan without generated kernels and absent from the others); the same
-    amount in every plan is not: it cannot be told from the intercept."""
-    every = [b.get(category, 0.0) for b, _ in points]
-    exercised = [a for a in every if abs(a) > 1e-9]
-    return len(exercised) >= MIN_POINTS and max(every) - min(every) > 0.01 * max(abs(a) for a in exercised)
+Points = Sequence[tuple[Mapping[str, float], float]]
 
 
-def fit_profile(
-    base: HardwareProfile, points: Sequence[tuple[Mapping[str, float], float]], prior: float = 0.3
-) -> tuple[HardwareProfile, dict[str, Any]]:
+def _columns(points: Points) -> list[tuple[str, ...]]:
+    """The fit's unknowns: one per category enough plans exercise in different amounts, plus one
+    shared by the categories every plan has in the same amount. The same amount in some plans and
+    none in others counts as different (the reference lowering's work is the same in every plan
+    without generated kernels and absent from the others)."""
+    varying: list[tuple[str, ...]] = []
+    same: list[str] = []
+    for category in CATEGORIES:
+        every = [b.get(category, 0.0) for b, _ in points]
+        exercised = [a for a in every if abs(a) > 1e-9]
+        if len(exercised) < MIN_POINTS:
+            continue
+        if max(every) - min(every) > SAME_AMOUNT * max(abs(a) for a in exercised):
+            varying.append((category,))
+        elif len(exercised) == len(every):
+            same.append(category)
+    return varying + ([tuple(same)] if same else [])
+
+
+def fit_profile(base: HardwareProfile, points: Points, prior: float = 0.3) -> tuple[HardwareProfile, dict[str, Any]]:
     """Least-squares scales per cost category: F ~ intercept + sum_k scale_k x breakdown_k, in
     relative error (each plan weighted by 1 / its F).
 
     `points` are (the plan's predicted breakdown under `base`, its measured F) in microseconds.
     Each scale has a prior at 1 weighted `prior` x the column's RMS, so categories the plans do
     not tell apart keep the profile's value, and categories too few plans exercise are not fitted
-    (`MIN_POINTS`). Scales are bounded to [SCALE_MIN, SCALE_MAX] (physical bounds) and the
+    (`MIN_POINTS`); categories every plan has in the same amount share one scale (`_columns`),
+    which with the prior also settles how much of a common offset is theirs and how much the
+    intercept's. Scales are bounded to [SCALE_MIN, SCALE_MAX] (physical bounds) and the
     intercept is never negative, both inside the least squares
     (`bounded_lstsq`), so the other scales are fitted to the bounded ones.
     """
-    cats = [c for c in CATEGORIES if _observed(c, points)]
+    columns = _columns(points)
+    cats = [c for col in columns for c in col]
     # Relative errors: each plan's row is divided by its measured F, so one slow plan (the
     # reference lowering's T0 can take 8x the others) does not decide every scale.
     weight = [1.0 / max(f, 1.0) for _, f in points]
-    rows = [[w, *(w * b.get(c, 0.0) for c in cats)] for w, (b, _) in zip(weight, points)]
+    rows = [[w, *(w * sum(b.get(c, 0.0) for c in col) for col in columns)] for w, (b, _) in zip(weight, points)]
     # Categories not fitted still cost what the profile says: they leave the right-hand side.
     unfitted = [c for c in CATEGORIES if c not in cats]
     rhs = [w * (f - sum(b.get(c, 0.0) for c in unfitted)) for w, (b, f) in zip(weight, points)]
     data = list(rows)
-    for j in range(len(cats)):
+    for j in range(len(columns)):
         col = [r[j + 1] for r in data]
         w = prior * math.sqrt(sum(v * v for v in col) / len(col))
-        row = [0.0] * (len(cats) + 1)
+        row = [0.0] * (len(columns) + 1)
         row[j + 1] = w
         rows.append(row)
         rhs.append(w)
     a = np.array(rows, dtype=np.float64)
     y = np.array(rhs, dtype=np.float64)
-    x = bounded_lstsq(a, y, lower=[0.0] + [SCALE_MIN] * len(cats), upper=[math.inf] + [SCALE_MAX] * len(cats))
-    scales = {c: float(x[j + 1]) for j, c in enumerate(cats)}
+    k = len(columns)
+    x = bounded_lstsq(a, y, lower=[0.0] + [SCALE_MIN] * k, upper=[math.inf] + [SCALE_MAX] * k)
+    scales = {c: float(x[j + 1]) for j, col in enumerate(columns) for c in col}
     n = len(points)
-    pred = (a[:n] @ np.array([x[0], *(scales[c] for c in cats)])) / np.array(weight)
+    pred = (a[:n] @ x) / np.array(weight)
     residual = float(np.sqrt(np.mean((pred - y[:n] / np.array(weight)) ** 2))) if n else 0.0
     s = {c: scales.get(c, 1.0) for c in CATEGORIES}
     fitted = attrs.evolve(
@@ -125,6 +144,7 @@ def fit_profile(
     report = {
         "points": n,
         "fitted_categories": cats,
+        "shared_scale": [list(col) for col in columns if len(col) > 1],  # the same amount in every plan
         "bounds": [SCALE_MIN, SCALE_MAX],
         "scales": {c: round(scales.get(c, 1.0), 4) for c in CATEGORIES},  # 1: not fitted
         "intercept_us": round(float(x[0]), 3),
@@ -144,4 +164,4 @@ def fit_profile(
     return fitted, report
 
 
-__all__ = ["MIN_POINTS", "SCALE_MAX", "SCALE_MIN", "bounded_lstsq", "fit_profile"]
+__all__ = ["MIN_POINTS", "SAME_AMOUNT", "SCALE_MAX", "SCALE_MIN", "bounded_lstsq", "fit_profile"]

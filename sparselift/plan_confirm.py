@@ -4,38 +4,55 @@ A single step on this kind of machine varies by 5-35 ms, so two observations per
 paper's budget) cannot order plans a few percent apart, and decisions taken on them change from
 run to run. Here every comparison is a *sequential paired test*: rounds of one step of each plan,
 back to back and in alternating order (so drift and order effects hit both alike), each round's
-difference taken on the slowest rank. After `min_rounds` it stops as soon as the mean difference
-is more than `z` standard errors (as a Student t quantile: `t_critical`) and `min_effect` of the
-baseline away from zero, or when the round limit or the calibration budget is reached; then the
-effect is *unclear*.
+difference taken on the slowest rank. After `min_rounds` it stops as soon as the verdict is clear:
+*faster* when the gain, less `z` standard errors (as a Student t quantile: `t_critical`), is still
+at least `WORTH` of the baseline step (a gain worth a pass, for sure); *slower* when the gain plus
+`z` standard errors is still a loss; or once a gain worth the pass is ruled out (futility), at the
+round limit or when the calibration budget is spent; then the effect is *unclear*, and the plan
+with fewer passes is kept.
 
 `confirm_choice` runs the test on the plan the search chose against T0 before it is returned: a
 plan that is not faster than T0 beyond noise is never returned; the planner falls back to the
 best less-optimized plan it passed through that is confirmed, or to T0 itself.
 
 Torch-free and collective-free: the caller's `PairMeasure` times the rounds (and agrees them over
-the ranks), so tests drive it with fake timings.
+the ranks), so tests drive it with fake timings. A plan here is any hashable value the measure
+knows how to run (the planner's: a typed pipeline, or another placement's T0); as text it is its
+passes' specs joined by commas.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 VERDICTS = ("faster", "slower", "unclear")
 
+PlanKey = Hashable
+"""A plan as the `PairMeasure` knows it."""
+
+
+def plan_text(plan: PlanKey) -> str:
+    """A plan as text: its passes' specs joined by commas ("" for T0)."""
+    return ",".join(map(str, plan)) if isinstance(plan, tuple) else str(plan)
+
+
 Z_CLEAR = 3.0
 """Standard errors the mean difference must clear: at 3, a false "faster" is a ~0.1% event per test."""
+WORTH = 0.01
+"""The smallest gain worth a pass, as a share of the baseline step: a candidate is "faster" only
+when its gain is at least this with Z_CLEAR standard errors to spare; "unclear" keeps the plan
+with fewer passes."""
 
 
 class PairMeasure(Protocol):
     """Times one round of two plans (seconds, each the slowest rank's), and says whether the
     calibration budget is spent; the same answers on every rank."""
 
-    def pair(self, baseline: tuple[str, ...], candidate: tuple[str, ...], candidate_first: bool) -> tuple[float, float]:
+    def pair(self, baseline: PlanKey, candidate: PlanKey, candidate_first: bool) -> tuple[float, float]:
         """One step of each plan, in the given order: (baseline s, candidate s)."""
         ...
 
@@ -46,8 +63,8 @@ class PairMeasure(Protocol):
 class PairedComparison:
     """The outcome of one sequential paired test of `candidate` against `baseline`."""
 
-    baseline: tuple[str, ...]
-    candidate: tuple[str, ...]
+    baseline: PlanKey
+    candidate: PlanKey
     baseline_rounds_us: tuple[float, ...]  # per round, the slowest rank's step
     candidate_rounds_us: tuple[float, ...]
     verdict: str  # faster | slower | unclear
@@ -99,8 +116,8 @@ class PairedComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "baseline": ",".join(self.baseline),
-            "candidate": ",".join(self.candidate),
+            "baseline": plan_text(self.baseline),
+            "candidate": plan_text(self.candidate),
             "rounds": self.rounds,
             "mean_gain_us": round(self.mean_us, 3),
             "se_us": None if math.isinf(self.se_us) else round(self.se_us, 3),
@@ -127,39 +144,48 @@ def t_critical(z: float, dof: int) -> float:
     return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v * v)
 
 
+def _interval(gains: Sequence[float], z: float) -> tuple[float, float]:
+    """The mean gain's interval: mean -+ t x its standard error."""
+    n = len(gains)
+    mean = sum(gains) / n
+    half = t_critical(z, n - 1) * math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n)
+    return mean - half, mean + half
+
+
 def _futile(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> bool:
-    n = len(gains)
-    mean = sum(gains) / n
-    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n)
-    return mean + t_critical(z, n - 1) * se < worth * baseline_us
+    return _interval(gains, z)[1] < worth * baseline_us
 
 
-def _verdict(gains: Sequence[float], baseline_us: float, z: float, min_effect: float) -> str:
-    n = len(gains)
-    if n < 2:
+def _verdict(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> str:
+    """ "faster" when even the low end of the gain's interval is a gain worth a pass (`worth` of the
+    baseline step), "slower" when even its high end is a loss, else "unclear". Testing against the
+    gain worth a pass rather than against zero is what makes decisions repeat: a real 3% effect
+    measured at 3.5 standard errors in one run and 2.5 in the next flips a test against zero,
+    while it stays below the bar of "at least 1% for sure" in both."""
+    if len(gains) < 2:
         return "unclear"
-    mean = sum(gains) / n
-    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n)
-    if abs(mean) <= t_critical(z, n - 1) * se or abs(mean) <= min_effect * baseline_us:
-        return "unclear"
-    return "faster" if mean > 0 else "slower"
+    low, high = _interval(gains, z)
+    if low > worth * baseline_us:
+        return "faster"
+    if high < 0:
+        return "slower"
+    return "unclear"
 
 
 def paired_test(
     measure: PairMeasure,
-    baseline: tuple[str, ...],
-    candidate: tuple[str, ...],
+    baseline: PlanKey,
+    candidate: PlanKey,
     *,
     min_rounds: int = 6,
     max_rounds: int = 16,
     z: float = Z_CLEAR,
-    min_effect: float = 0.005,
-    worth: float = 0.01,
+    worth: float = WORTH,
 ) -> PairedComparison:
-    """Paired rounds of `baseline` and `candidate` until the gain is clear of noise (see the module
-    docstring); `min_effect` (a share of the baseline step) is the smallest gain worth a decision.
-    The rounds also stop once the gain is clearly below `worth` of the baseline step (futility:
-    even the optimistic end of its interval would not pay for the pass)."""
+    """Paired rounds of `baseline` and `candidate` until the verdict is clear (see the module
+    docstring and `_verdict`: "faster" means a gain of at least `worth` of the baseline step with
+    `z` standard errors to spare). The rounds also stop once the gain is clearly below `worth`
+    (futility: even the optimistic end of its interval would not pay for the pass)."""
     base: list[float] = []
     cand: list[float] = []
     stopped = "rounds"
@@ -171,14 +197,14 @@ def paired_test(
         base.append(t_base * 1e6)
         cand.append(t_cand * 1e6)
         gains = [b - c for b, c in zip(base, cand)]
-        if len(gains) >= min_rounds and _verdict(gains, _median(base), z, min_effect) != "unclear":
+        if len(gains) >= min_rounds and _verdict(gains, _median(base), z, worth) != "unclear":
             stopped = "clear"
             break
         if len(gains) >= min_rounds and _futile(gains, _median(base), z, worth):
             stopped = "futile"
             break
     gains = [b - c for b, c in zip(base, cand)]
-    verdict = _verdict(gains, _median(base), z, min_effect)
+    verdict = _verdict(gains, _median(base), z, worth)
     return PairedComparison(baseline, candidate, tuple(base), tuple(cand), verdict, stopped)
 
 
@@ -186,16 +212,16 @@ def paired_test(
 class Confirmation:
     """What the confirmation before return found: the plan returned and the tests behind it."""
 
-    chosen: tuple[str, ...]  # what the search chose
-    returned: tuple[str, ...]  # what the planner returns (the chosen plan, a fallback, or T0)
+    chosen: PlanKey  # what the search chose
+    returned: PlanKey  # what the planner returns (the chosen plan, a fallback, or T0)
     confirmed: bool  # `returned` measured faster than T0 beyond noise (or it is T0)
     tests: tuple[PairedComparison, ...]
     note: str
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "chosen": ",".join(self.chosen),
-            "returned": ",".join(self.returned),
+            "chosen": plan_text(self.chosen),
+            "returned": plan_text(self.returned),
             "confirmed": self.confirmed,
             "note": self.note,
             "tests": [t.to_dict() for t in self.tests],
@@ -204,9 +230,9 @@ class Confirmation:
 
 def confirm_choice(
     measure: PairMeasure,
-    chosen: tuple[str, ...],
-    fallbacks: Sequence[tuple[str, ...]] = (),
-    t0: tuple[str, ...] = (),
+    chosen: PlanKey,
+    fallbacks: Sequence[PlanKey] = (),
+    t0: PlanKey = (),
     **test_options: Any,
 ) -> Confirmation:
     """Test `chosen` against `t0`; if it is not faster beyond noise, test the `fallbacks` (the
@@ -222,12 +248,12 @@ def confirm_choice(
             note = (
                 "the chosen plan beat T0"
                 if plan == chosen
-                else f"the chosen plan did not beat T0 ({tests[0].verdict}); fell back to {','.join(plan)}"
+                else f"the chosen plan did not beat T0 ({tests[0].verdict}); fell back to {plan_text(plan)}"
             )
             return Confirmation(chosen, plan, True, tuple(tests), note)
         if test.stopped == "budget":
             break
-    why = ", ".join(f"{','.join(t.candidate)}: {t.verdict}" for t in tests)
+    why = ", ".join(f"{plan_text(t.candidate)}: {t.verdict}" for t in tests)
     return Confirmation(
         chosen, t0, True, tuple(tests), f"no plan beat T0 beyond noise ({why}); T0 returned (the fewest passes)"
     )
@@ -236,7 +262,10 @@ def confirm_choice(
 __all__ = [
     "VERDICTS",
     "Z_CLEAR",
+    "WORTH",
     "PairMeasure",
+    "PlanKey",
+    "plan_text",
     "PairedComparison",
     "Confirmation",
     "t_critical",

@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
 from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from sparselift.codegen.table_facts import batch_size, describe_features, describe_tables, sharding_plan
 from sparselift.ir.sparse_attrs import FeatureAttr
-from sparselift.passes.plan_sparse import PlanOptions
+from sparselift.passes.plan_candidates import PlanOptions
 
 KEY_ORDER = ("model", "shapes", "world_size", "sharding", "optimizer", "device", "versions", "constraints", "ir")
 
@@ -32,7 +33,7 @@ def _sha(text: str) -> str:
 
 
 def key_fields(
-    program, *, lift: str, plan_options: PlanOptions, device: str, sharding_family: Sequence[str] | None = None
+    program, *, lift: ModulePass, plan_options: PlanOptions, device: str, sharding_family: Sequence[str] | None = None
 ) -> dict[str, str]:
     """What the plan depends on, field by field (the key hashes them all)."""
     import xdsl
@@ -67,7 +68,7 @@ def key_fields(
         "shapes": _sha(shapes),
         "world_size": str(sharding.world_size),
         "sharding": _sha(sharding.to_json()),
-        "optimizer": lift,
+        "optimizer": str(lift.spec(include_default=True)),  # the lift-sparse pass: the fused update
         "device": device,
         "versions": f"torch {torch.__version__}, xdsl {xdsl.__version__}, sparselift {sparselift.__version__}",
         "constraints": json.dumps(constraints, sort_keys=True),

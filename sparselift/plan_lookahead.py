@@ -1,6 +1,6 @@
 """The planner's measured lookahead: each family's candidates decided by sequential paired tests on real steps.
 
-`sparselift.planner.Planner` is the search's `Confirmer` (`plan_sparse.search`); `Lookahead`, its
+`sparselift.planner.Planner` is the search's `Confirmer` (`plan_search.search`); `Lookahead`, its
 base class, holds how a family's candidates are measured and decided, family by family:
 
 - **One variant** (an aggregation role, generated kernels): one warmup step of each plan, then a
@@ -28,19 +28,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparselift.codegen.table_facts import sharding_plan
-from sparselift.passes.plan_sparse import (
-    Candidate,
-    Decision,
-    Prediction,
-    Predictor,
-    decision,
-    enumerate_candidates,
-    run_pipeline,
-)
+from sparselift.passes.pipeline import Pipeline, run_pipeline
+from sparselift.passes.plan_candidates import Candidate, Decision, PlacementChoice, decision, enumerate_candidates
+from sparselift.passes.plan_predict import Prediction, Predictor
 from sparselift.plan_confirm import PairedComparison, paired_test
 from sparselift.plan_timing import PlanTiming
 
-Plan = tuple[str, ...]
+Measured = Pipeline | PlacementChoice
+"""What a paired test compares: a plan of this program, or another placement's T0 (sharding)."""
+
+
+def measured(cand: Candidate) -> Measured:
+    """What measuring `cand` times: its plan, or for the sharding family its placement's T0."""
+    return cand.change if isinstance(cand.change, PlacementChoice) else cand.pipeline
 
 
 class Lookahead(PlanTiming):
@@ -51,11 +51,11 @@ class Lookahead(PlanTiming):
     base_profile: Any
     sharding_json: str | None
     tests: list[PairedComparison]
-    _label_programs: dict[Plan, Any]
+    _label_programs: dict[PlacementChoice, Any]
     _refit: Any  # the planner's: re-fit the cost model after an accepted candidate
 
     # -- plan_confirm.PairMeasure ------------------------------------------------------------
-    def pair(self, baseline: Plan, candidate: Plan, candidate_first: bool) -> tuple[float, float]:
+    def pair(self, baseline: Measured, candidate: Measured, candidate_first: bool) -> tuple[float, float]:
         """One step of each plan, back to back; each the slowest rank's (seconds)."""
         order = (candidate, baseline) if candidate_first else (baseline, candidate)
         first, second = (self._observe_plan(p) for p in order)
@@ -67,13 +67,12 @@ class Lookahead(PlanTiming):
     def over_budget(self) -> bool:
         return self._over_budget()
 
-    def _observe_plan(self, plan: Plan) -> float:
-        program = self._label_programs.get(plan)
-        if program is not None:  # a sharding alternative: its own program's lifted plan
-            return self._observe((), program, plan[0])
+    def _observe_plan(self, plan: Measured) -> float:
+        if isinstance(plan, PlacementChoice):  # a sharding alternative: its own program's lifted plan
+            return self._observe((), self._label_programs[plan], str(plan))
         return self._observe(plan)
 
-    def _test(self, baseline: Plan, candidate: Plan) -> PairedComparison:
+    def _test(self, baseline: Measured, candidate: Measured) -> PairedComparison:
         test = paired_test(self, baseline, candidate)
         self.tests.append(test)
         if test.rounds:
@@ -86,7 +85,7 @@ class Lookahead(PlanTiming):
     def confirm(
         self,
         family: str,
-        incumbent: Plan,
+        incumbent: Pipeline,
         variants: list[tuple[Candidate, Prediction]],
         incumbent_prediction: Prediction,
     ) -> list[Decision]:
@@ -131,7 +130,7 @@ class Lookahead(PlanTiming):
             noise_us=se,
         )
 
-    def _single(self, inc: Plan, cand: Candidate, predicted: float) -> Decision:
+    def _single(self, inc: Pipeline, cand: Candidate, predicted: float) -> Decision:
         error = self._ready([cand.pipeline])
         if error:
             return decision(cand, False, f"candidate {error}", predicted)
@@ -139,7 +138,7 @@ class Lookahead(PlanTiming):
         self._observe(cand.pipeline)
         return self._tested(cand, predicted, self._test(inc, cand.pipeline))
 
-    def _screen(self, plans: Sequence[Plan]) -> list[float]:
+    def _screen(self, plans: Sequence[Measured]) -> list[float]:
         """One warmup step each, then two interleaved rounds; F per plan (us)."""
         for plan in plans:
             self._observe_plan(plan)
@@ -152,7 +151,7 @@ class Lookahead(PlanTiming):
             self._record(plan, f[i], spread[i], obs[i])
         return f
 
-    def _alternatives(self, inc: Plan, variants, predicted) -> list[Decision]:
+    def _alternatives(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
         results: dict[str, float | str] = {}
         ready = []
@@ -170,7 +169,7 @@ class Lookahead(PlanTiming):
             results[cand.label] = f[i + 1]
         return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
 
-    def _sweep(self, inc: Plan, variants, predicted) -> list[Decision]:
+    def _sweep(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
         f0 = self._screen([inc])[0]
         by_g = sorted((c for c, _ in variants), key=lambda c: (c.lanes, c.label))
@@ -191,14 +190,14 @@ class Lookahead(PlanTiming):
                 i += direction
         return self._race(inc, [c for c, _ in variants], predicted, results, f0, contenders=1)
 
-    def _fixed_order(self, inc: Plan, cands: Sequence[Candidate]) -> dict[str, int]:
+    def _fixed_order(self, inc: Pipeline, cands: Sequence[Candidate]) -> dict[str, int]:
         """The planner's candidate order (enumeration order): who wins a tie."""
         if self.predictor is None:  # scripted planners in tests: the order they were given
             return {c.change: i for i, c in enumerate(cands)}
         return {c.change: i for i, c in enumerate(enumerate_candidates(self.predictor.module, self.plan_options, inc))}
 
     def _race(
-        self, inc: Plan, cands: list[Candidate], predicted, results, f0: float, contenders: int = 2
+        self, inc: Measured, cands: list[Candidate], predicted, results, f0: float, contenders: int = 2
     ) -> list[Decision]:
         """At most one variant: of the (two) fastest screened below the incumbent, those a paired
         test finds faster; two such are tested against each other, a tie going to the earlier in
@@ -206,13 +205,13 @@ class Lookahead(PlanTiming):
         by_label = {c.label: c for c in cands}
         timed = {k: v for k, v in results.items() if isinstance(v, float)}
         below = sorted((k for k in timed if timed[k] < f0), key=lambda k: (timed[k], k))[:contenders]
-        tests = {k: self._test(inc, by_label[k].pipeline) for k in below}
+        tests = {k: self._test(inc, measured(by_label[k])) for k in below}
         winners = [k for k in below if tests[k].verdict == "faster"]
         best, duel_note = (winners[0] if winners else None), ""
         if len(winners) == 2:
             order = self._fixed_order(inc, cands)
             first, second = sorted(winners, key=lambda k: order.get(by_label[k].change, len(order)))
-            duel = self._test(by_label[first].pipeline, by_label[second].pipeline)
+            duel = self._test(measured(by_label[first]), measured(by_label[second]))
             best = second if duel.verdict == "faster" else first
             tie = " (a tie: the earlier in the planner's order)" if duel.verdict == "unclear" else ""
             duel_note = f"against {first if best == second else second}: {duel.describe()}{tie}"
@@ -254,7 +253,7 @@ class Lookahead(PlanTiming):
         variants: list[tuple[Candidate, Prediction]] = []
         programs: dict[str, tuple[Any, Predictor]] = {}
         for choice in ("table_wise", "row_wise", "data_parallel"):
-            cand = Candidate("sharding", choice, f"sharding={choice}", (f"sharding={choice}",))
+            cand = Candidate("sharding", choice, PlacementChoice(choice), ())
             if self._over_budget():
                 out.append(self._not_tried(cand, None))
                 continue
@@ -265,19 +264,19 @@ class Lookahead(PlanTiming):
                 out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
                 continue
             lifted = program.module.clone()
-            run_pipeline(lifted, [self.lift])
+            run_pipeline(lifted, (self.lift,))
             predictor = Predictor(lifted)
             variants.append((cand, predictor.predict((), profile)))
             programs[choice] = (program, predictor)
         if not variants:
             return out
         predicted = {c.label: p.est_us - base.est_us for c, p in variants}
-        auto: Plan = ("sharding=auto",)
+        auto = PlacementChoice("auto")
         self._label_programs[auto] = self.program
         results: dict[str, float | str] = {}
         ready = []
         for cand, _ in variants:
-            self._label_programs[cand.pipeline] = programs[cand.label][0]
+            self._label_programs[PlacementChoice(cand.label)] = programs[cand.label][0]
             error = self._ready([()], programs[cand.label][0])
             if error:
                 results[cand.label] = error
@@ -286,7 +285,7 @@ class Lookahead(PlanTiming):
         error = self._ready([()])
         if error:
             return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
-        f = self._screen([auto, *(c.pipeline for c in ready)])
+        f = self._screen([auto, *(measured(c) for c in ready)])
         for i, cand in enumerate(ready):
             results[cand.label] = f[i + 1]
         decided = self._race(auto, [c for c, _ in variants], predicted, results, f[0], contenders=1)
@@ -305,4 +304,4 @@ def _with_reason(d: Decision, reason: str) -> Decision:
     return attrs.evolve(d, reason=reason)
 
 
-__all__ = ["Lookahead", "Plan"]
+__all__ = ["Lookahead", "Measured", "measured"]

@@ -2,7 +2,8 @@
 
 What `sparselift.planner` caches and replays, `compiled.plan.explain()` and `sparselift explain`
 print, and `plan-sparse{decisions=FILE}` replays (its `pipeline`). The search that produces the
-decisions is `sparselift.passes.plan_sparse`; this module only stores and explains them.
+decisions is `sparselift.passes.plan_search`; this module only stores and explains them. In memory
+the plan is typed (`sparselift.passes.pipeline.Pipeline`, pass objects); the JSON holds its pass specs.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from sparselift.passes.pipeline import join_pipeline
-from sparselift.passes.plan_sparse import Decision
+from sparselift.passes.pipeline import Pipeline, parse_pipeline, pipeline_specs, pipeline_text
+from sparselift.passes.plan_candidates import Decision, change_text
 
 RECORD_FORMAT = 2  # 2: the confirmation before return, the cost model's error
 
@@ -55,7 +56,7 @@ class PlanRecord:
 
     key: str
     key_fields: dict[str, str] = attrs.field(factory=dict)
-    pipeline: tuple[str, ...] = ()  # pass specs after lift-sparse
+    pipeline: Pipeline = ()  # the passes after lift-sparse
     kernels: str = "reference"  # runtime kernels: "generated" exactly when generate-kernels is planned
     sharding: str | None = None  # a sharding plan (JSON) the planner chose over "auto"; None: as exported
     decisions: tuple[Decision, ...] = ()
@@ -78,7 +79,8 @@ class PlanRecord:
 
     @property
     def spec(self) -> str:
-        return join_pipeline(self.pipeline)
+        """The plan as pass-spec text."""
+        return pipeline_text(self.pipeline)
 
     def accepted(self) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions if d.accepted)
@@ -89,7 +91,7 @@ class PlanRecord:
     # -- JSON -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=False)
-        d["pipeline"] = list(self.pipeline)
+        d["pipeline"] = pipeline_specs(self.pipeline)
         d["decisions"] = [x.to_dict() for x in self.decisions]
         d["measurements"] = [x.to_dict() for x in self.measurements]
         d["paired_tests"] = list(self.paired_tests)
@@ -109,8 +111,11 @@ class PlanRecord:
         if unknown:
             raise ValueError(f"{where}: unknown fields {', '.join(unknown)}")
         values = dict(data)
-        values["pipeline"] = tuple(values["pipeline"])
-        values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
+        try:
+            values["pipeline"] = parse_pipeline(values["pipeline"])
+            values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
         values["measurements"] = tuple(Measurement.from_dict(x) for x in values.get("measurements", ()))
         return cls(**values)
 
@@ -143,7 +148,7 @@ class PlanRecord:
             {
                 "family": d.family,
                 "label": d.label,
-                "change": d.change,
+                "change": change_text(d.change),
                 "accepted": d.accepted,
                 "predicted_us": d.predicted_us,
                 "predicted_pm_us": None if d.predicted_us is None or pm is None else round(pm, 3),
@@ -154,7 +159,7 @@ class PlanRecord:
             for d in self.decisions
         ]
         return {
-            "pipeline": list(self.pipeline),
+            "pipeline": pipeline_specs(self.pipeline),
             "t0_us": self.incumbent_us,
             "chosen_us": self.final_us,
             "confirmed": self.confirmed,
@@ -208,7 +213,7 @@ def explain_record(record: PlanRecord) -> str:
         noise = "" if d.noise_us is None else f" +- {d.noise_us / 1e3:.2f}"
         predicted = _ms(d.predicted_us) + (f" +- {pm / 1e3:.2f}" if pm and d.predicted_us is not None else "")
         lines.append(f"    [{mark}] {d.family:<14} {d.label:<24} predicted {predicted} | measured {measured}{noise}")
-        lines.append(f"        {d.change}: {d.reason}")
+        lines.append(f"        {change_text(d.change)}: {d.reason}")
     if record.fit:
         fit = record.fit
         parts = [f"{k} {v:.4g}" for k, v in fit.get("fitted", {}).items()]

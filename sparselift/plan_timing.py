@@ -21,7 +21,8 @@ import torch.distributed as dist
 import torch.utils._pytree as pytree
 
 from sparselift.codegen.table_facts import describe_features, describe_tables
-from sparselift.passes.pipeline import pass_name
+from sparselift.passes.pipeline import Pipeline, find_pass, pipeline_text
+from sparselift.passes.plan_candidates import PlacementChoice, plan_label
 from sparselift.plan_record import Measurement
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions
@@ -64,21 +65,22 @@ class PlanTiming:
     program: Any
     inputs: tuple
     builder: Any  # a `planner.CandidateBuilder`, or None (tests with `measure`: injected timings)
-    lift: str
+    lift: Any  # the lift-sparse pass every plan starts with
     world: int
     pg: Any
     options: CompileOptions
-    measure: Callable[[tuple[str, ...]], float] | None
+    measure: Callable[[str], float] | None
     clock: Callable[[], float]
     budget_s: float
     exhausted: bool
-    measurements: dict[str, Measurement]
+    measurements: dict[Pipeline | PlacementChoice, Measurement]
     spent: dict[str, float]
     _locals: dict[int, LocalTables]
     _touched: dict[int, TouchedRows]
-    _models: OrderedDict[tuple[int, str], Any]
+    _models: OrderedDict[tuple[int, Pipeline], Any]
     _cache_models: int
     _start: float
+    _longest_step_s: float  # the longest step observed (what the budget keeps in reserve)
     _sync: Callable[[], None] | None
 
     # -- collective helpers ------------------------------------------------------------------
@@ -95,25 +97,29 @@ class PlanTiming:
         return self._max([self.clock() - self._start])[0]
 
     def _over_budget(self) -> bool:
-        if not self.exhausted and self._elapsed() > self.budget_s:
-            self.exhausted = True
+        """Spent, or too little left for one more paired round (two of the longest steps seen, on
+        the slowest rank): the budget is a bound, not a mark to overrun by a round of slow T0 steps."""
+        if not self.exhausted:
+            elapsed, longest = self._max([self.clock() - self._start, self._longest_step_s])
+            if elapsed + 2 * longest > self.budget_s:
+                self.exhausted = True
         return self.exhausted
 
     # -- building and timing plans -----------------------------------------------------------
-    def _model(self, pipeline: tuple[str, ...], program=None):
+    def _model(self, pipeline: Pipeline, program=None):
         program = program or self.program
-        spec = (id(program), ",".join(pipeline))
-        if spec in self._models:
-            self._models.move_to_end(spec)
-            return self._models[spec]
+        key = (id(program), pipeline)
+        if key in self._models:
+            self._models.move_to_end(key)
+            return self._models[key]
         if self.builder is None:
             raise RuntimeError("the planner was given no way to build candidate plans (no builder)")
-        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
+        kernels = "generated" if find_pass(pipeline, "generate-kernels") else "reference"
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
         start = time.perf_counter()
         model = self.builder.build(program, self._local(program), [self.lift, *pipeline], opts)
         self.spent["build_s"] += time.perf_counter() - start
-        self._models[spec] = model
+        self._models[key] = model
         while len(self._models) > self._cache_models:
             self._models.popitem(last=False)
         return model
@@ -134,7 +140,7 @@ class PlanTiming:
             self._touched[key] = TouchedRows(self._locals[key], ids, process_group=self.pg, world=self.world)
         return self._locals[key]
 
-    def _ready(self, pipelines: Sequence[tuple[str, ...]], program=None) -> str | None:
+    def _ready(self, pipelines: Sequence[Pipeline], program=None) -> str | None:
         """Build the plans (on the live tables, scratch dense copies).
 
         Returns the error, the same on every rank, if any rank failed."""
@@ -145,18 +151,20 @@ class PlanTiming:
                     self._model(p, program)
                 except Exception as e:  # a candidate that cannot be built is rejected, not fatal
                     error = f"{type(e).__name__}: {e}"
-                    log.warning("sparselift: calibration could not build %s: %s", ",".join(p) or "T0", error)
+                    log.warning("sparselift: calibration could not build %s: %s", plan_label(p), error)
                     break
         failed = self._max([1.0 if error else 0.0])[0]
         if failed:
             return f"failed to build: {error}" if error else "failed to build on another rank"
         return None
 
-    def _observe(self, pipeline: tuple[str, ...], program=None, label: str = "") -> float:
+    def _observe(self, pipeline: Pipeline, program=None, label: str = "") -> float:
         """One complete step (forward + backward) of `pipeline` on the example batch, in seconds."""
         self.spent["steps"] += 1
-        if self.measure is not None:
-            return float(self.measure((label,) if label else tuple(pipeline)))
+        if self.measure is not None:  # a test's fake timings, by the plan's text
+            dt = float(self.measure(label or pipeline_text(pipeline)))
+            self._longest_step_s = max(self._longest_step_s, dt)
+            return dt
         model = self._model(pipeline, program)
         if self._sync:
             self._sync()
@@ -172,6 +180,7 @@ class PlanTiming:
         if self._sync:
             self._sync()
         dt = time.perf_counter() - t0
+        self._longest_step_s = max(self._longest_step_s, dt)
         self._touched[id(program or self.program)].restore()  # every step starts from the same tables
         for p in model._dense_params:
             p.grad = None
@@ -185,14 +194,14 @@ class PlanTiming:
         combined = self._max(local)
         return combined[: len(obs)], combined[len(obs) :]
 
-    def _record(self, pipeline: tuple[str, ...], f_us: float, noise_us: float, obs: Sequence[float]) -> None:
-        spec = ",".join(pipeline)
-        self.measurements.pop(spec, None)  # latest last
-        self.measurements[spec] = Measurement(
-            spec, round(f_us, 3), round(noise_us, 3), tuple(round(o * 1e6, 3) for o in obs)
+    def _record(self, plan: Pipeline | PlacementChoice, f_us: float, noise_us: float, obs: Sequence[float]) -> None:
+        self.measurements.pop(plan, None)  # latest last
+        text = str(plan) if isinstance(plan, PlacementChoice) else pipeline_text(plan)
+        self.measurements[plan] = Measurement(
+            text, round(f_us, 3), round(noise_us, 3), tuple(round(o * 1e6, 3) for o in obs)
         )
 
-    def _steps(self, pipeline: tuple[str, ...], program=None, label: str = "") -> list[float]:
+    def _steps(self, pipeline: Pipeline, program=None, label: str = "") -> list[float]:
         """One warmup step, then two complete-step observations."""
         self._observe(pipeline, program, label)
         return [self._observe(pipeline, program, label), self._observe(pipeline, program, label)]

@@ -2,7 +2,7 @@
 
 `sparselift.compile` calls `resolve_plan` unless it is given an explicit pipeline. The search
 itself (candidates, analytic predictions, constraints, the family order) is
-`sparselift.passes.plan_sparse.search`; this module is its `Confirmer`:
+`sparselift.passes.plan_search.search`; this module is its `Confirmer`:
 
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
   a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's
@@ -40,7 +40,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,19 +49,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
+from xdsl.passes import ModulePass
 
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import describe_tables, sharding_plan
 from sparselift.cost_fit import fit_profile
-from sparselift.passes.pipeline import pass_name, split_pipeline
-from sparselift.passes.plan_sparse import (
-    FAMILIES,
-    Decision,
-    PlanOptions,
-    Predictor,
-    run_pipeline,
-    search,
-)
+from sparselift.passes.pipeline import Pipeline, find_pass, run_pipeline
+from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions
+from sparselift.passes.plan_predict import Predictor
+from sparselift.passes.plan_search import search
 from sparselift.passes.profiles import HardwareProfile
 from sparselift.plan_confirm import Confirmation, confirm_choice
 from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
@@ -79,8 +75,9 @@ PLAN_MODES = ("auto", "reuse-only", "replan", "none")
 CALIBRATIONS = 0
 """Planning runs (calibrations) in this process; a reused plan does not add one."""
 
-Measure = Callable[[tuple[str, ...]], float]
-"""A fake step timer for tests: seconds of one step of the plan with these pass specs."""
+Measure = Callable[[str], float]
+"""A fake step timer for tests: seconds of one step of the plan with this pass-spec text ("" for
+T0, `sharding=POLICY` for another placement's T0)."""
 
 
 class CandidateBuilder(Protocol):
@@ -88,8 +85,8 @@ class CandidateBuilder(Protocol):
     compiler: `sparselift.compiler.CompilerCandidateBuilder`), the way the search is given a
     `Confirmer`: the planner never imports the compiler."""
 
-    def build(self, program: Any, local: LocalTables, pipeline: Sequence[str], options: CompileOptions) -> Any:
-        """This rank's runnable model of `program` (exported, not lifted) after the pass specs
+    def build(self, program: Any, local: LocalTables, pipeline: Pipeline, options: CompileOptions) -> Any:
+        """This rank's runnable model of `program` (exported, not lifted) after the passes of
         `pipeline` (lift-sparse first), on the table storage `local` and scratch copies of the
         dense parameters (running it never touches the model's own)."""
         ...
@@ -217,7 +214,7 @@ def resolve_plan(
     *,
     builder: CandidateBuilder,
     sharding,
-    lift: str,
+    lift: ModulePass,
     rank: int,
     world: int,
     process_group,
@@ -307,7 +304,7 @@ SEARCH_SHARE = 0.8
 
 
 class Planner(Lookahead):
-    """Plans one program on every rank of the group (a `Confirmer` for `plan_sparse.search`):
+    """Plans one program on every rank of the group (a `Confirmer` for `plan_search.search`):
     the measured decisions are `Lookahead`'s (`sparselift.plan_lookahead`), building and timing
     plans `PlanTiming`'s (`sparselift.plan_timing`), the confirmation before return
     `plan_confirm.confirm_choice`'s."""
@@ -318,7 +315,7 @@ class Planner(Lookahead):
         local: LocalTables,
         example_inputs: tuple,
         *,
-        lift: str,
+        lift: ModulePass,
         rank: int,
         world: int,
         process_group,
@@ -352,11 +349,12 @@ class Planner(Lookahead):
         self.fitted: HardwareProfile | None = None
         self.fit: dict[str, Any] = {}
         self.exhausted = False
-        self.measurements: dict[str, Measurement] = {}
+        self.measurements: dict[Any, Measurement] = {}  # by plan (or PlacementChoice), latest last
         self.predictor: Predictor | None = None
-        self._models: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._models: OrderedDict[tuple[int, Pipeline], Any] = OrderedDict()
         self._cache_models = cache_models
         self._start = 0.0
+        self._longest_step_s = 0.0
         # Where calibration time goes: building candidate plans (IR, plan module, kernels),
         # timed steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
@@ -380,14 +378,16 @@ class Planner(Lookahead):
     def _refit(self) -> None:
         """Re-fit the cost model's scales to every plan measured so far."""
         points = []
-        for m in self.measurements.values():
-            if m.spec.startswith("sharding="):  # another program's T0: not this predictor's plan
-                continue
-            pred = self.predictor.predict(split_pipeline(m.spec), self.base_profile)
+        for plan, m in self._own_plans():
+            pred = self.predictor.predict(plan, self.base_profile)
             if math.isfinite(pred.est_us):
                 points.append((dict(pred.breakdown), m.typical_us))
         if points:
             self.fitted, self.fit = fit_profile(self.base_profile, points)
+
+    def _own_plans(self) -> list[tuple[Pipeline, Measurement]]:
+        """The plans measured that this predictor prices (not other placements' T0s)."""
+        return [(p, m) for p, m in self.measurements.items() if isinstance(p, tuple)]
 
     # -- the run -----------------------------------------------------------------------------
     def _size_budget(self) -> None:
@@ -417,13 +417,12 @@ class Planner(Lookahead):
     def _cost_model_report(self) -> dict[str, Any]:
         """How far the fitted model's predictions sit from the plans measured (relative errors)."""
         errors, prior, plans = [], [], []
-        for m in self.measurements.values():
+        for plan, m in self._own_plans():
             measured = m.typical_us
-            if m.spec.startswith("sharding=") or measured <= 0:
+            if measured <= 0:
                 continue
-            specs = split_pipeline(m.spec)
-            fitted = self.predictor.predict(specs, self.fitted or self.base_profile)
-            base = self.predictor.predict(specs, self.base_profile)
+            fitted = self.predictor.predict(plan, self.fitted or self.base_profile)
+            base = self.predictor.predict(plan, self.base_profile)
             if math.isfinite(fitted.est_us) and math.isfinite(base.est_us):
                 intercept = float(self.fit.get("intercept_us", 0.0)) if self.fitted else 0.0
                 errors.append(abs(fitted.est_us + intercept - measured) / measured)
@@ -451,7 +450,7 @@ class Planner(Lookahead):
         self._start = self.clock()
         with same_outcome(self.pg, self.world):
             lifted = self.program.module.clone()
-            run_pipeline(lifted, [self.lift])
+            run_pipeline(lifted, (self.lift,))
             self.predictor = Predictor(lifted)
         # Calibration must not move the RNG streams training draws from (dropout, sampling).
         devices = [torch.cuda.current_device()] if self._sync is not None else []
@@ -472,7 +471,7 @@ class Planner(Lookahead):
         spent["analysis_s"] = round(
             max(0.0, local - self.spent["build_s"] - self.spent["steps_s"] - self.spent["export_s"]), 3
         )
-        kernels = "generated" if any(pass_name(s) == "generate-kernels" for s in pipeline) else "reference"
+        kernels = "generated" if find_pass(pipeline, "generate-kernels") else "reference"
         return PlanRecord(
             key=key,
             key_fields=dict(fields or {}),
@@ -501,7 +500,7 @@ class Planner(Lookahead):
         returned = [t for t in confirmation.tests if t.candidate == confirmation.returned]
         if returned:
             return round(returned[0].baseline_us, 3), round(returned[0].candidate_us, 3)
-        t0 = self.measurements.get("")
+        t0 = self.measurements.get(())
         if confirmation.tests:  # fell back to T0: its paired median is the plan's time
             f0 = round(confirmation.tests[0].baseline_us, 3)
             return f0, f0

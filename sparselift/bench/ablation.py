@@ -78,9 +78,8 @@ def ablation_rows() -> list[AblationRow]:
 def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
     """`NAME=PIPELINE` per row (the pipeline after lift-sparse; generated kernels when it has
     `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows."""
-    from sparselift.passes.plan_sparse import pass_name, registered_passes, split_pipeline
+    from sparselift.passes.pipeline import find_pass, parse_pipeline
 
-    known = set(registered_passes())
     rows = []
     for spec in specs:
         name, sep, pipeline = (part.strip() for part in spec.partition("="))
@@ -88,12 +87,12 @@ def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
             raise ValueError(f"--pipeline '{spec}': expected NAME=PIPELINE, e.g. 'hide=generate-kernels,hide-latency'")
         if name in {r.config for r in rows}:
             raise ValueError(f"--pipeline '{spec}': the name '{name}' is given twice")
-        unknown = [pass_name(p) for p in split_pipeline(pipeline) if pass_name(p) not in known]
-        if unknown:
-            raise ValueError(
-                f"--pipeline '{spec}': unknown pass {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        rows.append(AblationRow(name, pipeline, "generated" if "generate-kernels" in pipeline else "reference"))
+        try:
+            plan = parse_pipeline(pipeline)
+        except ValueError as e:
+            raise ValueError(f"--pipeline '{spec}': {e}") from None
+        kernels = "generated" if find_pass(plan, "generate-kernels") else "reference"
+        rows.append(AblationRow(name, pipeline, kernels))
     return rows
 
 
@@ -107,9 +106,10 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
 
     import sparselift
     from sparselift.bench.systems import dlrm_inputs
-    from sparselift.compiler import lift_spec
+    from sparselift.compiler import lift_pass
     from sparselift.models.dlrm import build_dlrm
-    from sparselift.passes.plan_sparse import Predictor, run_pipeline, split_pipeline
+    from sparselift.passes.pipeline import parse_pipeline, run_pipeline
+    from sparselift.passes.plan_predict import Predictor
     from sparselift.passes.profiles import HardwareProfile
 
     model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=cfg.seed)
@@ -127,11 +127,11 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     if rank != 0 or not record.fit:
         return {"calibration_s": calibration_s, "rows": {}}
     program = sparselift.export(model, dlrm_inputs(example), world_size=cfg.world_size, sharding="auto")
-    run_pipeline(program.module, [lift_spec(opt)])
+    run_pipeline(program.module, (lift_pass(opt),))
     predictor = Predictor(program.module)
     profile = HardwareProfile.from_dict(record.fit["profile"])
     intercept = float(record.fit.get("intercept_us", 0.0))
-    out = {r.config: (intercept + predictor.predict(split_pipeline(r.pipeline), profile).est_us) / 1e3 for r in rows}
+    out = {r.config: (intercept + predictor.predict(parse_pipeline(r.pipeline), profile).est_us) / 1e3 for r in rows}
     return {
         "calibration_s": calibration_s,
         "rows": out,

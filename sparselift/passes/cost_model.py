@@ -1,6 +1,6 @@
 """The analytic cost model: every formula that turns bytes, lookups and FLOPs into microseconds.
 
-`annotate-cost` (per IR op), the planner's predictions (`plan_sparse.Predictor`, per op and
+`annotate-cost` (per IR op), the planner's predictions (`plan_predict.Predictor`, per op and
 category) and the large-world projection (`simulate._StepModel`, closed form over a `Workload`)
 all price work with the functions here, so the three cannot drift apart. Each returns a
 `CostTerms`: microseconds split into the categories the runtime planner fits one scale each

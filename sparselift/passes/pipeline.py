@@ -1,81 +1,69 @@
-"""Pass-pipeline specs as text (`"a{x=1,2 y=3},b"`): splitting, joining, options, and running them.
+"""Plans as typed values: a plan is a tuple of xDSL `ModulePass` objects, options as their fields.
 
-What the planner, the compiler and the benchmarks write and read pipelines with. Running a
-pipeline takes the registry of passes it may name as an argument (default: every pass but the
-planner, `sparselift.passes.registry.plan_passes`), so this module imports no pass.
+The planner, the compiler and the benchmarks hold plans as `Pipeline` (`tuple[ModulePass, ...]`);
+candidates are made with `dataclasses.replace` and compared as values. Text exists only at the
+edges, written and read through xDSL's pass specs (`ModulePass.spec()`,
+`PassPipeline.parse_spec`): the JSON plan record, `CompileOptions(passes=...)`, the CLI and the
+module's `plan` attribute. Parsing takes the registry of passes a plan may name as an argument
+(default: every pass but the planner, `sparselift.passes.registry.plan_passes`), so this module
+imports no pass.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import PassPipeline
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils import arg_spec
 
 from sparselift.passes.registry import PassFactory, plan_passes
 
-
-def split_pipeline(text: str) -> list[str]:
-    """`"a{x=1,2 y=3},b"` -> `["a{x=1,2 y=3}", "b"]` (commas inside braces stay)."""
-    out: list[str] = []
-    depth = 0
-    cur: list[str] = []
-    for ch in text:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            if "".join(cur).strip():
-                out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
+Pipeline = tuple[ModulePass, ...]
+"""The passes of a plan, in the order they run (the planner's: those after `lift-sparse`)."""
 
 
-def join_pipeline(specs: Sequence[str]) -> str:
-    return ",".join(specs)
+def parse_pipeline(text: str | Sequence[str], passes: Mapping[str, PassFactory] | None = None) -> Pipeline:
+    """The plan a pass-spec text (`"a{x=1 y=2},b"`) or a list of specs names; a `ValueError`
+    says which pass or option is unknown or ill-typed."""
+    joined = text if isinstance(text, str) else ",".join(text)
+    if not joined.strip():
+        return ()
+    registry = dict(plan_passes() if passes is None else passes)
+    try:
+        unknown = [spec.name for spec in arg_spec.parse_pipeline(joined) if spec.name not in registry]
+        if unknown:
+            raise ValueError(f"unknown pass '{unknown[0]}'; known: {', '.join(sorted(registry))}")
+        return PassPipeline.parse_spec(registry, joined).passes
+    except ValueError as e:
+        raise ValueError(f"pipeline '{joined}': {e}") from None
 
 
-def pass_name(spec: str) -> str:
-    return spec.split("{", 1)[0].strip()
+def pass_spec(p: ModulePass) -> str:
+    """One pass as spec text, the options that differ from their defaults only."""
+    return str(p.spec())
 
 
-def spec_options(spec: str) -> dict[str, str]:
-    """The `key=value` options of a spec, as written (`roles=a,b` stays `"a,b"`)."""
-    m = re.search(r"\{(.*)\}\s*$", spec)
-    if not m:
-        return {}
-    out = {}
-    for item in m.group(1).split():
-        key, _, value = item.partition("=")
-        out[key.replace("_", "-")] = value
-    return out
+def pipeline_specs(plan: Pipeline) -> list[str]:
+    """The plan as a list of spec texts (how the JSON record stores it)."""
+    return [pass_spec(p) for p in plan]
 
 
-def format_spec(name: str, options: dict[str, Any] | None = None) -> str:
-    items = []
-    for k, v in (options or {}).items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, list | tuple):
-            v = ",".join(map(str, v))
-        items.append(f"{k}={v}")
-    return f"{name}{{{' '.join(items)}}}" if items else name
+def pipeline_text(plan: Pipeline) -> str:
+    """The plan as one pipeline text, `parse_pipeline`'s inverse."""
+    return ",".join(pipeline_specs(plan))
 
 
-def load_decisions(path: str | Path) -> tuple[str, ...]:
-    """The pass specs of a decisions file: a plan record, `{"pipeline": [...]}` or a JSON list."""
+def find_pass(plan: Pipeline, name: str) -> ModulePass | None:
+    """The plan's pass called `name`, if it has one."""
+    return next((p for p in plan if p.name == name), None)
+
+
+def load_decisions(path: str | Path, passes: Mapping[str, PassFactory] | None = None) -> Pipeline:
+    """The plan of a decisions file: a plan record, `{"pipeline": [...]}` or a JSON list of specs."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -84,37 +72,32 @@ def load_decisions(path: str | Path) -> tuple[str, ...]:
     except json.JSONDecodeError as e:
         raise ValueError(f"decisions {path}: not valid JSON: {e}") from None
     specs = data.get("pipeline") if isinstance(data, dict) else data
-    if isinstance(specs, str):
-        specs = split_pipeline(specs)
-    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+    if not isinstance(specs, str) and not (isinstance(specs, list) and all(isinstance(s, str) for s in specs)):
         raise ValueError(f"decisions {path}: expected a list of pass specs under 'pipeline'")
-    return tuple(specs)
+    try:
+        return parse_pipeline(specs, passes)
+    except ValueError as e:
+        raise ValueError(f"decisions {path}: {e}") from None
 
 
-def run_pipeline(
-    module: ModuleOp,
-    specs: Sequence[str],
-    ctx: Context | None = None,
-    passes: Mapping[str, PassFactory] | None = None,
-) -> None:
-    """Apply `specs` to `module` in place, each spec naming a pass of `passes` (default: every
-    pass a plan may name)."""
-    if not specs:
+def run_pipeline(module: ModuleOp, plan: Pipeline, ctx: Context | None = None) -> None:
+    """Apply the passes of `plan` to `module` in place."""
+    if not plan:
         return
     if ctx is None:
         from sparselift.ir import make_context
 
         ctx = make_context()
-    registry = dict(plan_passes() if passes is None else passes)
-    PassPipeline.parse_spec(registry, join_pipeline(specs)).apply(ctx, module)
+    PassPipeline(tuple(plan)).apply(ctx, module)
 
 
 __all__ = [
-    "split_pipeline",
-    "join_pipeline",
-    "pass_name",
-    "spec_options",
-    "format_spec",
+    "Pipeline",
+    "parse_pipeline",
+    "pass_spec",
+    "pipeline_specs",
+    "pipeline_text",
+    "find_pass",
     "load_decisions",
     "run_pipeline",
 ]

@@ -2,7 +2,7 @@
 
 The attribute is a `#sched.remark<"<pass>", "<check>", "<why>">` (`sparselift.ir.sched.RemarkAttr`):
 the pass, the feasibility check that refused (named as in the pass's docstring) and a message.
-The planner (`plan_sparse.check_candidate`) reports a candidate that left the IR unchanged with
+The planner (`plan_predict.check_candidate`) reports a candidate that left the IR unchanged with
 the remarks of its own pass, read with `remarks_of` and matched by the `pass` field; FileCheck
 tests check them in the printed IR. A pass's refusal helpers return a `Refusal` (check, text).
 """

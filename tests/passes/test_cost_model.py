@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
 
-import sparselift.passes.plan_sparse as ps
 from sparselift.ir.coll import AllReduceOp, AllToAllOp
 from sparselift.ir.sparse import FusedLookupOp, FusedTableOp, LookupGradOp, LookupOp, LookupUpdateOp, PackOp, UnpackOp
 from sparselift.passes import cost_model
 from sparselift.passes.annotate_cost import annotate_step, op_cost
+from sparselift.passes.pipeline import parse_pipeline, run_pipeline
+from sparselift.passes.plan_predict import predict
 from sparselift.passes.profiles import CPU_GLOO, H100_NCCL
 from sparselift.passes.simulate import SimOptions, _StepModel, workload_from_module
 from sparselift.passes.srsv import Sizer, build_srsv, steps_of
@@ -28,9 +29,9 @@ def _exported():
     return parse((INPUTS / "dlrm-kaggle-ws2.mlir").read_text())
 
 
-def _lifted(specs=()):
+def _lifted(specs: tuple[str, ...] = ()):
     module = _exported()
-    ps.run_pipeline(module, ["lift-sparse", *specs], context())
+    run_pipeline(module, parse_pipeline(["lift-sparse", *specs]), context())
     return module
 
 
@@ -145,7 +146,7 @@ def test_fused_kernel_costs_its_tables_gathers_plus_one_launch_and_overhead():
         assert op_cost(op, view, p, sizer).est_us == pytest.approx(want, rel=1e-9)  # annotate-cost charges it
     assert from_ir == 2  # the table-wise tables of rank 0 and of rank 1
     # The planner's prediction and annotate-cost agree on the optimized step, fused ops included.
-    pred = ps.predict(lifted, "generate-kernels", p)
+    pred = predict(lifted, parse_pipeline("generate-kernels"), p)
     assert pred.est_us == pytest.approx(annotate_step(step, p), abs=1e-2)
     assert {k for k, _ in pred.breakdown} == set(cost_model.CATEGORIES) and "other" not in dict(pred.breakdown)
 

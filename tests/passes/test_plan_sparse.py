@@ -9,24 +9,28 @@ import pytest
 from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
-import sparselift.passes.plan_sparse as ps
+import sparselift.passes.plan_candidates as pc
 from sparselift.ir.sched import RemarkAttr
 from sparselift.ir.sparse import FusedTableOp
+from sparselift.passes.aggregate_comm import AggregateComm
 from sparselift.passes.annotate_cost import annotate_step, op_cost
 from sparselift.passes.cost_model import op_terms
-from sparselift.passes.pipeline import split_pipeline
-from sparselift.passes.plan_sparse import (
-    AnalyticConfirmer,
+from sparselift.passes.generate_kernels import GenerateKernels
+from sparselift.passes.hide_latency import HideLatency
+from sparselift.passes.lift_sparse import LiftSparse
+from sparselift.passes.parallelize_tables import ParallelizeTables
+from sparselift.passes.pipeline import parse_pipeline, pass_spec, pipeline_text, run_pipeline
+from sparselift.passes.plan_candidates import (
     Candidate,
     Decision,
     PlanOptions,
-    PlanSparse,
-    Predictor,
+    decision,
     enumerate_candidates,
-    predict,
-    search,
     with_change,
 )
+from sparselift.passes.plan_predict import Prediction, Predictor, check_candidate, predict
+from sparselift.passes.plan_search import AnalyticConfirmer, search
+from sparselift.passes.plan_sparse import PlanSparse
 from sparselift.passes.profiles import CPU_GLOO
 from sparselift.passes.remarks import remark, remarks_of
 from sparselift.passes.srsv import Sizer, build_srsv, steps_of
@@ -39,26 +43,33 @@ FAMILIES = ("aggregation", "codegen")
 
 def lifted(name: str = "two-tower-ws2"):
     module = parse((INPUTS / f"{name}.mlir").read_text())
-    ps.run_pipeline(module, ["lift-sparse"], context())
+    run_pipeline(module, (LiftSparse(),), context())
     return module
 
 
-def test_pipeline_helpers_keep_options_and_canonical_order():
-    assert split_pipeline("a{x=1,2 y=3},b , c{z=4}") == ["a{x=1,2 y=3}", "b", "c{z=4}"]
-    assert (
-        ps.format_spec("aggregate-comm", {"roles": ["a", "b"], "max-bytes": 5})
-        == "aggregate-comm{roles=a,b max-bytes=5}"
+def test_plans_are_pass_objects_and_text_only_at_the_edges():
+    # Text -> typed passes (xDSL's pass specs) -> text: options are fields, defaults left out.
+    plan = parse_pipeline(
+        "aggregate-comm{roles=input,grad_pooled max-bytes=5},generate-kernels,hide-latency{backward=false}"
     )
-    assert (
-        ps.format_spec("hide-latency", {"forward": True, "backward": False})
-        == "hide-latency{forward=true backward=false}"
+    assert plan == (
+        AggregateComm(roles=("input", "grad_pooled"), max_bytes=5),
+        GenerateKernels(),
+        HideLatency(backward=False),
     )
-    # A change replaces the same pass's spec, else goes where its family belongs (the paper's order).
-    plan = with_change(("generate-kernels",), "aggregate-comm{roles=input}")
-    assert plan == ("aggregate-comm{roles=input}", "generate-kernels")
-    assert with_change(plan, "aggregate-comm{roles=input,grad_pooled}") == (
-        "aggregate-comm{roles=input,grad_pooled}",
-        "generate-kernels",
+    assert parse_pipeline(pipeline_text(plan)) == plan and parse_pipeline("") == ()
+    assert pass_spec(HideLatency(forward=True, backward=True)) == "hide-latency"
+    # Unknown passes and ill-typed options are clear errors, with the pipeline they came from.
+    with pytest.raises(ValueError, match=r"pipeline 'generate-kernel': unknown pass 'generate-kernel'; known: "):
+        parse_pipeline("generate-kernel")
+    with pytest.raises(ValueError, match=r"Incompatible types: given \('two',\), expected <class 'int'>"):
+        parse_pipeline("parallelize-tables{groups=two}")
+    # A change replaces the same pass, else goes where its family belongs (the paper's order).
+    plan = with_change((GenerateKernels(),), AggregateComm(roles=("input",)))
+    assert plan == (AggregateComm(roles=("input",)), GenerateKernels())
+    assert with_change(plan, AggregateComm(roles=("input", "grad_pooled"))) == (
+        AggregateComm(roles=("input", "grad_pooled")),
+        GenerateKernels(),
     )
 
 
@@ -67,26 +78,28 @@ def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
     cands = enumerate_candidates(module, PlanOptions(families=FAMILIES))
     roles = [c.label for c in cands if c.family == "aggregation"]
     assert "aggregate output_pooled" in roles and "aggregate grad_pooled" in roles
-    assert [c.change for c in cands if c.family == "codegen"] == ["generate-kernels"]
-    # Relative to an incumbent that aggregates output_pooled: the next role adds to it.
-    inc = ("aggregate-comm{roles=output_pooled}",)
+    assert [c.change for c in cands if c.family == "codegen"] == [GenerateKernels()]
+    # Relative to an incumbent that aggregates output_pooled: the next role adds to it (the
+    # incumbent's pass with another role: its other fields kept).
+    inc = (AggregateComm(roles=("output_pooled",), max_bytes=7),)
     nxt = [
         c
         for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)), inc)
         if c.label == "aggregate grad_pooled"
     ][0]
-    assert nxt.change == "aggregate-comm{roles=output_pooled,grad_pooled}" and nxt.pipeline == (nxt.change,)
+    assert nxt.change == AggregateComm(roles=("output_pooled", "grad_pooled"), max_bytes=7)
+    assert nxt.pipeline == (nxt.change,)
     # A memory cap is handed to the pass as its byte limit.
     capped = enumerate_candidates(module, PlanOptions(memory_cap_bytes=64, families=("aggregation",)))
-    assert all("max-bytes=64" in c.change for c in capped)
+    assert capped and all(c.change.max_bytes == 64 for c in capped)
     # Reference kernels requested: code generation is a candidate that cannot be tried, with the reason.
     ref = enumerate_candidates(module, PlanOptions(allow_generated=False, families=("codegen",)))
     assert [(c.available, c.reason) for c in ref] == [
         (False, "disabled: reference kernels requested (kernels='reference')")
     ]
     # A pass missing from the registry is an unavailable optimization, not an error.
-    registry = {k: v for k, v in ps.registered_passes().items() if k != "parallelize-tables"}
-    monkeypatch.setattr(ps, "registered_passes", lambda: registry)
+    registry = {k: v for k, v in pc.registered_passes().items() if k != "parallelize-tables"}
+    monkeypatch.setattr(pc, "registered_passes", lambda: registry)
     par = enumerate_candidates(module, PlanOptions(families=("parallelism",)))
     assert [(c.available, c.reason) for c in par] == [
         (False, "unavailable: pass 'parallelize-tables' is not registered")
@@ -97,12 +110,12 @@ def test_latency_hiding_schedules_include_one_dense_all_reduce_after_backward():
     # Overlapping the dense gradients' all-reduce with backward is itself a measured choice.
     cands = enumerate_candidates(lifted(), PlanOptions(families=("latency-hiding",)))
     assert [c.change for c in cands] == [
-        "hide-latency{forward=true backward=false}",
-        "hide-latency{forward=false backward=true}",
-        "hide-latency{forward=true backward=true}",
-        "hide-latency{forward=true backward=true dense-grads=false}",
+        HideLatency(forward=True, backward=False),
+        HideLatency(forward=False, backward=True),
+        HideLatency(forward=True, backward=True),
+        HideLatency(forward=True, backward=True, dense_grads=False),
     ]
-    assert len({predict(lifted(), c.change, CPU_GLOO).text_hash for c in cands}) == 4  # four distinct schedules
+    assert len({predict(lifted(), c.pipeline, CPU_GLOO).text_hash for c in cands}) == 4  # four distinct schedules
 
 
 def test_cost_terms_add_up_to_annotate_cost():
@@ -119,12 +132,12 @@ def test_cost_terms_add_up_to_annotate_cost():
 
 def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_launches():
     module = lifted()
-    t0 = predict(module, "", CPU_GLOO)
+    t0 = predict(module, (), CPU_GLOO)
     clone = module.clone()
     want = sum(annotate_step(step, CPU_GLOO) for step in steps_of(clone))
     assert t0.est_us == pytest.approx(want, abs=1e-2)
     assert sum(v for _, v in t0.breakdown) == pytest.approx(t0.est_us, abs=1e-2)
-    gen = predict(module, "generate-kernels", CPU_GLOO)
+    gen = predict(module, (GenerateKernels(),), CPU_GLOO)
     # A fused kernel still gathers its tables' rows: it saves per-table launches and overheads,
     # and the reference lowering's torch passes.
     saved = t0.est_us - gen.est_us
@@ -132,7 +145,7 @@ def test_prediction_of_t0_is_annotate_costs_step_estimate_and_codegen_saves_laun
     assert t0.category("reference") < saved < t0.category("reference") + t0.category("fixed")
     assert gen.category("gather") == pytest.approx(t0.category("gather"), rel=1e-6)
     assert gen.text_hash != t0.text_hash and module.is_structurally_equivalent(lifted())  # module untouched
-    assert any(isinstance(op, FusedTableOp) for op in Predictor(module).apply(["generate-kernels"]).module.walk())
+    assert any(isinstance(op, FusedTableOp) for op in Predictor(module).apply((GenerateKernels(),)).module.walk())
 
 
 def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
@@ -142,7 +155,7 @@ def test_tiny_memory_cap_rejects_aggregation_with_the_pass_reason():
         "aggregate-comm refused (max-bytes): not merged: the merged buffer would hold 6144 bytes, over max-bytes 1"
     )
     assert "over max-bytes 1" in rejected["aggregate grad_pooled"]
-    assert not any(p.startswith("aggregate-comm") for p in result.pipeline)
+    assert not any(isinstance(p, AggregateComm) for p in result.pipeline)
 
 
 def test_refusal_comes_from_the_candidates_own_pass_remarks():
@@ -151,21 +164,22 @@ def test_refusal_comes_from_the_candidates_own_pass_remarks():
     own = RemarkAttr("aggregate-comm", "dependency", "not merged: the collectives depend on each other")
     other = RemarkAttr("hide-latency", "no-overlap", "aggregate-comm: nothing independent")
     old = RemarkAttr("aggregate-comm", "max-bytes", "not merged: over max-bytes 1")
-    cand = Candidate("aggregation", "aggregate sparse_grad", "aggregate-comm{roles=sparse_grad}", ("x",))
-    incumbent = ps.Prediction("", 10.0, (), "h", (old,))
-    pred = ps.Prediction("x", 10.0, (), "h", (other, own, old))
-    reason = ps.check_candidate(cand, pred, incumbent, PlanOptions())
+    change = AggregateComm(roles=("sparse_grad",))
+    cand = Candidate("aggregation", "aggregate sparse_grad", change, (change,))
+    incumbent = Prediction((), 10.0, (), "h", (old,))
+    pred = Prediction((change,), 10.0, (), "h", (other, own, old))
+    reason = check_candidate(cand, pred, incumbent, PlanOptions())
     assert reason == "aggregate-comm refused (dependency): not merged: the collectives depend on each other"
     # Another pass's remark (even one whose text starts with the name) is no refusal of this pass.
-    reason = ps.check_candidate(cand, ps.Prediction("x", 10.0, (), "h", (other, old)), incumbent, PlanOptions())
-    assert reason == "no effect: aggregate-comm{roles=sparse_grad} left the IR unchanged (nothing to rewrite)"
+    reason = check_candidate(cand, Prediction((change,), 10.0, (), "h", (other, old)), incumbent, PlanOptions())
+    assert reason == 'no effect: aggregate-comm{roles="sparse_grad"} left the IR unchanged (nothing to rewrite)'
 
 
 def test_remarks_of_reads_the_structured_remarks_of_a_run():
     module = lifted()
-    ps.run_pipeline(module, ["aggregate-comm{max-bytes=1}"], context())
+    run_pipeline(module, (AggregateComm(max_bytes=1),), context())
     found = remarks_of(module)
-    assert found and found == ps._remarks(module)
+    assert found and found == remarks_of(module.clone())
     assert {(r.pass_name.data, r.check.data) for r in found} == {("aggregate-comm", "max-bytes")}
     assert len(set(found)) == len(found)  # hashable, without repeats
     with pytest.raises(VerifyException, match="kebab-case, got 'max bytes'"):
@@ -179,7 +193,7 @@ def test_tiny_memory_cap_rejects_parallelism_for_its_workspace():
     assert parallel and not any(d.accepted for d in parallel)
     for d in parallel:
         assert d.reason.startswith("memory cap: parallel workspace ") and d.reason.endswith("> memory-cap-bytes 1")
-    assert not any(p.startswith("parallelize-tables") for p in result.pipeline)
+    assert not any(isinstance(p, ParallelizeTables) for p in result.pipeline)
 
 
 def test_lane_limit_rejects_parallelism_before_applying_it():
@@ -193,9 +207,9 @@ def test_search_is_deterministic_and_orders_by_predicted_gain():
     a = search(Predictor(lifted()), PlanOptions(families=FAMILIES))
     b = search(Predictor(lifted()), PlanOptions(families=FAMILIES))
     assert a == b
-    assert a.pipeline[-1] == "generate-kernels"
-    agg = [p for p in a.pipeline if p.startswith("aggregate-comm")][0]
-    assert "output_pooled" in agg and "grad_pooled" in agg
+    assert a.pipeline[-1] == GenerateKernels()
+    agg = [p for p in a.pipeline if isinstance(p, AggregateComm)][0]
+    assert "output_pooled" in agg.roles and "grad_pooled" in agg.roles
     # Accepted aggregation roles come in order of predicted gain (most negative first).
     gains = [d.predicted_us for d in a.decisions if d.accepted and d.family == "aggregation"]
     assert gains == sorted(gains) and all(g < 0 for g in gains)
@@ -205,17 +219,15 @@ class ScriptedConfirmer(AnalyticConfirmer):
     """Confirms with fixed 'measured' step times: the search follows the measurements."""
 
     def __init__(self, times: dict[str, float]):
-        self.times = times
+        self.times = times  # by plan text
 
     def confirm(self, family, incumbent, variants, incumbent_prediction):
-        f0 = self.times.get(",".join(incumbent), 100.0)
+        f0 = self.times.get(pipeline_text(incumbent), 100.0)
         out = []
         for cand, pred in variants:
-            f1 = self.times.get(cand.spec, f0)
+            f1 = self.times.get(pipeline_text(cand.pipeline), f0)
             ok = f1 < f0 and not any(d.accepted for d in out)
-            out.append(
-                ps.decision(cand, ok, "scripted", pred.est_us - incumbent_prediction.est_us, measured_us=f1 - f0)
-            )
+            out.append(decision(cand, ok, "scripted", pred.est_us - incumbent_prediction.est_us, measured_us=f1 - f0))
         return out
 
 
@@ -223,30 +235,31 @@ def test_same_measurements_give_the_same_plan():
     times = {"generate-kernels": 90.0}  # aggregation measured as no gain, code generation as a gain
     runs = [search(Predictor(lifted()), PlanOptions(families=FAMILIES), ScriptedConfirmer(times)) for _ in range(2)]
     assert runs[0] == runs[1]
-    assert runs[0].pipeline == ("generate-kernels",)
+    assert runs[0].pipeline == (GenerateKernels(),)
 
 
 def test_decisions_replay_applies_exactly_those_specs(tmp_path):
-    specs = ["aggregate-comm{roles=grad_pooled}", "generate-kernels"]
+    plan = (AggregateComm(roles=("grad_pooled",)), GenerateKernels())
     path = tmp_path / "decisions.json"
-    record = PlanRecord(key="k", pipeline=tuple(specs))
+    record = PlanRecord(key="k", pipeline=plan)
     path.write_text(record.to_json())
+    assert json.loads(path.read_text())["pipeline"] == ['aggregate-comm{roles="grad_pooled"}', "generate-kernels"]
     replayed = lifted()
     PlanSparse(decisions=str(path)).apply(context(), replayed)
     direct = lifted()
-    ps.run_pipeline(direct, specs, context())
-    assert replayed.attributes["plan"].data == ",".join(specs)
+    run_pipeline(direct, plan, context())
+    assert parse_pipeline(replayed.attributes["plan"].data) == plan
     del replayed.attributes["plan"]
     assert str(replayed) == str(direct)
     # A bare {"pipeline": [...]} works too; a pass that does not exist is a clear error.
     path.write_text(json.dumps({"pipeline": ["no-such-pass"]}))
-    with pytest.raises(PassFailedException, match="decisions name unknown pass 'no-such-pass'"):
+    with pytest.raises(PassFailedException, match="decisions .*: pipeline 'no-such-pass': unknown pass 'no-such-pass'"):
         PlanSparse(decisions=str(path)).apply(context(), lifted())
 
 
 def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
-    cand = Candidate("codegen", "generated kernels", "generate-kernels", ("generate-kernels",))
-    accepted = ps.decision(
+    cand = Candidate("codegen", "generated kernels", GenerateKernels(), (GenerateKernels(),))
+    accepted = decision(
         cand,
         True,
         "measured increment -3.00 ms beyond noise 0.50 ms",
@@ -259,7 +272,7 @@ def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
     rejected = Decision(
         "aggregation",
         "aggregate input",
-        "aggregate-comm{roles=input max-bytes=1}",
+        AggregateComm(roles=("input",), max_bytes=1),
         (),
         False,
         "aggregate-comm refused (max-bytes): input exchanges not merged: over max-bytes 1",
@@ -267,7 +280,7 @@ def test_plan_record_round_trips_and_explains_every_decision(tmp_path):
     record = PlanRecord(
         key="abc",
         key_fields={"world_size": "2"},
-        pipeline=("generate-kernels",),
+        pipeline=(GenerateKernels(),),
         kernels="generated",
         decisions=(rejected, accepted),
         measurements=(Measurement("", 20000.0, 500.0, (20000.0, 20500.0)),),

@@ -12,7 +12,8 @@ import pytest
 import sparselift
 from sparselift.codegen.table_facts import describe_features
 from sparselift.models import build
-from sparselift.passes.plan_sparse import PlanOptions
+from sparselift.passes.lift_sparse import LiftSparse
+from sparselift.passes.plan_candidates import PlanOptions
 from sparselift.plan_key import _bucket_pooling, _bucketed_text, _value_types, diff_fields, key_fields, plan_key
 
 MODEL, ROWS, BATCH = "two-tower", 200, 8
@@ -24,7 +25,7 @@ def _export(stats=None, batch: int = BATCH, rows: int = ROWS):
 
 
 def _fields(program):
-    return key_fields(program, lift="sgd", plan_options=PlanOptions(), device="cpu")
+    return key_fields(program, lift=LiftSparse(), plan_options=PlanOptions(), device="cpu")
 
 
 @pytest.fixture(scope="module")

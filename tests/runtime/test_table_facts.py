@@ -18,11 +18,12 @@ from sparselift.codegen.table_facts import (
     group_names,
     sharding_plan,
 )
-from sparselift.compiler import lift_spec
+from sparselift.compiler import lift_pass
 from sparselift.ir import make_context
 from sparselift.models import build
 from sparselift.optim import RowWiseAdagrad
-from sparselift.passes.plan_sparse import run_pipeline
+from sparselift.passes.generate_kernels import GenerateKernels
+from sparselift.passes.pipeline import run_pipeline
 from sparselift.placement import ShardingPlan, TablePlacement
 
 
@@ -57,7 +58,7 @@ def _mixed_inputs():
 
 def _lifted(program):
     module = program.module.clone()
-    run_pipeline(module, [lift_spec(RowWiseAdagrad(lr=0.1, eps=1e-3)), "generate-kernels"], make_context())
+    run_pipeline(module, (lift_pass(RowWiseAdagrad(lr=0.1, eps=1e-3)), GenerateKernels()), make_context())
     return module
 
 

@@ -8,7 +8,8 @@
 // Planning by the analytic model: both towers' pooled outputs and pooled gradients merge
 // (aggregation adds one role at a time), then the tables of the item tower fuse into generated
 // kernels. Roles with nothing to merge are rejected, with the reason.
-// CHECK:       builtin.module attributes {plan = "aggregate-comm{roles={{([a-z_]+,)*}}output_pooled,grad_pooled},generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate sparse_grad: no effect: aggregate-comm{roles=sparse_grad} left the IR unchanged (nothing to rewrite)", "aggregation aggregate dense_grad: no effect: aggregate-comm{roles=dense_grad} left the IR unchanged (nothing to rewrite)"]}
+// The plan is xDSL pass-spec text (string options quoted: `\22` in the attribute).
+// CHECK:       builtin.module attributes {plan = "aggregate-comm{roles={{(\\22[a-z_]+\\22,)*}}\22output_pooled\22,\22grad_pooled\22},generate-kernels", plan_rejected = [{{.*}}"aggregation aggregate sparse_grad: no effect: aggregate-comm{roles=\22sparse_grad\22} left the IR unchanged (nothing to rewrite)", "aggregation aggregate dense_grad: no effect: aggregate-comm{roles=\22dense_grad\22} left the IR unchanged (nothing to rewrite)"]}
 // CHECK:       sparse.fused_lookup 
 // CHECK:       coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
 // CHECK-NOT:   role #coll.role<output_pooled>
@@ -17,7 +18,7 @@
 // CHECK:       sparse.fused_lookup_update 
 
 // Replaying recorded decisions applies exactly those specs: no search, nothing rejected.
-// REPLAY:      builtin.module attributes {plan = "aggregate-comm{roles=output_pooled}"} {
+// REPLAY:      builtin.module attributes {plan = "aggregate-comm{roles=\22output_pooled\22}"} {
 // REPLAY-NOT:  sparse.fused_
 // REPLAY:      coll.all_to_all {{.*}} role #coll.role<output_pooled> {{.*}} {group = "user/table_wise+item/table_wise"}
 // REPLAY-COUNT-2: coll.all_to_all {{.*}} role #coll.role<grad_pooled>

@@ -1,0 +1,134 @@
+"""The planner's search: greedy over the optimization families, each decided by a `Confirmer`.
+
+Starting from T0 (the lifted plan, no optimization), the families are decided one after another
+in `FAMILIES`' order. Each family's candidates (`plan_candidates.enumerate_candidates`) are
+applied to clones and priced (`plan_predict.Predictor`); the infeasible ones are rejected with
+their reason (`check_candidate`), the rest are handed, best predicted first (ties by spec text,
+so the order is deterministic), to the confirmer, which accepts at most one. Aggregation adds one
+role per round. The confirmer is pluggable: `AnalyticConfirmer` accepts the best predicted gain
+(what `plan-sparse` does on its own); the runtime planner confirms by measured lookahead
+(`sparselift.plan_lookahead`). Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from sparselift.passes.pipeline import Pipeline, pipeline_text
+from sparselift.passes.plan_candidates import Candidate, Decision, PlanOptions, decision, enumerate_candidates
+from sparselift.passes.plan_predict import Prediction, Predictor, check_candidate
+from sparselift.passes.profiles import HardwareProfile
+
+_EPS_US = 1e-6
+
+
+class Confirmer(Protocol):
+    """Decides among a family's feasible variants (ordered by predicted gain)."""
+
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        """The profile to predict the next family with (a re-fitted one, or `current`)."""
+        ...
+
+    def confirm(
+        self,
+        family: str,
+        incumbent: Pipeline,
+        variants: list[tuple[Candidate, Prediction]],
+        incumbent_prediction: Prediction,
+    ) -> list[Decision]:
+        """One decision per variant, at most one accepted."""
+        ...
+
+
+class AnalyticConfirmer:
+    """Accept the variant with the best predicted gain, if it is a gain."""
+
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        return current
+
+    def confirm(self, family, incumbent, variants, incumbent_prediction) -> list[Decision]:
+        out = []
+        chosen = None
+        for cand, pred in variants:
+            inc = pred.est_us - incumbent_prediction.est_us
+            if chosen is None and inc < -_EPS_US:
+                chosen = cand
+                out.append(decision(cand, True, f"predicted increment {inc / 1e3:+.3f} ms < 0", inc))
+            elif chosen is None:
+                out.append(decision(cand, False, f"no predicted gain (increment {inc / 1e3:+.3f} ms)", inc))
+            else:
+                out.append(decision(cand, False, f"{chosen.label} is predicted faster", inc))
+        return out
+
+
+@attrs.frozen
+class SearchResult:
+    pipeline: Pipeline
+    decisions: tuple[Decision, ...]
+    profile: HardwareProfile
+
+
+def _sort_key(item: tuple[Candidate, Prediction], base: float) -> tuple[float, str]:
+    return (round(item[1].est_us - base, 6), pipeline_text(item[0].pipeline))
+
+
+def search(
+    predictor: Predictor,
+    options: PlanOptions | None = None,
+    confirmer: Confirmer | None = None,
+    incumbent: Pipeline = (),
+) -> SearchResult:
+    """Greedy over the families in order, from `incumbent` (default T0: the lifted plan).
+
+    Aggregation adds roles one at a time (each accepted role becomes part of the incumbent);
+    the variants of the other families are alternatives, of which at most one is kept.
+    """
+    options = options or PlanOptions()
+    confirmer = confirmer or AnalyticConfirmer()
+    profile = options.hardware()
+    current = tuple(incumbent)
+    decisions: list[Decision] = []
+    for family in options.families:
+        tried: set[str] = set()
+        while True:
+            profile = confirmer.profile(profile)
+            base = predictor.predict(current, profile)
+            cands = [
+                c
+                for c in enumerate_candidates(predictor.module, options, current)
+                if c.family == family and c.label not in tried
+            ]
+            if not cands:
+                break
+            feasible: list[tuple[Candidate, Prediction]] = []
+            for cand in cands:
+                pred = predictor.predict(cand.pipeline, profile) if cand.available else None
+                reason = check_candidate(cand, pred, base, options) if pred is not None else cand.reason
+                if reason is not None:
+                    inc = None if pred is None or pred.error else pred.est_us - base.est_us
+                    decisions.append(decision(cand, False, reason, inc))
+                    tried.add(cand.label)
+                else:
+                    assert pred is not None  # without a prediction, `reason` is the candidate's own (a str)
+                    feasible.append((cand, pred))
+            if not feasible:
+                break
+            feasible.sort(key=lambda item: _sort_key(item, base.est_us))
+            # Aggregation: one role per round; the others (and everything once the confirmer's
+            # budget is spent, so each candidate still gets its decision): all variants at once.
+            exhausted = getattr(confirmer, "exhausted", False)
+            batch = feasible[:1] if family == "aggregation" and not exhausted else feasible
+            outcome = confirmer.confirm(family, current, batch, base)
+            decisions.extend(outcome)
+            tried.update(c.label for c, _ in batch)
+            accepted = [d for d in outcome if d.accepted]
+            if accepted:
+                current = accepted[0].pipeline
+            if family != "aggregation" or exhausted:
+                break
+    return SearchResult(current, tuple(decisions), confirmer.profile(profile))
+
+
+__all__ = ["Confirmer", "AnalyticConfirmer", "SearchResult", "search"]
