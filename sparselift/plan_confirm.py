@@ -233,23 +233,31 @@ def confirm_choice(
     chosen: PlanKey,
     fallbacks: Sequence[PlanKey] = (),
     t0: PlanKey = (),
+    earlier: Sequence[PairedComparison] = (),
     **test_options: Any,
 ) -> Confirmation:
     """Test `chosen` against `t0`; if it is not faster beyond noise, test the `fallbacks` (the
     plans the search passed through, most optimized first) the same way and return the first
-    confirmed one, or T0. Nothing slower than (or indistinguishable from) T0 is ever returned."""
+    confirmed one, or T0. Nothing slower than (or indistinguishable from) T0 is ever returned.
+
+    A plan the search itself already found faster than `t0` in a paired test (`earlier`: e.g.
+    generated kernels, the first family, are tested against T0) is not tested again: that test
+    is this one, and at real size a T0 step of the reference lowering can take seconds."""
     if chosen == t0:
         return Confirmation(chosen, t0, True, (), "the search kept T0: nothing to confirm")
+    found = {t.candidate: t for t in earlier if t.baseline == t0 and t.verdict == "faster"}
     tests: list[PairedComparison] = []
     for plan in (chosen, *(f for f in fallbacks if f not in (chosen, t0))):
-        test = paired_test(measure, t0, plan, **test_options)
+        test = found.get(plan) or paired_test(measure, t0, plan, **test_options)
         tests.append(test)
         if test.verdict == "faster":
             note = (
                 "the chosen plan beat T0"
                 if plan == chosen
-                else f"the chosen plan did not beat T0 ({tests[0].verdict}); fell back to {plan_text(plan)}"
+                else (f"the chosen plan did not beat T0 ({tests[0].verdict}); fell back to {plan_text(plan)}")
             )
+            if plan in found:
+                note += " (in the search's own paired test against T0, not repeated)"
             return Confirmation(chosen, plan, True, tuple(tests), note)
         if test.stopped == "budget":
             break

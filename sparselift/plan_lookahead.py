@@ -1,7 +1,8 @@
 """The planner's measured lookahead: each family's candidates decided by sequential paired tests on real steps.
 
-`sparselift.planner.Planner` is the search's `Confirmer` (`plan_search.search`); `Lookahead`, its
-base class, holds how a family's candidates are measured and decided, family by family:
+`Lookahead` is the search's `Confirmer` (`plan_search.search`) when the planner measures
+(`sparselift.planner.Planner` makes one around the `PlanTimer` it is given): how a family's
+candidates are measured and decided, family by family:
 
 - **One variant** (an aggregation role, generated kernels): one warmup step of each plan, then a
   sequential paired test against the incumbent (`plan_confirm.paired_test`). Accepted only when
@@ -16,23 +17,26 @@ base class, holds how a family's candidates are measured and decided, family by 
 - **Sharding** (opt-in): each placement policy's own T0 screened against "auto"'s, then tested.
 
 Every paired test's rounds are timed on every rank and combined by MAX (a step ends when its
-slowest rank ends), so every rank reaches the same verdict. Building and timing plans is
-`PlanTiming`'s (`sparselift.plan_timing`).
+slowest rank ends), so every rank reaches the same verdict. Building and timing plans is the
+`PlanTimer`'s (`sparselift.plan_timing`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import attrs
 
 from sparselift.codegen.table_facts import sharding_plan
 from sparselift.passes.pipeline import Pipeline, run_pipeline
 from sparselift.passes.plan_candidates import Candidate, Decision, PlacementChoice, decision, enumerate_candidates
 from sparselift.passes.plan_predict import Prediction, Predictor
+from sparselift.passes.profiles import HardwareProfile
 from sparselift.plan_confirm import PairedComparison, paired_test
-from sparselift.plan_timing import PlanTiming
+from sparselift.plan_timing import PlanTimer
 
 Measured = Pipeline | PlacementChoice
 """What a paired test compares: a plan of this program, or another placement's T0 (sharding)."""
@@ -43,42 +47,46 @@ def measured(cand: Candidate) -> Measured:
     return cand.change if isinstance(cand.change, PlacementChoice) else cand.pipeline
 
 
-class Lookahead(PlanTiming):
-    """Measured decisions for `sparselift.planner.Planner` (its base class; the state is the planner's)."""
+class Lookahead:
+    """The measured decisions: a `plan_search.Confirmer` that measures with a `PlanTimer`.
 
-    predictor: Any
-    plan_options: Any
-    base_profile: Any
-    sharding_json: str | None
-    tests: list[PairedComparison]
-    _label_programs: dict[PlacementChoice, Any]
-    _refit: Any  # the planner's: re-fit the cost model after an accepted candidate
+    `refit` re-fits the cost model to every plan measured so far and returns the fitted profile
+    (the planner's); the next family is predicted with it. The sharding family may change the
+    program (and so the timer's program and the predictor)."""
 
-    # -- plan_confirm.PairMeasure ------------------------------------------------------------
-    def pair(self, baseline: Measured, candidate: Measured, candidate_first: bool) -> tuple[float, float]:
-        """One step of each plan, back to back; each the slowest rank's (seconds)."""
-        order = (candidate, baseline) if candidate_first else (baseline, candidate)
-        first, second = (self._observe_plan(p) for p in order)
-        t_base, t_cand = (second, first) if candidate_first else (first, second)
-        slowest = self._max([t_base, t_cand])
-        self.spent["paired_rounds"] += 1
-        return slowest[0], slowest[1]
+    def __init__(
+        self,
+        timer: PlanTimer,
+        predictor: Predictor,
+        plan_options,
+        refit: Callable[[], HardwareProfile | None],
+        *,
+        builder: Any = None,
+    ):
+        self.timer, self.predictor, self.plan_options = timer, predictor, plan_options
+        self._refit_with, self.builder = refit, builder
+        self.fitted: HardwareProfile | None = None
+        self.sharding_json: str | None = None  # the placement chosen over "auto", if any
+        self.tests: list[PairedComparison] = []  # every sequential paired test, in order
 
-    def over_budget(self) -> bool:
-        return self._over_budget()
+    @property
+    def exhausted(self) -> bool:
+        """The budget is spent: the search hands every remaining candidate over at once."""
+        return self.timer.exhausted
 
-    def _observe_plan(self, plan: Measured) -> float:
-        if isinstance(plan, PlacementChoice):  # a sharding alternative: its own program's lifted plan
-            return self._observe((), self._label_programs[plan], str(plan))
-        return self._observe(plan)
+    def profile(self, current: HardwareProfile) -> HardwareProfile:
+        return self.fitted or current
+
+    def _refit(self) -> None:
+        self.fitted = self._refit_with() or self.fitted
 
     def _test(self, baseline: Measured, candidate: Measured) -> PairedComparison:
-        test = paired_test(self, baseline, candidate)
+        test = paired_test(self.timer, baseline, candidate)
         self.tests.append(test)
         if test.rounds:
             se = 0.0 if math.isinf(test.se_us) else test.se_us
-            self._record(baseline, min(test.baseline_rounds_us), se, [t / 1e6 for t in test.baseline_rounds_us])
-            self._record(candidate, min(test.candidate_rounds_us), se, [t / 1e6 for t in test.candidate_rounds_us])
+            self.timer.record(baseline, min(test.baseline_rounds_us), se, [t / 1e6 for t in test.baseline_rounds_us])
+            self.timer.record(candidate, min(test.candidate_rounds_us), se, [t / 1e6 for t in test.candidate_rounds_us])
         return test
 
     # -- the Confirmer protocol's decisions --------------------------------------------------
@@ -90,9 +98,9 @@ class Lookahead(PlanTiming):
         incumbent_prediction: Prediction,
     ) -> list[Decision]:
         predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
-        if self._over_budget():
+        if self.timer.over_budget():
             return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
-        error = self._ready([incumbent])
+        error = self.timer.ready([incumbent])
         if error:  # the incumbent itself cannot run: nothing can be confirmed
             return [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
         if family == "parallelism":
@@ -109,7 +117,7 @@ class Lookahead(PlanTiming):
         return decision(
             cand,
             False,
-            f"not tried: calibration budget exhausted ({self._elapsed():.1f} s of {self.budget_s:g} s)",
+            f"not tried: calibration budget exhausted ({self.timer.elapsed():.1f} s of {self.timer.budget_s:g} s)",
             predicted,
         )
 
@@ -131,47 +139,34 @@ class Lookahead(PlanTiming):
         )
 
     def _single(self, inc: Pipeline, cand: Candidate, predicted: float) -> Decision:
-        error = self._ready([cand.pipeline])
+        error = self.timer.ready([cand.pipeline])
         if error:
             return decision(cand, False, f"candidate {error}", predicted)
-        self._observe(inc)  # warmups: first steps after a build are not steady-state ones
-        self._observe(cand.pipeline)
+        self.timer.observe(inc)  # warmups: first steps after a build are not steady-state ones
+        self.timer.observe(cand.pipeline)
         return self._tested(cand, predicted, self._test(inc, cand.pipeline))
-
-    def _screen(self, plans: Sequence[Measured]) -> list[float]:
-        """One warmup step each, then two interleaved rounds; F per plan (us)."""
-        for plan in plans:
-            self._observe_plan(plan)
-        obs: list[list[float]] = [[] for _ in plans]
-        for _ in range(2):
-            for i, plan in enumerate(plans):
-                obs[i].append(self._observe_plan(plan))
-        f, spread = self._combine(obs)
-        for i, plan in enumerate(plans):
-            self._record(plan, f[i], spread[i], obs[i])
-        return f
 
     def _alternatives(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
         results: dict[str, float | str] = {}
         ready = []
         for cand, _ in variants:
-            error = self._ready([cand.pipeline])
+            error = self.timer.ready([cand.pipeline])
             if error:
                 results[cand.label] = error
             else:
                 ready.append(cand)
         # Every schedule stays built across the rounds: an evicted one would be rebuilt and its
         # next observation would be a cold first step, not a steady-state one.
-        self._cache_models = max(self._cache_models, len(ready) + 1)
-        f = self._screen([inc, *(c.pipeline for c in ready)])
+        self.timer.cache_models = max(self.timer.cache_models, len(ready) + 1)
+        f = self.timer.screen([inc, *(c.pipeline for c in ready)])
         for i, cand in enumerate(ready):
             results[cand.label] = f[i + 1]
         return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
 
     def _sweep(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""
-        f0 = self._screen([inc])[0]
+        f0 = self.timer.screen([inc])[0]
         by_g = sorted((c for c, _ in variants), key=lambda c: (c.lanes, c.label))
         start = by_g.index(variants[0][0])  # variants come best predicted first
         results: dict[str, float | str] = {}
@@ -179,9 +174,9 @@ class Lookahead(PlanTiming):
             prev = results.get(by_g[start].label) if direction == -1 else None
             prev = prev if isinstance(prev, float) else None
             i = start if direction == 1 else start - 1
-            while 0 <= i < len(by_g) and not self._over_budget():
-                error = self._ready([by_g[i].pipeline])
-                f: float | str = error if error else self._screen([by_g[i].pipeline])[0]
+            while 0 <= i < len(by_g) and not self.timer.over_budget():
+                error = self.timer.ready([by_g[i].pipeline])
+                f: float | str = error if error else self.timer.screen([by_g[i].pipeline])[0]
                 results[by_g[i].label] = f
                 if isinstance(f, float):
                     if prev is not None and f >= prev:
@@ -220,7 +215,8 @@ class Lookahead(PlanTiming):
             r = results.get(cand.label)
             p = predicted.get(cand.label)
             if r is None:
-                out.append(self._not_tried(cand, p) if self.exhausted else decision(cand, False, "not measured", p))
+                not_measured = decision(cand, False, "not measured", p)
+                out.append(self._not_tried(cand, p) if self.timer.exhausted else not_measured)
             elif isinstance(r, str):
                 out.append(decision(cand, False, r, p))
             elif cand.label in tests:
@@ -244,27 +240,27 @@ class Lookahead(PlanTiming):
         return out
 
     # -- sharding ----------------------------------------------------------------------------
-    def _decide_sharding(self) -> list[Decision]:
-        """The placement "auto" chose against the other policies, each as its own lifted T0."""
-        profile = self.base_profile
+    def decide_sharding(self, profile: HardwareProfile) -> list[Decision]:
+        """The placement "auto" chose against the other policies, each as its own lifted T0 (a
+        new export per policy, by the builder); the chosen one's program becomes the timer's."""
         base = self.predictor.predict((), profile)
-        current = sharding_plan(self.program.module).to_json()
+        current = sharding_plan(self.timer.program.module).to_json()
         out: list[Decision] = []
         variants: list[tuple[Candidate, Prediction]] = []
         programs: dict[str, tuple[Any, Predictor]] = {}
         for choice in ("table_wise", "row_wise", "data_parallel"):
             cand = Candidate("sharding", choice, PlacementChoice(choice), ())
-            if self._over_budget():
+            if self.timer.over_budget():
                 out.append(self._not_tried(cand, None))
                 continue
             start = time.perf_counter()
             program = self.builder.export(choice)
-            self.spent["export_s"] += time.perf_counter() - start
+            self.timer.spent["export_s"] += time.perf_counter() - start
             if sharding_plan(program.module).to_json() == current:
                 out.append(decision(cand, False, "no effect: the same placement as 'auto'"))
                 continue
             lifted = program.module.clone()
-            run_pipeline(lifted, (self.lift,))
+            run_pipeline(lifted, (self.timer.lift,))
             predictor = Predictor(lifted)
             variants.append((cand, predictor.predict((), profile)))
             programs[choice] = (program, predictor)
@@ -272,35 +268,33 @@ class Lookahead(PlanTiming):
             return out
         predicted = {c.label: p.est_us - base.est_us for c, p in variants}
         auto = PlacementChoice("auto")
-        self._label_programs[auto] = self.program
+        self.timer.placements[auto] = self.timer.program
         results: dict[str, float | str] = {}
         ready = []
         for cand, _ in variants:
-            self._label_programs[PlacementChoice(cand.label)] = programs[cand.label][0]
-            error = self._ready([()], programs[cand.label][0])
+            self.timer.placements[PlacementChoice(cand.label)] = programs[cand.label][0]
+            error = self.timer.ready([()], programs[cand.label][0])
             if error:
                 results[cand.label] = error
             else:
                 ready.append(cand)
-        error = self._ready([()])
+        error = self.timer.ready([()])
         if error:
             return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
-        f = self._screen([auto, *(measured(c) for c in ready)])
+        f = self.timer.screen([auto, *(measured(c) for c in ready)])
         for i, cand in enumerate(ready):
             results[cand.label] = f[i + 1]
         decided = self._race(auto, [c for c, _ in variants], predicted, results, f[0], contenders=1)
         chosen = [d for d in decided if d.accepted]
         if chosen:
-            self.program, self.predictor = programs[chosen[0].label]
-            self.sharding_json = sharding_plan(self.program.module).to_json()
-            self._models.clear()
+            program, self.predictor = programs[chosen[0].label]
+            self.timer.use_program(program)
+            self.sharding_json = sharding_plan(program.module).to_json()
             self._refit()
         return out + decided
 
 
 def _with_reason(d: Decision, reason: str) -> Decision:
-    import attrs
-
     return attrs.evolve(d, reason=reason)
 
 

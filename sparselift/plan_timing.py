@@ -1,15 +1,18 @@
 """Building and timing the planner's candidate plans: steady-state steps on the live tables, combined over ranks.
 
-`sparselift.planner.Planner` decides; `PlanTiming`, its base class, gives it the observations
-(a complete step as `TrainPipeline` runs it, on the rank's live table storage with the touched
-rows put back after every step, `runtime.tables.TouchedRows`), the MAX over ranks that makes F
-and every decision the same on all ranks, and the calibration budget's clock. The state it works
-on (program, tables, builder, options, budget, timings) is the planner's, set in its `__init__`.
+`PlanTimer` is what the planner is given to measure with (`sparselift.planner.Planner` receives
+one, made by `resolve_plan` with the compiler's `CandidateBuilder`): it builds plans through the
+builder and times them, a complete step as `TrainPipeline` runs it, on the rank's live table
+storage with the touched rows put back after every step (`runtime.tables.TouchedRows`). It is the
+`plan_confirm.PairMeasure` of every sequential paired test (rounds combined by MAX over the ranks,
+so every rank decides the same), screens plans, keeps their measurements, and keeps the
+calibration budget's clock. Tests give it a fake `measure` instead of a builder.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -19,6 +22,7 @@ import attrs
 import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
+from xdsl.passes import ModulePass
 
 from sparselift.codegen.table_facts import describe_features, describe_tables
 from sparselift.passes.pipeline import Pipeline, find_pass, pipeline_text
@@ -29,6 +33,14 @@ from sparselift.runtime.compiled import CompileOptions
 from sparselift.runtime.tables import LocalTables, TouchedRows
 
 log = logging.getLogger("sparselift")
+
+BUDGET_STEPS = 50
+"""The calibration budget in steps of the fastest plan measured so far: 5% of a 1000-step run of
+what the planner has found (bounded by BUDGET_MIN_S and the user's cap), so calibration pays for
+itself in a short run. It shrinks as faster plans are found: at real size the reference
+lowering's T0 step alone can take 3 s, its generated plan 0.5 s."""
+BUDGET_MIN_S = 5.0
+"""Enough to build a model's T0 and generated plans (compiling its kernels) and test them against each other."""
 
 
 def _loss(out) -> torch.Tensor | None:
@@ -58,33 +70,83 @@ def example_ids_by_table(program, example_inputs: tuple) -> dict[str, torch.Tens
     return {name: torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64) for name, ids in out.items()}
 
 
-class PlanTiming:
-    """Builds and times plans for `sparselift.planner.Planner` (its base class; the attributes
-    below are set by the planner's `__init__`)."""
+class PlanTimer:
+    """Builds and times plans on this rank of the group; a `plan_confirm.PairMeasure`."""
 
-    program: Any
-    inputs: tuple
-    builder: Any  # a `planner.CandidateBuilder`, or None (tests with `measure`: injected timings)
-    lift: Any  # the lift-sparse pass every plan starts with
-    world: int
-    pg: Any
-    options: CompileOptions
-    measure: Callable[[str], float] | None
-    clock: Callable[[], float]
-    budget_s: float
-    exhausted: bool
-    measurements: dict[Pipeline | PlacementChoice, Measurement]
-    spent: dict[str, float]
-    _locals: dict[int, LocalTables]
-    _touched: dict[int, TouchedRows]
-    _models: OrderedDict[tuple[int, Pipeline], Any]
-    _cache_models: int
-    _start: float
-    _longest_step_s: float  # the longest step observed (what the budget keeps in reserve)
-    _sync: Callable[[], None] | None
+    def __init__(
+        self,
+        program,
+        local: LocalTables,
+        example_inputs: tuple,
+        *,
+        lift: ModulePass,
+        world: int,
+        process_group,
+        options: CompileOptions,
+        builder: Any = None,
+        measure: Callable[[str], float] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        cache_models: int = 3,
+        sync: Callable[[], None] | None = None,
+    ):
+        self.program, self.inputs = program, example_inputs  # `program`: what plans are built from
+        self.lift, self.world, self.pg, self.options = lift, world, process_group, options
+        # Builds the candidates (`planner.CandidateBuilder`); without one (tests with `measure`),
+        # only injected timings: `measure(plan text)` -> seconds.
+        self.builder, self.measure, self.clock, self._sync = builder, measure, clock, sync
+        # Table storage per program (the sharding family's alternatives place tables elsewhere),
+        # and the rows its calibration steps touch, put back after every step.
+        self._locals: dict[int, LocalTables] = {id(program): local} if program is not None else {}
+        self._touched: dict[int, TouchedRows] = {}
+        self._models: OrderedDict[tuple[int, Pipeline], Any] = OrderedDict()
+        self.cache_models = cache_models
+        self.placements: dict[PlacementChoice, Any] = {}  # other placements' programs (sharding)
+        self.measurements: dict[Pipeline | PlacementChoice, Measurement] = {}  # latest last
+        self.budget_s = float(options.calibration_budget_s)
+        self.budget_share = 1.0  # of the budget the current phase may spend (the search's, then all)
+        self.exhausted = False
+        self._start = 0.0
+        self._longest_step_s = 0.0  # the longest step observed (what the budget keeps in reserve)
+        self._fastest_step_s = math.inf  # the fastest step observed (what the budget is sized to)
+        # Where calibration time goes: building candidate plans (IR, plan module, kernels), timed
+        # steps (warmups included), exports of sharding alternatives; the rest is analysis
+        # (candidates, predictions, fits) and waiting for the other ranks.
+        self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0, "paired_rounds": 0}
+
+    def start(self) -> None:
+        """Start the budget's clock."""
+        self._start = self.clock()
+
+    @property
+    def synchronizes(self) -> bool:
+        """Steps are timed on a device that runs asynchronously (CUDA): each timing synchronizes."""
+        return self._sync is not None
+
+    def spent_report(self, calibration_s: float) -> dict[str, float]:
+        """Where this rank's calibration went; `analysis_s` is the rest (candidates, predictions,
+        fits, waiting for the other ranks)."""
+        local = time.perf_counter() - self._start if self.clock is time.perf_counter else calibration_s
+        spent = {k: round(v, 3) for k, v in self.spent.items()}
+        busy = self.spent["build_s"] + self.spent["steps_s"] + self.spent["export_s"]
+        spent["analysis_s"] = round(max(0.0, local - busy), 3)
+        return spent
+
+    def use_program(self, program) -> None:
+        """Build plans from `program` from now on (the sharding family chose its placement)."""
+        self.program = program
+        self._models.clear()
+
+    def release(self) -> None:
+        """Drop every candidate's buffers and kernels and the other placements' shards: the rank's
+        own storage is back as it was before calibration."""
+        self._models.clear()
+        self._touched.clear()
+        own = id(self.program)
+        self._locals = {own: self._locals[own]} if own in self._locals else {}
+        self.placements.clear()
 
     # -- collective helpers ------------------------------------------------------------------
-    def _max(self, values: Sequence[float]) -> list[float]:
+    def max(self, values: Sequence[float]) -> list[float]:
         """Element-wise MAX over the ranks (identity on one rank)."""
         if self.world == 1 or not (dist.is_available() and dist.is_initialized()):
             return [float(v) for v in values]
@@ -93,19 +155,30 @@ class PlanTiming:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.pg)
         return t.cpu().tolist()
 
-    def _elapsed(self) -> float:
-        return self._max([self.clock() - self._start])[0]
+    def elapsed(self) -> float:
+        return self.max([self.clock() - self._start])[0]
 
-    def _over_budget(self) -> bool:
-        """Spent, or too little left for one more paired round (two of the longest steps seen, on
-        the slowest rank): the budget is a bound, not a mark to overrun by a round of slow T0 steps."""
+    def _sized_budget(self, fastest_s: float) -> float:
+        """BUDGET_STEPS steps of the fastest plan measured, at least BUDGET_MIN_S, never above
+        `CompileOptions.calibration_budget_s` (0: no calibration)."""
+        cap = float(self.options.calibration_budget_s)
+        if cap <= 0 or not fastest_s < math.inf:
+            return cap
+        return round(min(cap, max(BUDGET_MIN_S, BUDGET_STEPS * fastest_s)), 3)
+
+    def over_budget(self) -> bool:
+        """Spent (`budget_share` of the budget, sized to the fastest step so far), or too little
+        left for one more paired round (two of the longest steps seen): the budget is a bound, not
+        a mark to overrun by a round of slow T0 steps. Every figure is the slowest rank's."""
         if not self.exhausted:
-            elapsed, longest = self._max([self.clock() - self._start, self._longest_step_s])
-            if elapsed + 2 * longest > self.budget_s:
+            now = self.clock() - self._start
+            elapsed, longest, fastest = self.max([now, self._longest_step_s, self._fastest_step_s])
+            self.budget_s = self._sized_budget(fastest)
+            if elapsed + 2 * longest > self.budget_share * self.budget_s:
                 self.exhausted = True
         return self.exhausted
 
-    # -- building and timing plans -----------------------------------------------------------
+    # -- building plans ----------------------------------------------------------------------
     def _model(self, pipeline: Pipeline, program=None):
         program = program or self.program
         key = (id(program), pipeline)
@@ -117,10 +190,10 @@ class PlanTiming:
         kernels = "generated" if find_pass(pipeline, "generate-kernels") else "reference"
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
         start = time.perf_counter()
-        model = self.builder.build(program, self._local(program), [self.lift, *pipeline], opts)
+        model = self.builder.build(program, self._local(program), (self.lift, *pipeline), opts)
         self.spent["build_s"] += time.perf_counter() - start
         self._models[key] = model
-        while len(self._models) > self._cache_models:
+        while len(self._models) > self.cache_models:
             self._models.popitem(last=False)
         return model
 
@@ -140,7 +213,7 @@ class PlanTiming:
             self._touched[key] = TouchedRows(self._locals[key], ids, process_group=self.pg, world=self.world)
         return self._locals[key]
 
-    def _ready(self, pipelines: Sequence[Pipeline], program=None) -> str | None:
+    def ready(self, pipelines: Sequence[Pipeline], program=None) -> str | None:
         """Build the plans (on the live tables, scratch dense copies).
 
         Returns the error, the same on every rank, if any rank failed."""
@@ -153,17 +226,17 @@ class PlanTiming:
                     error = f"{type(e).__name__}: {e}"
                     log.warning("sparselift: calibration could not build %s: %s", plan_label(p), error)
                     break
-        failed = self._max([1.0 if error else 0.0])[0]
+        failed = self.max([1.0 if error else 0.0])[0]
         if failed:
             return f"failed to build: {error}" if error else "failed to build on another rank"
         return None
 
-    def _observe(self, pipeline: Pipeline, program=None, label: str = "") -> float:
+    def observe(self, pipeline: Pipeline, program=None, label: str = "") -> float:
         """One complete step (forward + backward) of `pipeline` on the example batch, in seconds."""
         self.spent["steps"] += 1
         if self.measure is not None:  # a test's fake timings, by the plan's text
             dt = float(self.measure(label or pipeline_text(pipeline)))
-            self._longest_step_s = max(self._longest_step_s, dt)
+            self._note_step(dt)
             return dt
         model = self._model(pipeline, program)
         if self._sync:
@@ -180,31 +253,59 @@ class PlanTiming:
         if self._sync:
             self._sync()
         dt = time.perf_counter() - t0
-        self._longest_step_s = max(self._longest_step_s, dt)
+        self._note_step(dt)
         self._touched[id(program or self.program)].restore()  # every step starts from the same tables
         for p in model._dense_params:
             p.grad = None
         self.spent["steps_s"] += time.perf_counter() - t0
         return dt
 
+    def _note_step(self, dt: float) -> None:
+        self._longest_step_s = max(self._longest_step_s, dt)
+        self._fastest_step_s = min(self._fastest_step_s, dt)
+
     def _combine(self, obs: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
         """Per plan: F (us), the MAX over ranks of each rank's minimum, and the noise (us), the
         MAX over ranks of each rank's spread (max - min)."""
         local = [min(o) * 1e6 for o in obs] + [(max(o) - min(o)) * 1e6 for o in obs]
-        combined = self._max(local)
+        combined = self.max(local)
         return combined[: len(obs)], combined[len(obs) :]
 
-    def _record(self, plan: Pipeline | PlacementChoice, f_us: float, noise_us: float, obs: Sequence[float]) -> None:
+    def record(self, plan: Pipeline | PlacementChoice, f_us: float, noise_us: float, obs: Sequence[float]) -> None:
         self.measurements.pop(plan, None)  # latest last
         text = str(plan) if isinstance(plan, PlacementChoice) else pipeline_text(plan)
         self.measurements[plan] = Measurement(
             text, round(f_us, 3), round(noise_us, 3), tuple(round(o * 1e6, 3) for o in obs)
         )
 
-    def _steps(self, pipeline: Pipeline, program=None, label: str = "") -> list[float]:
-        """One warmup step, then two complete-step observations."""
-        self._observe(pipeline, program, label)
-        return [self._observe(pipeline, program, label), self._observe(pipeline, program, label)]
+    # -- what a decision measures ------------------------------------------------------------
+    def observe_plan(self, plan: Pipeline | PlacementChoice) -> float:
+        """One step of a plan of this program, or of another placement's T0 (sharding)."""
+        if isinstance(plan, PlacementChoice):
+            return self.observe((), self.placements[plan], str(plan))
+        return self.observe(plan)
+
+    def pair(self, baseline, candidate, candidate_first: bool) -> tuple[float, float]:
+        """One step of each plan, back to back; each the slowest rank's (seconds)."""
+        order = (candidate, baseline) if candidate_first else (baseline, candidate)
+        first, second = (self.observe_plan(p) for p in order)
+        t_base, t_cand = (second, first) if candidate_first else (first, second)
+        slowest = self.max([t_base, t_cand])
+        self.spent["paired_rounds"] += 1
+        return slowest[0], slowest[1]
+
+    def screen(self, plans: Sequence[Pipeline | PlacementChoice]) -> list[float]:
+        """One warmup step each, then two interleaved rounds; F per plan (us), recorded."""
+        for plan in plans:
+            self.observe_plan(plan)
+        obs: list[list[float]] = [[] for _ in plans]
+        for _ in range(2):
+            for i, plan in enumerate(plans):
+                obs[i].append(self.observe_plan(plan))
+        f, spread = self._combine(obs)
+        for i, plan in enumerate(plans):
+            self.record(plan, f[i], spread[i], obs[i])
+        return f
 
 
-__all__ = ["PlanTiming", "example_ids_by_table"]
+__all__ = ["BUDGET_MIN_S", "BUDGET_STEPS", "PlanTimer", "example_ids_by_table"]

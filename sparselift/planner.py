@@ -2,7 +2,9 @@
 
 `sparselift.compile` calls `resolve_plan` unless it is given an explicit pipeline. The search
 itself (candidates, analytic predictions, constraints, the family order) is
-`sparselift.passes.plan_search.search`; this module is its `Confirmer`:
+`sparselift.passes.plan_search.search`; the `Planner` hands it a measuring `Confirmer`
+(`plan_lookahead.Lookahead`) around the `PlanTimer` it is given (`plan_timing`: `resolve_plan`
+makes one around the compiler's `CandidateBuilder`; tests give fake timings):
 
 - **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
   a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's
@@ -19,10 +21,11 @@ itself (candidates, analytic predictions, constraints, the family order) is
   plan measured so far, within physical bounds and only for categories enough plans exercise
   (`sparselift.cost_fit`); the next family is predicted with the fitted profile, and the record
   keeps the fit and the model's median relative error over the plans measured.
-- **Bounded.** The budget scales with the step: `BUDGET_STEPS` T0 steps, at least `BUDGET_MIN_S`,
-  never above `calibration_budget_s`; the search may spend `SEARCH_SHARE` of it, the
-  confirmation the rest. Once it is spent (MAX over ranks), the remaining candidates are
-  rejected as not tried.
+- **Bounded.** The budget scales with the step: `plan_timing.BUDGET_STEPS` steps of the fastest
+  plan measured so far (5% of a 1000-step run), at least `BUDGET_MIN_S`, never above
+  `calibration_budget_s`; the search may spend `SEARCH_SHARE` of it, the confirmation the rest
+  (a plan the search already tested against T0 needs none). Once it is spent (MAX over ranks),
+  the remaining candidates are rejected as not tried.
 - **Plan cache.** The chosen `PlanRecord` (`sparselift.plan_record`: pipeline, decisions with
   predicted and measured increments, measurements, fit, calibration seconds) is stored as JSON
   in the cache directory (key fields and record files: `sparselift.plan_key`)
@@ -38,8 +41,6 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,10 +64,10 @@ from sparselift.plan_confirm import Confirmation, confirm_choice
 from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
 from sparselift.plan_lookahead import Lookahead
 from sparselift.plan_record import Measurement, PlanRecord
-from sparselift.plan_timing import example_ids_by_table
+from sparselift.plan_timing import PlanTimer, example_ids_by_table
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions, cache_dir
-from sparselift.runtime.tables import LocalTables, TouchedRows, local_shard_bytes
+from sparselift.runtime.tables import LocalTables, local_shard_bytes
 
 log = logging.getLogger("sparselift")
 
@@ -246,21 +247,19 @@ def resolve_plan(
         return PlanOutcome(record, True, verdict["reason"], 0.0, _with_sharding(program, record, world, builder))
     log.info("sparselift: %s", verdict["reason"])
     with same_outcome(process_group, world):
-        planner = Planner(
+        timer = PlanTimer(
             program,
             local,
             example_inputs,
             lift=lift,
-            rank=rank,
             world=world,
-            builder=builder,
             process_group=process_group,
-            optimizer=optimizer,
             options=options,
-            plan_options=popts,
+            builder=builder,
             measure=measure,
-            sharding=sharding,
+            sync=torch.cuda.synchronize if device.startswith("cuda") else None,
         )
+        planner = Planner(timer, plan_options=popts, sharding=sharding)
     record = planner.run(key, fields)
     # Decisions agree already (F is combined over the ranks); the broadcast also makes every
     # rank hold rank 0's record (its observations and timings), the one the cache keeps.
@@ -296,135 +295,90 @@ def _with_sharding(program, record: PlanRecord, world: int, builder: CandidateBu
 # --------------------------------------------------------------------------------------
 
 
-BUDGET_STEPS = 300
-"""The calibration budget in T0 steps (bounded by BUDGET_MIN_S and the user's cap)."""
-BUDGET_MIN_S = 8.0
 SEARCH_SHARE = 0.8
 """The share of the budget the search may spend; the rest is the confirmation's."""
 
 
-class Planner(Lookahead):
-    """Plans one program on every rank of the group (a `Confirmer` for `plan_search.search`):
-    the measured decisions are `Lookahead`'s (`sparselift.plan_lookahead`), building and timing
-    plans `PlanTiming`'s (`sparselift.plan_timing`), the confirmation before return
-    `plan_confirm.confirm_choice`'s."""
+class Planner:
+    """Plans one program on every rank of the group.
 
-    def __init__(
-        self,
-        program,
-        local: LocalTables,
-        example_inputs: tuple,
-        *,
-        lift: ModulePass,
-        rank: int,
-        world: int,
-        process_group,
-        optimizer,
-        options: CompileOptions,
-        plan_options: PlanOptions,
-        measure: Measure | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-        cache_models: int = 3,
-        builder: CandidateBuilder | None = None,
-        sharding: Any = None,
-    ):
-        self.program, self.inputs = program, example_inputs
-        # Table storage per program (the sharding family's alternatives place tables elsewhere),
-        # and the rows its calibration steps touch, put back after every step.
-        self._locals: dict[int, LocalTables] = {id(program): local}
-        self._touched: dict[int, TouchedRows] = {}
-        # Builds the candidates; without one (tests with `measure`), only injected timings.
-        self.builder = builder
+    It is given how to measure: a `PlanTimer` (`sparselift.plan_timing`), made by its caller
+    around the compiler's `CandidateBuilder` (or, in tests, around fake timings). It decides with
+    a `Lookahead` (`sparselift.plan_lookahead`), the `Confirmer` it hands the search
+    (`plan_search.search`), and confirms the chosen plan against T0 before returning it
+    (`plan_confirm.confirm_choice`, with the timer as its `PairMeasure`)."""
+
+    def __init__(self, timer: PlanTimer, *, plan_options: PlanOptions, sharding: Any = None):
+        self.timer, self.plan_options = timer, plan_options
         # The sharding family re-exports the model with each placement policy (a torch.export
         # per alternative and rank), so it is only tried when asked for and "auto" was requested.
         self.try_sharding = (
-            "sharding" in (options.optimizations or ()) and sharding == "auto" and world > 1 and builder is not None
+            "sharding" in (timer.options.optimizations or ())
+            and sharding == "auto"
+            and timer.world > 1
+            and timer.builder is not None
         )
-        self.sharding_json: str | None = None
-        self.lift, self.rank, self.world, self.pg = lift, rank, world, process_group
-        self.optimizer, self.options, self.plan_options = optimizer, options, plan_options
-        self.measure, self.clock = measure, clock
-        self.budget_s = float(options.calibration_budget_s)
         self.base_profile = plan_options.hardware()
-        self.fitted: HardwareProfile | None = None
         self.fit: dict[str, Any] = {}
-        self.exhausted = False
-        self.measurements: dict[Any, Measurement] = {}  # by plan (or PlacementChoice), latest last
-        self.predictor: Predictor | None = None
-        self._models: OrderedDict[tuple[int, Pipeline], Any] = OrderedDict()
-        self._cache_models = cache_models
-        self._start = 0.0
-        self._longest_step_s = 0.0
-        # Where calibration time goes: building candidate plans (IR, plan module, kernels),
-        # timed steps (warmups included), exports of sharding alternatives; the rest is analysis
-        # (candidates, predictions, fits) and waiting for the other ranks.
-        self.spent: dict[str, float] = {
-            "build_s": 0.0,
-            "steps_s": 0.0,
-            "steps": 0,
-            "export_s": 0.0,
-            "paired_rounds": 0,
-        }
-        self.tests = []  # every sequential paired test, in order
-        self._label_programs = {}  # plans that stand for another program's T0 (sharding)
+        self.lookahead: Lookahead | None = None
         self.search_exhausted = False
-        cuda = device_kind(local.tables, example_inputs).startswith("cuda")
-        self._sync = torch.cuda.synchronize if cuda else None
 
-    # -- the Confirmer protocol (its decisions: plan_lookahead.Lookahead) -------------------
-    def profile(self, current: HardwareProfile) -> HardwareProfile:
-        return self.fitted or current
+    @property
+    def program(self):
+        """The program the chosen plan is built from (another placement's, if the plan chose one)."""
+        return self.timer.program
 
-    def _refit(self) -> None:
-        """Re-fit the cost model's scales to every plan measured so far."""
+    def _refit(self) -> HardwareProfile | None:
+        """Re-fit the cost model's scales to every plan measured so far; the fitted profile."""
+        assert self.lookahead is not None  # set by `run` before anything is measured
         points = []
         for plan, m in self._own_plans():
-            pred = self.predictor.predict(plan, self.base_profile)
+            pred = self.lookahead.predictor.predict(plan, self.base_profile)
             if math.isfinite(pred.est_us):
                 points.append((dict(pred.breakdown), m.typical_us))
-        if points:
-            self.fitted, self.fit = fit_profile(self.base_profile, points)
+        if not points:
+            return None
+        fitted, self.fit = fit_profile(self.base_profile, points)
+        return fitted
 
     def _own_plans(self) -> list[tuple[Pipeline, Measurement]]:
-        """The plans measured that this predictor prices (not other placements' T0s)."""
-        return [(p, m) for p, m in self.measurements.items() if isinstance(p, tuple)]
+        """The plans measured that the predictor prices (not other placements' T0s)."""
+        return [(p, m) for p, m in self.timer.measurements.items() if isinstance(p, tuple)]
 
     # -- the run -----------------------------------------------------------------------------
     def _size_budget(self) -> None:
-        """The calibration budget scales with the step: BUDGET_STEPS of T0's steps, at least
-        BUDGET_MIN_S, never above `CompileOptions.calibration_budget_s`."""
-        cap = float(self.options.calibration_budget_s)
-        if cap <= 0 or self._ready([()]):
-            self.budget_s = cap
+        """T0's first steps (the first after a build is a warmup, not a steady-state one): what
+        the budget is sized to until a faster plan is measured (`PlanTimer.over_budget`)."""
+        if float(self.timer.options.calibration_budget_s) <= 0 or self.timer.ready([()]):
             return
-        self._observe(())  # warmup: the first step after a build is not a steady-state one
-        step_s = self._max([self._observe(())])[0]
-        self.budget_s = round(min(cap, max(BUDGET_MIN_S, BUDGET_STEPS * step_s)), 3)
+        self.timer.observe(())
+        self.timer.observe(())
 
-    def _search_and_confirm(self) -> tuple[list[Decision], Any, Confirmation]:
+    def _search_and_confirm(self, lookahead: Lookahead) -> tuple[list[Decision], Any, Confirmation]:
+        timer = self.timer
         self._size_budget()
-        total = self.budget_s
         # The search gets most of the budget; the confirmation before return always gets its share.
-        self.budget_s = round(SEARCH_SHARE * total, 3)
-        sharding_decisions = self._decide_sharding() if self.try_sharding else []
-        result = search(self.predictor, self.plan_options, self)
-        self.search_exhausted, self.exhausted, self.budget_s = self.exhausted, False, total
+        timer.budget_share = SEARCH_SHARE
+        sharding_decisions = lookahead.decide_sharding(self.base_profile) if self.try_sharding else []
+        result = search(lookahead.predictor, self.plan_options, lookahead)
+        self.search_exhausted, timer.exhausted, timer.budget_share = timer.exhausted, False, 1.0
         accepted = [d.pipeline for d in result.decisions if d.accepted]
         fallbacks = [p for p in reversed(accepted[:-1]) if p != result.pipeline]
-        confirmation = confirm_choice(self, result.pipeline, fallbacks, ())
+        confirmation = confirm_choice(timer, result.pipeline, fallbacks, (), earlier=lookahead.tests)
         return sharding_decisions, result, confirmation
 
-    def _cost_model_report(self) -> dict[str, Any]:
+    def _cost_model_report(self, lookahead: Lookahead) -> dict[str, Any]:
         """How far the fitted model's predictions sit from the plans measured (relative errors)."""
+        predictor = lookahead.predictor
         errors, prior, plans = [], [], []
         for plan, m in self._own_plans():
             measured = m.typical_us
             if measured <= 0:
                 continue
-            fitted = self.predictor.predict(plan, self.fitted or self.base_profile)
-            base = self.predictor.predict(plan, self.base_profile)
+            fitted = predictor.predict(plan, lookahead.fitted or self.base_profile)
+            base = predictor.predict(plan, self.base_profile)
             if math.isfinite(fitted.est_us) and math.isfinite(base.est_us):
-                intercept = float(self.fit.get("intercept_us", 0.0)) if self.fitted else 0.0
+                intercept = float(self.fit.get("intercept_us", 0.0)) if lookahead.fitted else 0.0
                 errors.append(abs(fitted.est_us + intercept - measured) / measured)
                 prior.append(abs(base.est_us - measured) / measured)
                 plans.append(
@@ -447,51 +401,46 @@ class Planner(Lookahead):
     def run(self, key: str = "", fields: Mapping[str, str] | None = None) -> PlanRecord:
         global CALIBRATIONS
         CALIBRATIONS += 1
-        self._start = self.clock()
-        with same_outcome(self.pg, self.world):
-            lifted = self.program.module.clone()
-            run_pipeline(lifted, (self.lift,))
-            self.predictor = Predictor(lifted)
+        timer = self.timer
+        timer.start()
+        with same_outcome(timer.pg, timer.world):
+            lifted = timer.program.module.clone()
+            run_pipeline(lifted, (timer.lift,))
+            lookahead = Lookahead(timer, Predictor(lifted), self.plan_options, self._refit, builder=timer.builder)
+            self.lookahead = lookahead
         # Calibration must not move the RNG streams training draws from (dropout, sampling).
-        devices = [torch.cuda.current_device()] if self._sync is not None else []
+        devices = [torch.cuda.current_device()] if timer.synchronizes else []
         with torch.random.fork_rng(devices=devices):
-            sharding_decisions, result, confirmation = self._search_and_confirm()
-        if self.measurements:  # the record's fit covers every plan measured, accepted or not
-            self._refit()
+            sharding_decisions, result, confirmation = self._search_and_confirm(lookahead)
+        if timer.measurements:  # the record's fit covers every plan measured, accepted or not
+            lookahead.fitted = self._refit() or lookahead.fitted
         pipeline = confirmation.returned
         t0, final = self._confirmed_times(confirmation)
-        calibration = self._elapsed()
+        calibration = timer.elapsed()
         # Nothing of the candidates outlives planning: their buffers, kernels and the other
         # placements' shards go; the rank's own storage is back as it was before calibration.
-        self._models.clear()
-        self._touched.clear()
-        self._locals = {id(self.program): self._locals[id(self.program)]} if id(self.program) in self._locals else {}
-        local = time.perf_counter() - self._start if self.clock is time.perf_counter else calibration
-        spent = {k: round(v, 3) for k, v in self.spent.items()}
-        spent["analysis_s"] = round(
-            max(0.0, local - self.spent["build_s"] - self.spent["steps_s"] - self.spent["export_s"]), 3
-        )
+        timer.release()
         kernels = "generated" if find_pass(pipeline, "generate-kernels") else "reference"
         return PlanRecord(
             key=key,
             key_fields=dict(fields or {}),
             pipeline=pipeline,
             kernels=kernels,
-            sharding=self.sharding_json,
+            sharding=lookahead.sharding_json,
             decisions=(*sharding_decisions, *result.decisions),
-            measurements=tuple(self.measurements.values()),
+            measurements=tuple(timer.measurements.values()),
             fit=self.fit,
             calibration_s=round(calibration, 3),
-            spent=spent,
-            budget_s=self.budget_s,
-            budget_exhausted=self.search_exhausted or self.exhausted,
+            spent=timer.spent_report(calibration),
+            budget_s=timer.budget_s,
+            budget_exhausted=self.search_exhausted or timer.exhausted,
             mode="measured",
             incumbent_us=t0,
             final_us=final,
             confirmed=confirmation.confirmed,
             confirmation=confirmation.to_dict(),
-            cost_model=self._cost_model_report(),
-            paired_tests=tuple(t.to_dict() for t in self.tests),
+            cost_model=self._cost_model_report(lookahead),
+            paired_tests=tuple(t.to_dict() for t in lookahead.tests),
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
 
@@ -500,7 +449,7 @@ class Planner(Lookahead):
         returned = [t for t in confirmation.tests if t.candidate == confirmation.returned]
         if returned:
             return round(returned[0].baseline_us, 3), round(returned[0].candidate_us, 3)
-        t0 = self.measurements.get(())
+        t0 = self.timer.measurements.get(())
         if confirmation.tests:  # fell back to T0: its paired median is the plan's time
             f0 = round(confirmation.tests[0].baseline_us, 3)
             return f0, f0

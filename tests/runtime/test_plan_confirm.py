@@ -119,3 +119,18 @@ def test_a_gain_too_small_to_pay_is_stopped_early():
     test = paired_test(m, T0, GEN)
     assert (test.verdict, test.stopped) == ("unclear", "futile") and test.rounds < 10
     assert "ruled out" in test.describe()
+
+
+def test_a_plan_the_search_already_found_faster_than_t0_is_not_tested_again():
+    # The codegen family tests generated kernels against T0; when that is the chosen plan, the
+    # confirmation is that test (a T0 step of the reference lowering can take seconds).
+    m = FakeMeasure({T0: 40.0, GEN: 30.0, GEN_HIDE: 41.0}, noise_ms=1.0)
+    search_test = paired_test(m, T0, GEN)
+    before = m.rounds
+    c = confirm_choice(m, GEN, [], earlier=[search_test])
+    assert (c.returned, c.confirmed, c.tests, m.rounds) == (GEN, True, (search_test,), before)
+    assert "not repeated" in c.note
+    # An earlier test that was not "faster", or against another baseline, is not reused.
+    unclear = paired_test(FakeMeasure({T0: 40.0, GEN: 40.0}), T0, GEN)
+    c = confirm_choice(m, GEN, [], earlier=[unclear, paired_test(m, GEN_HIDE, GEN)])
+    assert c.returned == GEN and c.tests[0] not in (unclear,) and m.rounds > before

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import sparselift
+import sparselift.plan_timing as plan_timing
 import sparselift.planner as planner
 from sparselift.codegen.table_facts import describe_tables, sharding_plan
 from sparselift.cost_fit import bounded_lstsq
@@ -24,7 +25,9 @@ from sparselift.passes.pipeline import pass_spec
 from sparselift.passes.plan_candidates import Candidate
 from sparselift.passes.plan_predict import Prediction
 from sparselift.passes.profiles import CPU_GLOO
+from sparselift.plan_lookahead import Lookahead
 from sparselift.plan_record import PlanRecord
+from sparselift.plan_timing import PlanTimer
 from sparselift.runtime.tables import LocalTables, local_shard_bytes, take_local_shards
 
 MODEL, ROWS, BATCH = "two-tower", 200, 8
@@ -73,42 +76,38 @@ def _planner_worker(rank, world):
     popts = planner.planner_options(options, "cpu")
     records = []
     for _ in range(2):  # the same measurements twice: the same plan
-        p = planner.Planner(
+        timer = PlanTimer(
             program,
             tables,
             inputs,
             lift=lift_pass(SGD()),
-            rank=rank,
             world=world,
             process_group=None,
-            optimizer=SGD(),
             options=options,
-            plan_options=popts,
             measure=_fake_measure(rank),
         )
-        records.append(p.run("k"))
-    # The sharding family (asked for, with sharding="auto"): each policy's T0 against auto's.
-    options = sparselift.CompileOptions(optimizations=("sharding", "codegen"))
+        records.append(planner.Planner(timer, plan_options=popts).run("k"))
+    # The sharding family (asked for, with sharding="auto"): each policy's T0 against auto's. Its
+    # exports take real seconds while the fake steps take none: a budget floor that leaves room.
+    plan_timing.BUDGET_MIN_S = 60.0
+    options = sparselift.CompileOptions(optimizations=("sharding", "codegen"), calibration_budget_s=60.0)
     auto = _export_same_on_every_rank(model, inputs, world, "auto", None)
-    p = planner.Planner(
+    timer = PlanTimer(
         auto,
         take_local_shards(
             describe_tables(auto.module), dict(model.named_parameters()), rank=rank, optimizer_kind="sgd", inits={}
         ),
         inputs,
         lift=lift_pass(SGD()),
-        rank=rank,
         world=world,
         process_group=None,
-        optimizer=SGD(),
         options=options,
-        plan_options=planner.planner_options(options, "cpu"),
         measure=_fake_measure(rank),
-        sharding="auto",
         builder=CompilerCandidateBuilder(
             model, inputs, rank=rank, world=world, process_group=None, optimizer=SGD(), take=None
         ),
     )
+    p = planner.Planner(timer, plan_options=planner.planner_options(options, "cpu"), sharding="auto")
     sharded = p.run("s")
     return [r.to_json() for r in records] + [sharded.to_json(), sharding_plan(p.program.module).to_json()]
 
@@ -205,8 +204,8 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
         assert f"{d.change}: {d.reason}" in text
     gen = [d for d in record.decisions if d.family == "codegen"][0]
     assert gen.measured_us is not None and f"measured {gen.measured_us / 1e3:+.2f}" in text
-    # The budget is sized to the step (BUDGET_STEPS steps, at least BUDGET_MIN_S), under the 20 s cap.
-    assert planner.BUDGET_MIN_S <= record.budget_s <= 20
+    # The budget is sized to the fastest step (BUDGET_STEPS of them, at least BUDGET_MIN_S), under the 20 s cap.
+    assert plan_timing.BUDGET_MIN_S <= record.budget_s <= 20
     assert f"calibration: {record.calibration_s:.2f} s of a {record.budget_s:g} s budget" in text
     assert record.key_fields["world_size"] == "2" and record.calibration_s < 20 + 5
 
@@ -386,8 +385,7 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
         return times[spec]
 
     cands = [Candidate("parallelism", f"G={g}", by_g[g], (by_g[g],), lanes=g) for g in by_g]
-    p = _one_rank_planner(measure)
-    p._start = p.clock()
+    p = _one_rank_lookahead(measure)
     pred = Prediction((), 0.0, (), "")
     order = [cands[2], cands[1], cands[3], cands[0]]  # best predicted first: G=8
     out = {d.label: d for d in p._sweep((), [(c, pred) for c in order], {c.label: -1.0 for c in cands})}
@@ -398,22 +396,22 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
     assert len(seen) == 3 * 4 + 2 * 6
 
 
-def _one_rank_planner(measure):
-    """A planner on one rank with no tables, whose step times come from `measure(plan text)`."""
+def _one_rank_lookahead(measure):
+    """The measured decisions on one rank with no tables, whose step times come from
+    `measure(plan text)`; no cost model (the candidates' order is the order given)."""
     options = sparselift.CompileOptions()
-    return planner.Planner(
+    timer = PlanTimer(
         None,
         LocalTables({}, {}, {}),
         (),
         lift=LiftSparse(),
-        rank=0,
         world=1,
         process_group=None,
-        optimizer=None,
         options=options,
-        plan_options=planner.planner_options(options, "cpu"),
         measure=measure,
     )
+    timer.start()
+    return Lookahead(timer, None, planner.planner_options(options, "cpu"), refit=lambda: None)
 
 
 def _drifting_planner(means_s):
@@ -427,10 +425,8 @@ def _drifting_planner(means_s):
         drift = 0.002 * (1 + math.sin(k / 5))
         return means_s[spec] + drift
 
-    p = _one_rank_planner(measure)
-    p._start = p.clock()
-    p._ready = lambda pipelines, program=None: None
-    p._refit = lambda: None
+    p = _one_rank_lookahead(measure)
+    p.timer.ready = lambda pipelines, program=None: None
     return p, calls
 
 
@@ -448,7 +444,7 @@ def test_a_small_gain_under_drift_is_decided_by_paired_rounds(gain_ms, accepted)
         assert d.reason.startswith("faster: mean gain +0.") and d.measured_us == pytest.approx(-600, rel=0.05)
     else:
         assert d.reason.startswith("unclear") and ("round limit" in d.reason or "ruled out" in d.reason)
-    rounds = p.spent["paired_rounds"]
+    rounds = p.timer.spent["paired_rounds"]
     assert 6 <= rounds <= 16  # stops once clear (or once a gain worth the pass is ruled out)
 
 
@@ -479,10 +475,8 @@ def test_codegen_measured_slower_at_first_is_decided_by_the_rounds():
     def measure(spec):
         return next(gen_times) if spec == "generate-kernels" else 0.128
 
-    p = _one_rank_planner(measure)
-    p._start = p.clock()
-    p._ready = lambda pipelines, program=None: None
-    p._refit = lambda: None
+    p = _one_rank_lookahead(measure)
+    p.timer.ready = lambda pipelines, program=None: None
     gen = GenerateKernels()
     cand = Candidate("codegen", "generated kernels", gen, (gen,))
     (d,) = p.confirm("codegen", (), [(cand, Prediction((gen,), 1000.0, (), ""))], Prediction((), 2000.0, (), ""))
