@@ -66,20 +66,23 @@ Points = Sequence[tuple[Mapping[str, float], float]]
 
 
 def _columns(points: Points) -> list[tuple[str, ...]]:
-    """The fit's unknowns: one per category enough plans exercise in different amounts, plus one
-    shared by the categories every plan has in the same amount. The same amount in some plans and
-    none in others counts as different (the reference lowering's work is the same in every plan
-    without generated kernels and absent from the others)."""
+    """The fit's unknowns: one per category enough plans (`MIN_POINTS`) exercise in different
+    amounts, plus one shared by the categories every plan has in the same amount: that is the
+    level all plans share, and two plans (T0 and generated kernels, when the budget allows no more)
+    already tell it. The same amount in some plans and none in others counts as different (the
+    reference lowering's work is the same in every plan without generated kernels and absent
+    from the others)."""
     varying: list[tuple[str, ...]] = []
     same: list[str] = []
     for category in CATEGORIES:
         every = [b.get(category, 0.0) for b, _ in points]
         exercised = [a for a in every if abs(a) > 1e-9]
-        if len(exercised) < MIN_POINTS:
+        if not exercised:
             continue
         if max(every) - min(every) > SAME_AMOUNT * max(abs(a) for a in exercised):
-            varying.append((category,))
-        elif len(exercised) == len(every):
+            if len(exercised) >= MIN_POINTS:
+                varying.append((category,))
+        elif len(exercised) == len(every) >= 2:
             same.append(category)
     return varying + ([tuple(same)] if same else [])
 

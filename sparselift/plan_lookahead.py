@@ -142,8 +142,8 @@ class Lookahead:
         error = self.timer.ready([cand.pipeline])
         if error:
             return decision(cand, False, f"candidate {error}", predicted)
-        self.timer.observe(inc)  # warmups: first steps after a build are not steady-state ones
-        self.timer.observe(cand.pipeline)
+        self.timer.warm(inc)  # first steps after a build are not steady-state ones
+        self.timer.warm(cand.pipeline)
         return self._tested(cand, predicted, self._test(inc, cand.pipeline))
 
     def _alternatives(self, inc: Pipeline, variants, predicted) -> list[Decision]:

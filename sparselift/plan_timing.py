@@ -26,7 +26,7 @@ from xdsl.passes import ModulePass
 
 from sparselift.codegen.table_facts import describe_features, describe_tables
 from sparselift.passes.pipeline import Pipeline, find_pass, pipeline_text
-from sparselift.passes.plan_candidates import PlacementChoice, plan_label
+from sparselift.passes.plan_candidates import PlacementChoice
 from sparselift.plan_record import Measurement
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions
@@ -99,6 +99,7 @@ class PlanTimer:
         self._locals: dict[int, LocalTables] = {id(program): local} if program is not None else {}
         self._touched: dict[int, TouchedRows] = {}
         self._models: OrderedDict[tuple[int, Pipeline], Any] = OrderedDict()
+        self._warm: set[tuple[int, Pipeline]] = set()  # built plans that have run a step since
         self.cache_models = cache_models
         self.placements: dict[PlacementChoice, Any] = {}  # other placements' programs (sharding)
         self.measurements: dict[Pipeline | PlacementChoice, Measurement] = {}  # latest last
@@ -135,11 +136,13 @@ class PlanTimer:
         """Build plans from `program` from now on (the sharding family chose its placement)."""
         self.program = program
         self._models.clear()
+        self._warm.clear()
 
     def release(self) -> None:
         """Drop every candidate's buffers and kernels and the other placements' shards: the rank's
         own storage is back as it was before calibration."""
         self._models.clear()
+        self._warm.clear()
         self._touched.clear()
         own = id(self.program)
         self._locals = {own: self._locals[own]} if own in self._locals else {}
@@ -193,8 +196,9 @@ class PlanTimer:
         model = self.builder.build(program, self._local(program), (self.lift, *pipeline), opts)
         self.spent["build_s"] += time.perf_counter() - start
         self._models[key] = model
+        self._warm.discard(key)  # built anew: cold until it has run once
         while len(self._models) > self.cache_models:
-            self._models.popitem(last=False)
+            self._warm.discard(self._models.popitem(last=False)[0])
         return model
 
     def _local(self, program) -> LocalTables:
@@ -224,19 +228,30 @@ class PlanTimer:
                     self._model(p, program)
                 except Exception as e:  # a candidate that cannot be built is rejected, not fatal
                     error = f"{type(e).__name__}: {e}"
-                    log.warning("sparselift: calibration could not build %s: %s", plan_label(p), error)
+                    log.warning("sparselift: calibration could not build %s: %s", pipeline_text(p) or "T0", error)
                     break
         failed = self.max([1.0 if error else 0.0])[0]
         if failed:
             return f"failed to build: {error}" if error else "failed to build on another rank"
         return None
 
-    def observe(self, pipeline: Pipeline, program=None, label: str = "") -> float:
-        """One complete step (forward + backward) of `pipeline` on the example batch, in seconds."""
+    def warm(self, plan: Pipeline | PlacementChoice) -> None:
+        """One step of `plan` unless it ran since it was built: the first step after a build (or
+        a rebuild, once evicted) is not a steady-state one. Not an observation."""
+        pipeline, program = ((), self.placements[plan]) if isinstance(plan, PlacementChoice) else (plan, self.program)
+        if (id(program), pipeline) not in self._warm:
+            self.observe(pipeline, program, str(plan) if isinstance(plan, PlacementChoice) else "", warmup=True)
+
+    def observe(self, pipeline: Pipeline, program=None, label: str = "", warmup: bool = False) -> float:
+        """One complete step (forward + backward) of `pipeline` on the example batch, in seconds
+        (a `warmup` step is not taken as an observation: neither the fastest nor the longest)."""
         self.spent["steps"] += 1
+        key = (id(program or self.program), pipeline)
         if self.measure is not None:  # a test's fake timings, by the plan's text
             dt = float(self.measure(label or pipeline_text(pipeline)))
-            self._note_step(dt)
+            self._warm.add(key)
+            if not warmup:
+                self._note_step(dt)
             return dt
         model = self._model(pipeline, program)
         if self._sync:
@@ -253,7 +268,9 @@ class PlanTimer:
         if self._sync:
             self._sync()
         dt = time.perf_counter() - t0
-        self._note_step(dt)
+        self._warm.add(key)
+        if not warmup:
+            self._note_step(dt)
         self._touched[id(program or self.program)].restore()  # every step starts from the same tables
         for p in model._dense_params:
             p.grad = None
@@ -295,9 +312,9 @@ class PlanTimer:
         return slowest[0], slowest[1]
 
     def screen(self, plans: Sequence[Pipeline | PlacementChoice]) -> list[float]:
-        """One warmup step each, then two interleaved rounds; F per plan (us), recorded."""
+        """A warmup step of each plan not yet warm, then two interleaved rounds; F per plan (us), recorded."""
         for plan in plans:
-            self.observe_plan(plan)
+            self.warm(plan)
         obs: list[list[float]] = [[] for _ in plans]
         for _ in range(2):
             for i, plan in enumerate(plans):

@@ -346,17 +346,8 @@ class Planner:
         return [(p, m) for p, m in self.timer.measurements.items() if isinstance(p, tuple)]
 
     # -- the run -----------------------------------------------------------------------------
-    def _size_budget(self) -> None:
-        """T0's first steps (the first after a build is a warmup, not a steady-state one): what
-        the budget is sized to until a faster plan is measured (`PlanTimer.over_budget`)."""
-        if float(self.timer.options.calibration_budget_s) <= 0 or self.timer.ready([()]):
-            return
-        self.timer.observe(())
-        self.timer.observe(())
-
     def _search_and_confirm(self, lookahead: Lookahead) -> tuple[list[Decision], Any, Confirmation]:
         timer = self.timer
-        self._size_budget()
         # The search gets most of the budget; the confirmation before return always gets its share.
         timer.budget_share = SEARCH_SHARE
         sharding_decisions = lookahead.decide_sharding(self.base_profile) if self.try_sharding else []

@@ -18,7 +18,7 @@ and measured increments. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,7 @@ from sparselift.passes.aggregate_comm import MERGEABLE_ROLES, AggregateComm
 from sparselift.passes.generate_kernels import GenerateKernels
 from sparselift.passes.hide_latency import HideLatency
 from sparselift.passes.parallelize_tables import ParallelizeTables
-from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, pass_spec, pipeline_specs, pipeline_text
+from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, pass_spec, pipeline_specs
 from sparselift.passes.profiles import HardwareProfile, load_profile
 from sparselift.passes.registry import plan_passes
 from sparselift.passes.srsv import table_names
@@ -45,7 +45,6 @@ PASS_OF: dict[str, type[ModulePass]] = {
     "codegen": GenerateKernels,
     "latency-hiding": HideLatency,
 }
-FAMILY_OF = {cls.name: family for family, cls in PASS_OF.items()}
 PASS_ORDER = tuple(cls.name for cls in PASS_OF.values())
 """Where a family's pass goes in a plan (the paper's order), whatever order they were decided in."""
 
@@ -255,17 +254,9 @@ def enumerate_candidates(module, options: PlanOptions | None = None, incumbent: 
     return out
 
 
-def plan_label(plan: Pipeline | PlacementChoice | Sequence[ModulePass]) -> str:
-    """A plan as text for logs and messages ("T0" for the lifted plan)."""
-    if isinstance(plan, PlacementChoice):
-        return str(plan)
-    return pipeline_text(tuple(plan)) or "T0"
-
-
 __all__ = [
     "FAMILIES",
     "PASS_OF",
-    "FAMILY_OF",
     "PASS_ORDER",
     "PlacementChoice",
     "Change",
@@ -277,5 +268,4 @@ __all__ = [
     "with_change",
     "registered_passes",
     "enumerate_candidates",
-    "plan_label",
 ]

@@ -38,8 +38,10 @@ def test_a_clear_gain_stops_early_and_alternates_the_order():
     m = FakeMeasure({T0: 40.0, GEN: 30.0}, noise_ms=1.0)
     test = paired_test(m, T0, GEN)
     assert test.verdict == "faster" and test.stopped == "clear"
-    assert test.rounds == 6  # min_rounds: 10 ms against ~0.6 ms of s.e. is clear at once
-    assert m.orders == [False, True] * 3
+    # A 25% gain against ~1.4 ms of round-to-round noise: clear within a few rounds (at 3 rounds
+    # the t quantile for 3 standard errors is 17, so a clear answer needs a steady gain).
+    assert 3 <= test.rounds <= 6
+    assert m.orders == [False, True, False, True, False, True][: test.rounds]
     assert test.mean_us == pytest.approx(10_000, rel=0.2)
     assert "faster: mean gain +" in test.describe()
 
