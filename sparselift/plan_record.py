@@ -23,7 +23,8 @@ RECORD_FORMAT = 2  # 2: the confirmation before return, the cost model's error
 
 @attrs.frozen
 class Measurement:
-    """The step time of one plan: F (max over ranks of each rank's minimum) and this rank's samples."""
+    """The step time of one plan: F (max over ranks of each rank's minimum, in its latest comparison)
+    and its samples over every comparison it was in."""
 
     spec: str
     f_us: float

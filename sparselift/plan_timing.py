@@ -34,11 +34,6 @@ from sparselift.runtime.tables import LocalTables, TouchedRows
 
 log = logging.getLogger("sparselift")
 
-BUDGET_STEPS = 50
-"""The calibration budget in steps of the fastest plan measured so far: 5% of a 1000-step run of
-what the planner has found (bounded by BUDGET_MIN_S and the user's cap), so calibration pays for
-itself in a short run. It shrinks as faster plans are found: at real size the reference
-lowering's T0 step alone can take 3 s, its generated plan 0.5 s."""
 BUDGET_MIN_S = 5.0
 """Enough to build a model's T0 and generated plans (compiling its kernels) and test them against each other."""
 
@@ -162,12 +157,15 @@ class PlanTimer:
         return self.max([self.clock() - self._start])[0]
 
     def _sized_budget(self, fastest_s: float) -> float:
-        """BUDGET_STEPS steps of the fastest plan measured, at least BUDGET_MIN_S, never above
-        `CompileOptions.calibration_budget_s` (0: no calibration)."""
+        """`CompileOptions.calibration_steps` steps of the fastest plan measured so far (by default
+        50: 5% of a 1000-step run of what the planner has found, so calibration pays for itself in
+        a short run), at least BUDGET_MIN_S, never above `calibration_budget_s` (0: none). It
+        shrinks as faster plans are found: at real size the reference lowering's T0 step alone can
+        take 3 s, its generated plan 0.5 s."""
         cap = float(self.options.calibration_budget_s)
         if cap <= 0 or not fastest_s < math.inf:
             return cap
-        return round(min(cap, max(BUDGET_MIN_S, BUDGET_STEPS * fastest_s)), 3)
+        return round(min(cap, max(BUDGET_MIN_S, self.options.calibration_steps * fastest_s)), 3)
 
     def over_budget(self) -> bool:
         """Spent (`budget_share` of the budget, sized to the fastest step so far), or too little
@@ -289,11 +287,13 @@ class PlanTimer:
         return combined[: len(obs)], combined[len(obs) :]
 
     def record(self, plan: Pipeline | PlacementChoice, f_us: float, noise_us: float, obs: Sequence[float]) -> None:
-        self.measurements.pop(plan, None)  # latest last
+        """The latest F and noise of `plan`, and its observations added to those of earlier
+        comparisons: the cost model is fitted to their median, which two screening steps with one
+        spike (a 2x step is common on this VM) would otherwise decide."""
+        earlier = self.measurements.pop(plan, None)  # latest last
         text = str(plan) if isinstance(plan, PlacementChoice) else pipeline_text(plan)
-        self.measurements[plan] = Measurement(
-            text, round(f_us, 3), round(noise_us, 3), tuple(round(o * 1e6, 3) for o in obs)
-        )
+        observations = (earlier.observations_us if earlier else ()) + tuple(round(o * 1e6, 3) for o in obs)
+        self.measurements[plan] = Measurement(text, round(f_us, 3), round(noise_us, 3), observations)
 
     # -- what a decision measures ------------------------------------------------------------
     def observe_plan(self, plan: Pipeline | PlacementChoice) -> float:
@@ -325,4 +325,4 @@ class PlanTimer:
         return f
 
 
-__all__ = ["BUDGET_MIN_S", "BUDGET_STEPS", "PlanTimer", "example_ids_by_table"]
+__all__ = ["BUDGET_MIN_S", "PlanTimer", "example_ids_by_table"]

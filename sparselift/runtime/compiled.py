@@ -54,7 +54,10 @@ class CompileOptions:
     # "reuse-only" fails without one; "replan" always calibrates; "none" skips planning (lifted
     # plan, plus generate-kernels when kernels="generated"); anything else is a plan record JSON.
     plan: str = attrs.field(default="auto", validator=attrs.validators.min_len(1))
-    # The cap of the calibration budget; the planner sizes it to the step (`plan_timing.BUDGET_STEPS`).
+    # The calibration budget, in steps of the fastest plan the planner has measured (50: 5% of a
+    # 1000-step run; more lets it try more families on fast models), at least 5 s, at most
+    # `calibration_budget_s` (0: no calibration).
+    calibration_steps: int = attrs.field(default=50, validator=attrs.validators.ge(1))
     calibration_budget_s: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
     # Per rank: table shards and optimizer state (checked before allocating), then workspace and
     # in-flight buffers (the planner's constraint gets what the shards leave); None: no cap.

@@ -180,9 +180,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.world_size < 1:
         print(f"sparselift explain: --world-size must be at least 1, got {args.world_size}", file=sys.stderr)
         return 2
+    if args.calibration_steps < 1:
+        print(
+            f"sparselift explain: --calibration-steps must be at least 1, got {args.calibration_steps}", file=sys.stderr
+        )
+        return 2
     options = {
         "plan": args.plan or ("replan" if args.replan else "auto"),
         "calibration_budget_s": args.budget,
+        "calibration_steps": args.calibration_steps,
         "memory_cap_bytes": args.memory_cap_bytes,
         "max_lanes": args.max_lanes,
         "cache_dir": args.cache_dir,
@@ -302,6 +308,12 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
     exp.add_argument("--plan", help="a plan record JSON: printed as is (alone), or used for the compile")
     exp.add_argument("--replan", action="store_true", help="calibrate even if a cached plan matches")
     exp.add_argument("--budget", type=float, default=60.0, help="cap of the calibration budget in seconds (default 60)")
+    exp.add_argument(
+        "--calibration-steps",
+        type=int,
+        default=50,
+        help="the calibration budget in steps of the fastest plan measured (default 50: 5%% of a 1000-step run)",
+    )
     exp.add_argument(
         "--memory-cap-bytes", type=int, default=None, help="per-rank cap for workspace and in-flight buffers"
     )

@@ -205,7 +205,7 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
         assert f"{d.change}: {d.reason}" in text
     gen = [d for d in record.decisions if d.family == "codegen"][0]
     assert gen.measured_us is not None and f"measured {gen.measured_us / 1e3:+.2f}" in text
-    # The budget is sized to the fastest step (BUDGET_STEPS of them, at least BUDGET_MIN_S), under the 20 s cap.
+    # The budget is sized to the fastest step (calibration_steps of them, at least BUDGET_MIN_S), under the 20 s cap.
     assert plan_timing.BUDGET_MIN_S <= record.budget_s <= 20
     assert f"calibration: {record.calibration_s:.2f} s of a {record.budget_s:g} s budget" in text
     assert record.key_fields["world_size"] == "2" and record.calibration_s < 20 + 5
@@ -268,6 +268,9 @@ def test_explain_replan_json_writes_the_outcome(tmp_path, capsys):
     (gen,) = [d for d in data["decisions"] if d["family"] == "codegen"]
     assert gen["measured_us"] is not None and gen["measured_se_us"] is not None and "predicted_pm_us" in gen
     assert "confirmed: yes" in text and PlanRecord.from_dict(data["record"]).spec == ",".join(data["pipeline"])
+    # The budget in steps of the fastest plan is the user's to raise or lower; nonsense is a usage error.
+    assert main([*args[:-2], "--calibration-steps", "0"]) == 2
+    assert "--calibration-steps must be at least 1, got 0" in capsys.readouterr().err
 
 
 # -- one process ---------------------------------------------------------------------------
