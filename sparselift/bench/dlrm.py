@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from sparselift.bench.memory import AddedMemory
+from sparselift.tools.arguments import rows_cap_arg
 
 SYSTEMS = ("baseline", "torchrec", "sparselift")
 LABELS = {"baseline": "DLRM-Baseline", "torchrec": "TorchRec", "sparselift": "SparseLift", "dense_only": "dense-only"}
@@ -44,19 +45,6 @@ class BenchConfig:
     threads: int = 1  # per rank: 2 ranks on 2 cores
     kernels: str = "generated"
     data_pool: int = 4  # distinct batches, generated before timing and cycled
-
-
-def rows_cap_arg(text: str) -> int | None:
-    """`--rows-cap`: a positive row count, or "none" for the real cardinalities."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a row count or 'none', got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (or 'none'), got {value}")
-    return value
 
 
 def dlrm_config(cfg: BenchConfig):

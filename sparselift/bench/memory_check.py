@@ -21,8 +21,9 @@ from typing import Any
 
 import attrs
 
-from sparselift.bench.dlrm import BenchConfig, dlrm_config, report, rows_cap_arg
+from sparselift.bench.dlrm import BenchConfig, dlrm_config, report
 from sparselift.bench.memory import AddedMemory, rss_bytes
+from sparselift.tools.arguments import rows_cap_arg
 
 MB = 2**20
 FIXED_MB = 900

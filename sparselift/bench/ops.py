@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from sparselift.bench.dlrm import rows_cap_arg
+from sparselift.tools.arguments import rows_cap_arg
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
 # and of the dense-gradient buckets.

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from sparselift.bench.dlrm import rows_cap_arg
+from sparselift.tools.arguments import rows_cap_arg
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sparselift.tools.arguments import rows_cap_arg
 from sparselift.tools.errors import TRACEBACK_FLAG, TRACEBACK_HELP, report, traceback_requested
 
 MODEL_NAMES = ("dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc")
@@ -242,7 +243,9 @@ def _add_export_parser(sub: argparse._SubParsersAction, common: argparse.Argumen
     ex.add_argument("--model", choices=MODEL_NAMES, help="a built-in example model")
     ex.add_argument("--world-size", type=int, required=True)
     ex.add_argument("--sharding", default="auto", help="auto | table_wise | row_wise | data_parallel | PLAN.json")
-    ex.add_argument("--rows-cap", type=int, default=None, help="cap every table's rows (keeps big models in memory)")
+    ex.add_argument(
+        "--rows-cap", type=rows_cap_arg, default=None, help="cap every table's rows (keeps big models in memory)"
+    )
     ex.add_argument("--batch-size", type=int, default=128, help="example batch per rank")
     ex.add_argument("--seed", type=int, default=0)
     ex.add_argument("-o", "--output", help="write the IR here instead of stdout")
@@ -273,7 +276,7 @@ def _add_simulate_parser(sub: argparse._SubParsersAction, common: argparse.Argum
     )
     sim.add_argument(
         "--rows-cap",
-        type=int,
+        type=rows_cap_arg,
         default=100_000,
         help="cap every table's rows when building the model (default 100000; placement depends on it)",
     )
@@ -320,7 +323,12 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
     exp.add_argument("--max-lanes", type=int, default=None, help="concurrent lanes per rank (default: torch threads)")
     exp.add_argument("--optimizations", help="families the planner may choose, e.g. aggregation,codegen (default all)")
     exp.add_argument("--sharding", default="auto", help="auto | table_wise | row_wise | data_parallel")
-    exp.add_argument("--rows-cap", type=int, default=100_000, help="cap every table's rows (default 100000)")
+    exp.add_argument(
+        "--rows-cap",
+        type=rows_cap_arg,
+        default=100_000,
+        help="cap every table's rows (default 100000; 'none': real sizes)",
+    )
     exp.add_argument("--batch-size", type=int, default=2048, help="example batch per rank (default 2048)")
     exp.add_argument("--seed", type=int, default=0)
     exp.add_argument(

@@ -325,3 +325,17 @@ def test_memory_bench_reports_every_rank_against_the_bounds(tmp_path, build):
         assert r["shards_mb"] > 0 and r["compile_peak_mb"] > 0
         assert (r["model_tables_mb"] > r["shards_mb"]) == (build == "cpu")  # a meta build holds no whole table
     assert "within the bounds on every rank: True" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["explain", "export", "simulate"])
+def test_sparselift_commands_take_real_sizes_too(command):
+    # `--rows-cap none` (the real cardinalities) works wherever a rows cap is taken, not only in
+    # the benchmarks.
+    from sparselift.tools.cli import build_parser
+
+    parser = build_parser()
+    args = [command, "--model", "dlrm-kaggle", "--world-size", "2", "--rows-cap"]
+    assert parser.parse_args([*args, "none"]).rows_cap is None
+    assert parser.parse_args([*args, "5"]).rows_cap == 5
+    with pytest.raises(SystemExit):
+        parser.parse_args([*args, "0"])

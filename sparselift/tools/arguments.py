@@ -1,0 +1,21 @@
+"""Argument types the command-line tools share (`sparselift explain`, `export`, `simulate` and the benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def rows_cap_arg(text: str) -> int | None:
+    """`--rows-cap`: a positive row count, or "none" for the real cardinalities."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a row count or 'none', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or 'none'), got {value}")
+    return value
+
+
+__all__ = ["rows_cap_arg"]
