@@ -21,7 +21,8 @@ def main(out_dir: str) -> None:
         data = json.loads(path.read_text())
         cm, rec = data["cost_model"], data["record"]
         rows.append((model, run, data, cm, rec))
-    print("| model | run | pipeline | confirmed | T0 ms | chosen ms | error (fit) | error (profile) | plans | calibration s | budget s |")
+    columns = "model run pipeline confirmed T0_ms chosen_ms error_(fit) error_(profile) plans calibration_s budget_s"
+    print("| " + " | ".join(c.replace("_", " ") for c in columns.split()) + " |")
     print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
     chosen = defaultdict(list)
     for model, run, data, cm, rec in rows:
