@@ -4,10 +4,12 @@
 (`sparselift.planner.Planner` makes one around the `PlanTimer` it is given): how a family's
 candidates are measured and decided, family by family:
 
-- **One variant** (an aggregation role, generated kernels): one warmup step of each plan, then a
-  sequential paired test against the incumbent (`plan_confirm.paired_test`). Accepted only when
-  the test says "faster" (the gain is over 3 standard errors of the paired rounds).
-- **Alternatives** (latency-hiding schedules): one warmup step each, then two interleaved screening
+Every plan gets one warmup step after it is built (`PlanTimer.warm`), not before every comparison.
+
+- **One variant** (an aggregation role, generated kernels): a sequential paired test against the
+  incumbent (`plan_confirm.paired_test`). Accepted only when the test says "faster" (a gain of at
+  least 1% of the step with 3 standard errors of the paired rounds to spare).
+- **Alternatives** (latency-hiding schedules): two interleaved screening
   rounds of every schedule and the incumbent. The two fastest screened schedules that screened
   below the incumbent are tested against it; if both are faster, they are tested against each
   other, and when that stays unclear the earlier in the planner's fixed candidate order wins, so
@@ -185,7 +187,7 @@ class Lookahead:
                 i += direction
         return self._race(inc, [c for c, _ in variants], predicted, results, f0, contenders=1)
 
-    def _fixed_order(self, inc: Pipeline, cands: Sequence[Candidate]) -> dict[str, int]:
+    def _fixed_order(self, inc: Pipeline, cands: Sequence[Candidate]) -> dict[Any, int]:
         """The planner's candidate order (enumeration order): who wins a tie."""
         if self.predictor is None:  # scripted planners in tests: the order they were given
             return {c.change: i for i, c in enumerate(cands)}
