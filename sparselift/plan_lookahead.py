@@ -100,6 +100,7 @@ class Lookahead:
         incumbent_prediction: Prediction,
     ) -> list[Decision]:
         predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
+        self.timer.size_by(incumbent)  # what the planner would return now
         if self.timer.over_budget():
             return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
         error = self.timer.ready([incumbent])
@@ -111,7 +112,9 @@ class Lookahead:
             out = [self._single(incumbent, variants[0][0], predicted[variants[0][0].label])]
         else:
             out = self._alternatives(incumbent, variants, predicted)
-        if any(d.accepted for d in out):
+        accepted = [d for d in out if d.accepted]
+        if accepted:
+            self.timer.size_by(accepted[0].pipeline)
             self._refit()
         return out
 

@@ -103,7 +103,10 @@ class PlanTimer:
         self.exhausted = False
         self._start = 0.0
         self._longest_step_s = 0.0  # the longest step observed (what the budget keeps in reserve)
-        self._fastest_step_s = math.inf  # the fastest step observed (what the budget is sized to)
+        # Each plan's fastest step (not warmups), and the plan the budget is sized to: the one the
+        # planner would return now (the incumbent, then what it accepts, then the chosen plan).
+        self._fastest: dict[tuple[int, Pipeline], float] = {}
+        self._sized_by: tuple[int, Pipeline] = (id(program), ())
         # Where calibration time goes: building candidate plans (IR, plan module, kernels), timed
         # steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
@@ -130,6 +133,7 @@ class PlanTimer:
     def use_program(self, program) -> None:
         """Build plans from `program` from now on (the sharding family chose its placement)."""
         self.program = program
+        self._sized_by = (id(program), ())
         self._models.clear()
         self._warm.clear()
 
@@ -157,23 +161,31 @@ class PlanTimer:
         return self.max([self.clock() - self._start])[0]
 
     def _sized_budget(self, fastest_s: float) -> float:
-        """`CompileOptions.calibration_steps` steps of the fastest plan measured so far (by default
-        50: 5% of a 1000-step run of what the planner has found, so calibration pays for itself in
+        """`CompileOptions.calibration_steps` steps of the plan the planner would return now (by
+        default 50: 5% of a 1000-step run of what it has found, so calibration pays for itself in
         a short run), at least BUDGET_MIN_S, never above `calibration_budget_s` (0: none). It
-        shrinks as faster plans are found: at real size the reference lowering's T0 step alone can
-        take 3 s, its generated plan 0.5 s."""
+        shrinks as faster plans are accepted: at real size the reference lowering's T0 step alone
+        can take 3 s, its generated plan 0.5 s."""
         cap = float(self.options.calibration_budget_s)
         if cap <= 0 or not fastest_s < math.inf:
             return cap
         return round(min(cap, max(BUDGET_MIN_S, self.options.calibration_steps * fastest_s)), 3)
 
+    def size_by(self, plan: Pipeline) -> None:
+        """Size the budget to `plan`'s step from now on: the plan the planner would return now.
+        Not to the fastest step seen: a candidate's fast steps would shrink the budget in the
+        middle of the very test that decides whether to take it (at real size a T0 round of the
+        reference lowering costs seconds)."""
+        self._sized_by = (id(self.program), plan)
+
     def over_budget(self) -> bool:
-        """Spent (`budget_share` of the budget, sized to the fastest step so far), or too little
+        """Spent (`budget_share` of the budget, sized to the returned plan's step), or too little
         left for one more paired round (two of the longest steps seen): the budget is a bound, not
         a mark to overrun by a round of slow T0 steps. Every figure is the slowest rank's."""
         if not self.exhausted:
             now = self.clock() - self._start
-            elapsed, longest, fastest = self.max([now, self._longest_step_s, self._fastest_step_s])
+            step = self._fastest.get(self._sized_by, math.inf)
+            elapsed, longest, fastest = self.max([now, self._longest_step_s, step])
             self.budget_s = self._sized_budget(fastest)
             if elapsed + 2 * longest > self.budget_share * self.budget_s:
                 self.exhausted = True
@@ -249,7 +261,7 @@ class PlanTimer:
             dt = float(self.measure(label or pipeline_text(pipeline)))
             self._warm.add(key)
             if not warmup:
-                self._note_step(dt)
+                self._note_step(key, dt)
             return dt
         model = self._model(pipeline, program)
         if self._sync:
@@ -268,16 +280,16 @@ class PlanTimer:
         dt = time.perf_counter() - t0
         self._warm.add(key)
         if not warmup:
-            self._note_step(dt)
+            self._note_step(key, dt)
         self._touched[id(program or self.program)].restore()  # every step starts from the same tables
         for p in model._dense_params:
             p.grad = None
         self.spent["steps_s"] += time.perf_counter() - t0
         return dt
 
-    def _note_step(self, dt: float) -> None:
+    def _note_step(self, key: tuple[int, Pipeline], dt: float) -> None:
         self._longest_step_s = max(self._longest_step_s, dt)
-        self._fastest_step_s = min(self._fastest_step_s, dt)
+        self._fastest[key] = min(self._fastest.get(key, math.inf), dt)
 
     def _combine(self, obs: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
         """Per plan: F (us), the MAX over ranks of each rank's minimum, and the noise (us), the

@@ -486,3 +486,39 @@ def test_codegen_measured_slower_at_first_is_decided_by_the_rounds():
     cand = Candidate("codegen", "generated kernels", gen, (gen,))
     (d,) = p.confirm("codegen", (), [(cand, Prediction((gen,), 1000.0, (), ""))], Prediction((), 2000.0, (), ""))
     assert d.accepted and d.reason.startswith("faster: mean gain")
+
+
+def test_the_budget_follows_the_plan_the_planner_would_return():
+    # T0 takes 2 s a step (the reference lowering at real size), generated kernels 0.2 s. Sized to
+    # the fastest step seen, the budget would drop to 50 x 0.2 = 10 s (8 s for the search) after
+    # the first round and stop the very test that decides code generation; sized to the plan the
+    # planner would return, it stays T0's (the 30 s cap) until code generation is accepted.
+    now = [0.0]
+
+    def measure(spec):
+        dt = 2.0 if spec == "" else 0.2
+        now[0] += dt
+        return dt
+
+    options = sparselift.CompileOptions(calibration_budget_s=30)
+    timer = PlanTimer(
+        None,
+        LocalTables({}, {}, {}),
+        (),
+        lift=LiftSparse(),
+        world=1,
+        process_group=None,
+        options=options,
+        measure=measure,
+        clock=lambda: now[0],
+    )
+    timer.ready = lambda pipelines, program=None: None
+    timer.start()
+    timer.budget_share = 0.8
+    lookahead = Lookahead(timer, None, planner.planner_options(options, "cpu"), refit=lambda: None)
+    gen = GenerateKernels()
+    cand = Candidate("codegen", "generated kernels", gen, (gen,))
+    (d,) = lookahead.confirm("codegen", (), [(cand, Prediction((gen,), 1.0, (), ""))], Prediction((), 2.0, (), ""))
+    assert d.accepted and "over 3 paired rounds" in d.reason, d.reason
+    # Accepted: now the budget is the generated plan's 50 steps, and this much calibration spends it.
+    assert timer.over_budget() and timer.budget_s == pytest.approx(10.0)
