@@ -22,7 +22,7 @@ makes one around the compiler's `CandidateBuilder`; tests give fake timings):
   (`sparselift.cost_fit`); the next family is predicted with the fitted profile, and the record
   keeps the fit and the model's median relative error over the plans measured.
 - **Bounded.** The budget scales with the step: `CompileOptions.calibration_steps` steps of the
-  fastest plan measured so far (50: 5% of a 1000-step run), at least `BUDGET_MIN_S`, never above
+  plan it would return now (50: 5% of a 1000-step run), at least `BUDGET_MIN_S`, never above
   `calibration_budget_s`; the search may spend `SEARCH_SHARE` of it, the confirmation the rest
   (a plan the search already tested against T0 needs none). Once it is spent (MAX over ranks),
   the remaining candidates are rejected as not tried.

@@ -54,7 +54,7 @@ class CompileOptions:
     # "reuse-only" fails without one; "replan" always calibrates; "none" skips planning (lifted
     # plan, plus generate-kernels when kernels="generated"); anything else is a plan record JSON.
     plan: str = attrs.field(default="auto", validator=attrs.validators.min_len(1))
-    # The calibration budget, in steps of the fastest plan the planner has measured (50: 5% of a
+    # The calibration budget, in steps of the plan the planner would return now (50: 5% of a
     # 1000-step run; more lets it try more families on fast models), at least 5 s, at most
     # `calibration_budget_s` (0: no calibration).
     calibration_steps: int = attrs.field(default=50, validator=attrs.validators.ge(1))

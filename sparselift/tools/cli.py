@@ -315,7 +315,7 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
         "--calibration-steps",
         type=int,
         default=50,
-        help="the calibration budget in steps of the fastest plan measured (default 50: 5%% of a 1000-step run)",
+        help="the calibration budget in steps of the best plan found so far (default 50: 5%% of a 1000-step run)",
     )
     exp.add_argument(
         "--memory-cap-bytes", type=int, default=None, help="per-rank cap for workspace and in-flight buffers"
