@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -401,10 +402,10 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
     assert len(seen) == 3 * 4 + 2 * 3
 
 
-def _one_rank_lookahead(measure):
+def _one_rank_lookahead(measure, clock=time.perf_counter, **options):
     """The measured decisions on one rank with no tables, whose step times come from
     `measure(plan text)`; no cost model (the candidates' order is the order given)."""
-    options = sparselift.CompileOptions()
+    compile_options = sparselift.CompileOptions(**options)
     timer = PlanTimer(
         None,
         LocalTables({}, {}, {}),
@@ -412,11 +413,12 @@ def _one_rank_lookahead(measure):
         lift=LiftSparse(),
         world=1,
         process_group=None,
-        options=options,
+        options=compile_options,
         measure=measure,
+        clock=clock,
     )
     timer.start()
-    return Lookahead(timer, None, planner.planner_options(options, "cpu"), refit=lambda: None)
+    return Lookahead(timer, None, planner.planner_options(compile_options, "cpu"), refit=lambda: None)
 
 
 def _drifting_planner(means_s):
@@ -500,22 +502,10 @@ def test_the_budget_follows_the_plan_the_planner_would_return():
         now[0] += dt
         return dt
 
-    options = sparselift.CompileOptions(calibration_budget_s=30)
-    timer = PlanTimer(
-        None,
-        LocalTables({}, {}, {}),
-        (),
-        lift=LiftSparse(),
-        world=1,
-        process_group=None,
-        options=options,
-        measure=measure,
-        clock=lambda: now[0],
-    )
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=30)
+    timer = lookahead.timer
     timer.ready = lambda pipelines, program=None: None
-    timer.start()
     timer.budget_share = 0.8
-    lookahead = Lookahead(timer, None, planner.planner_options(options, "cpu"), refit=lambda: None)
     gen = GenerateKernels()
     cand = Candidate("codegen", "generated kernels", gen, (gen,))
     (d,) = lookahead.confirm("codegen", (), [(cand, Prediction((gen,), 1.0, (), ""))], Prediction((), 2.0, (), ""))
