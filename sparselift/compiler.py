@@ -326,7 +326,15 @@ def _take_shards(model_tables, program, *, rank, world, optimizer, options, init
     against `memory_cap_bytes` (so an oversized placement fails on every rank, before allocating)."""
     facts = describe_tables(program.module, world)
     check_memory_cap(facts, world, optimizer.kind, options.memory_cap_bytes)
-    return take_local_shards(facts, model_tables, rank=rank, optimizer_kind=optimizer.kind, inits=inits, device=device)
+    return take_local_shards(
+        facts,
+        model_tables,
+        rank=rank,
+        optimizer_kind=optimizer.kind,
+        inits=inits,
+        device=device,
+        huge_page_min_bytes=options.huge_page_min_bytes,
+    )
 
 
 def _init_seed(model: nn.Module, options: CompileOptions, world: int, pg) -> int:

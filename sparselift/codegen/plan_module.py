@@ -16,11 +16,14 @@ the packed buffer (`packed=`), and a fused update whose gradients are exactly an
 members reads the received buffer (`packed_grads=`): the pack or unpack is not
 emitted, and the runtime writes or reads the buffer's column blocks in place.
 
-Ranks' local batches may differ (and change step to step): each segment's first route agrees on
-them (`rt.route` returns every rank's batch size), saves them for its backward, and passes them
-to every op that sizes an
-exchange or a buffer: every rank's batch on the tables' side (a segment per peer), its own on
-the samples' side.
+Ranks' local batches may differ (and change step to step), and a batch may be bad on one rank
+only. `forward` checks every route's features and agrees on every rank's batch size once, before
+the first segment (`self.check_batch`, one small all-to-all; `start` does it for the next batch,
+whose forward reuses it). Each segment's first route then returns the agreed sizes
+(`rt.route(..., checked=True)`, no collective), saves them for its backward, and passes them to
+every op that sizes an exchange or a buffer: every rank's batch on the tables' side (a segment
+per peer), its own on the samples' side. A route whose ids only exist after a segment checks and
+agrees on its own.
 
 No torch here: this file only writes text.
 """
@@ -99,6 +102,7 @@ class _Emitter:
         # The first route of each segment: its result names the step's `batches` (every rank's
         # batch size, agreed by the route); the segment's other routes agree too but add nothing.
         self.batch_routes: set[Operation] = set()
+        self.checked_routes: list[RouteOp] = []  # what the plan's one `check_batch` covers
         self.consts: list[str] = []
         self._const_names: dict[tuple[str, str], str] = {}
         self.lines: list[str] = []
@@ -163,7 +167,12 @@ class _Emitter:
                 calls[stage[0]] = f"self.resume({seg.index})"
             calls[stages[-1][0]] = final
         start_body: list[str] = []
+        first_call = next((op for op in ops if op in calls), None)
+        self.checked_routes = self._checked_routes(segments, ops, first_call)
+        check = self._check_batch_call()
         needed = {v.owner for seg in ahead for v in seg.inputs if isinstance(v.owner, DenseOp)}
+        if ahead:  # `start` checks the next batch too, so its routes' inputs are computed there
+            needed |= {v.owner for r in self.checked_routes for v in r.operands if isinstance(v.owner, DenseOp)}
         for op in ops:
             if isinstance(op, DenseOp):
                 outs = self.targets(op.res)
@@ -175,9 +184,13 @@ class _Emitter:
             elif isinstance(op, YieldOp):
                 body.append(f"        return {as_tuple(self.targets(op.values[:n_out]))}")
             elif op in calls:
+                if op is first_call and check:
+                    body.append(f"        {check}")
                 body.append("        " + calls[op])
                 started = next((s for s in ahead if s.ops[0] is op), None)
                 if started is not None:
+                    if check and not any("check_batch" in line for line in start_body):
+                        start_body.append(f"        {check[:-1]}, ahead=True)")
                     start_body.append(
                         f"        self.prefetch({started.index}, [{self.names_of(started.inputs)}], ahead=True)"
                     )
@@ -191,6 +204,33 @@ class _Emitter:
         for seg in segments:
             body += self.emit_segment(seg)
         return self.module_text(body, segments)
+
+    def _checked_routes(
+        self, segments: Sequence[Segment], ops: Sequence[Operation], first_call: Operation | None
+    ) -> list[RouteOp]:
+        """The routes `check_batch` covers, in IR order: those whose ids, offsets and weights
+        exist before the step's first segment (forward arguments, or results of dense regions
+        of forward arguments alone). The others check and agree on their own."""
+        args = set(self.step.forward.block.args)
+        before = set(ops[: ops.index(first_call)]) if first_call is not None else set()
+
+        def known(value: SSAValue) -> bool:
+            owner = value.owner
+            return value in args or (owner in before and isinstance(owner, DenseOp) and set(owner.args) <= args)
+
+        routes = [op for seg in segments for op in seg.ops if isinstance(op, RouteOp)]
+        return [r for r in routes if all(known(v) for v in r.operands)]
+
+    def _check_batch_call(self) -> str:
+        """`self.check_batch(...)`: the step's one batch check and size agreement (runtime/routing.py)."""
+        if not self.checked_routes:
+            return ""
+        routes = ", ".join(
+            f"({self._route_spec(r)}, [{self.names_of(r.ids)}], [{self.names_of(r.offsets)}], "
+            f"[{self.names_of(r.weights)}])"
+            for r in self.checked_routes
+        )
+        return f"self.check_batch([{routes}])"
 
     def _input_starts(self, ops: Sequence[Operation]) -> list[AllToAllStartOp]:
         return [op for op in ops if isinstance(op, AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES]
@@ -206,8 +246,8 @@ class _Emitter:
         # `ahead=True`, stops there: nothing after them may read tables the current step is
         # still updating).
         waited: dict[Operation, str] = {}  # lengths starts waited on early -> their result name
-        # This step's batch sizes (they may differ across ranks and steps), agreed by the first
-        # route: every exchange and buffer after it is sized by them.
+        # This step's batch sizes (they may differ across ranks and steps), from the first route
+        # (agreed by the plan's `check_batch`): every exchange and buffer after it is sized by them.
         self.batch_routes.add(next(op for op in seg.ops if isinstance(op, RouteOp)))
         for s, stage in enumerate(seg.stages):
             if s:
@@ -498,7 +538,8 @@ class _Emitter:
             raise EmitError(f"plan-module cannot emit {op.name} yet")
         return emit(self, op)
 
-    def emit_route(self, op: RouteOp) -> list[str]:
+    def _route_spec(self, op: RouteOp) -> str:
+        """The module constant listing a route's features (`rt.RouteFeature`s)."""
         placements = {p.table.data: p for p in op.placements.data}
         feats = []
         for f in op.features.data:
@@ -507,7 +548,10 @@ class _Emitter:
                 f"rt.RouteFeature({f.feature_name.data!r}, {f.table.data!r}, {self.table_rows[f.table.data]}, "
                 f"{str(p.kind.data)!r}, {tuple(p.rank_list)!r}, {tuple(p.bounds)!r}, {bool(f.weighted.data)!r})"
             )
-        spec = self.const("ROUTE", "(\n    " + ",\n    ".join(feats) + ",\n)")
+        return self.const("ROUTE", "(\n    " + ",\n    ".join(feats) + ",\n)")
+
+    def emit_route(self, op: RouteOp) -> list[str]:
+        spec = self._route_spec(op)
         targets = self.targets([op.lengths, op.indices, op.splits])
         targets += [
             self.name(op.routed_weights[0]) if op.routed_weights else "_",
@@ -518,7 +562,8 @@ class _Emitter:
             assign(
                 targets,
                 f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], "
-                f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype})",
+                f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype}"
+                + (", checked=True)" if op in self.checked_routes else ")"),
             )
         ]
 

@@ -1,7 +1,8 @@
 """The planner's search: greedy over the optimization families, each decided by a `Confirmer`.
 
-Starting from T0 (the lifted plan, no optimization), the families are decided one after another
-in `FAMILIES`' order. Each family's candidates (`plan_candidates.enumerate_candidates`) are
+Starting from T0 (the lifted plan, no optimization), the families are decided one after another:
+the first of `FAMILIES` (code generation) first, then the most promising family by predicted gain
+on the incumbent, and so on. Each family's candidates (`plan_candidates.enumerate_candidates`) are
 applied to clones and priced (`plan_predict.Predictor`); the infeasible ones are rejected with
 their reason (`check_candidate`), the rest are handed, best predicted first (ties by spec text,
 so the order is deterministic), to the confirmer, which accepts at most one. Aggregation adds one
@@ -74,13 +75,31 @@ def _sort_key(item: tuple[Candidate, Prediction], base: float) -> tuple[float, s
     return (round(item[1].est_us - base, 6), pipeline_text(item[0].pipeline))
 
 
+def _best_gain(predictor: Predictor, options: PlanOptions, current: Pipeline, profile, family: str) -> float:
+    """The most negative predicted increment (us) of `family`'s available candidates on
+    `current`; 0 when none is predicted to gain."""
+    base = predictor.predict(current, profile).est_us
+    best = 0.0
+    for cand in enumerate_candidates(predictor.module, options, current):
+        if cand.family == family and cand.available:
+            pred = predictor.predict(cand.pipeline, profile)
+            if not pred.error:
+                best = min(best, pred.est_us - base)
+    return best
+
+
 def search(
     predictor: Predictor,
     options: PlanOptions | None = None,
     confirmer: Confirmer | None = None,
     incumbent: Pipeline = (),
 ) -> SearchResult:
-    """Greedy over the families in order, from `incumbent` (default T0: the lifted plan).
+    """Greedy over the families, from `incumbent` (default T0: the lifted plan).
+
+    The first of `options.families` is decided first. After it, the family whose best candidate
+    is predicted to gain most on the incumbent goes next (a stable sort: ties, and families with
+    no predicted gain, keep `options.families`' order), so a budget that runs out mid-search has
+    spent itself on the most promising families.
 
     Aggregation adds roles one at a time (each accepted role becomes part of the incumbent);
     the variants of the other families are alternatives, of which at most one is kept.
@@ -90,7 +109,9 @@ def search(
     profile = options.hardware()
     current = tuple(incumbent)
     decisions: list[Decision] = []
-    for family in options.families:
+    remaining = list(options.families)
+    while remaining:
+        family = remaining.pop(0)
         tried: set[str] = set()
         while True:
             profile = confirmer.profile(profile)
@@ -128,6 +149,9 @@ def search(
                 current = accepted[0].pipeline
             if family != "aggregation" or exhausted:
                 break
+        if len(remaining) > 1:
+            profile = confirmer.profile(profile)
+            remaining.sort(key=lambda f: _best_gain(predictor, options, current, profile, f))
     return SearchResult(current, tuple(decisions), confirmer.profile(profile))
 
 

@@ -28,6 +28,7 @@ from torch import nn
 
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
+from sparselift.runtime import huge_pages
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -73,6 +74,11 @@ class CompileOptions:
     # from `init_seed` (None: rank 0's torch.initial_seed()) so every placement gets the same values.
     table_init: TableInit | None = None
     init_seed: int | None = None
+    # CPU table shards of at least this many bytes live on transparent huge pages (fewer TLB
+    # misses for random rows; runtime/huge_pages.py); None: plain pages.
+    huge_page_min_bytes: int | None = attrs.field(
+        default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
 
 
 def cache_dir(options: CompileOptions) -> Path:
@@ -93,10 +99,17 @@ class Plan:
     reused: bool = False  # the record came from the plan cache (or a file): no calibration
     calibration_s: float = 0.0  # calibration this compile spent (0 when reused)
     planning: str = ""  # why the planner planned, or where the reused plan came from
+    huge_page_bytes: dict[str, int] = attrs.field(factory=dict)  # this rank's big shards on huge pages
+
+    def _huge_pages_line(self) -> list[str]:
+        if not self.huge_page_bytes:
+            return []
+        total = sum(self.huge_page_bytes.values())
+        return [f"huge pages (this rank): {total / 2**20:.0f} MiB of {len(self.huge_page_bytes)} big table shard(s)"]
 
     def explain(self) -> str:
         lines = [f"plan hash: {self.hash} ({self.path})", sharding_plan(self.program.module).describe()]
-        lines += [f"groups: {', '.join(group_names(self.program.module))}"]
+        lines += [f"groups: {', '.join(group_names(self.program.module))}", *self._huge_pages_line()]
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
             lines.append(
@@ -196,6 +209,7 @@ class CompiledModel(nn.Module):
         self.optimizer = optimizer
         # The rank's live table storage, shared by every plan built on it (sparselift.runtime.tables).
         self.local = local
+        plan.huge_page_bytes = dict(local.huge_page_bytes)
         tables, states = local.tables, local.states
         self.tables, self.states = tables, states
         # Every table fact (shards, checkpoint keys, kernel specs) is the plan's, read from its IR.

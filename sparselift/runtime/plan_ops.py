@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from sparselift.runtime import reference as ref
-from sparselift.runtime.agree import raise_if_any_failed
 from sparselift.runtime.collectives import (
     _back_to_back,  # noqa: F401 - reached as `plan_ops._back_to_back` (tests)
     all_reduce,
@@ -36,12 +35,14 @@ from sparselift.runtime.collectives import (
     wait,
 )
 from sparselift.runtime.reference import RouteFeature
+from sparselift.runtime.routing import BatchSizes, RouteInputs, check_batch, route, saved_batch_sizes
 
 __all__ = [
     "PlanBase",
     "RouteFeature",
     "BatchSizes",
     "saved_batch_sizes",
+    "check_batch",
     "route",
     "all_to_all",
     "all_to_all_dynamic",
@@ -97,6 +98,8 @@ class PlanBase:
         self._ahead: dict[int, types.GeneratorType] = {}  # started by `start` for the next batch
         self._stage: dict[int, str | None] = {}  # the stage a started segment has reached
         self._finished: dict[int, object] = {}  # results of segments a prefetch ran to the end
+        self._routing: BatchSizes | None = None  # the agreed sizes of the batch being routed now
+        self._agreed_ahead: BatchSizes | None = None  # ... of the batch `start` began
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -116,6 +119,24 @@ class PlanBase:
         if name == "sparse_inputs":  # per-feature (ids, offsets, weights) -> flat, weights only if present
             return tuple(x for triple in out for x in triple if x is not None)
         return tuple(out) if isinstance(out, list | tuple) else (out,)
+
+    def check_batch(self, routes: Sequence[RouteInputs], ahead: bool = False) -> None:
+        """Check this batch and agree on every rank's batch size, once per step (`routing`).
+
+        `ahead=True` (from `start`): for the next batch, whose forward then reuses the agreement
+        instead of making another."""
+        if not ahead and self._agreed_ahead is not None:
+            self._routing, self._agreed_ahead = self._agreed_ahead, None
+            return
+        self._routing = check_batch(self, routes)
+        if ahead:
+            self._agreed_ahead = self._routing
+
+    def batch_sizes(self) -> BatchSizes:
+        """The agreed sizes of the batch being routed (for `route(..., checked=True)`)."""
+        if self._routing is None:
+            raise RuntimeError("sparselift: a checked route ran before the plan's check_batch")
+        return self._routing
 
     def segment(self, index: int, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         n_out = self.SEGMENTS[index][0]  # type: ignore[attr-defined]
@@ -297,84 +318,6 @@ class _EagerSegment(torch.autograd.Function):
 
 
 # ---- ops ------------------------------------------------------------------------------------
-
-
-class BatchSizes:
-    """One step's local batch sizes, as a segment's exchanges and buffers need them.
-
-    Ranks may train on batches of different sizes (a loader's last batch, data split unevenly),
-    changing from step to step, so every exchange and buffer is sized per step and per peer:
-    `own` is this rank's batch, `ranks` every rank's (agreed by the segment's route).
-    """
-
-    def __init__(self, own: int, ranks: tuple[int, ...]):
-        self.own = own
-        self.ranks = ranks
-
-    def saved(self) -> torch.Tensor:
-        """For backward (a saved tensor of the segment): `own`, then `ranks`."""
-        return torch.tensor([self.own, *self.ranks], dtype=torch.int64)
-
-
-def saved_batch_sizes(saved: torch.Tensor) -> BatchSizes:
-    """The `BatchSizes` a segment's forward saved (`BatchSizes.saved`), in its backward."""
-    values = [int(b) for b in saved.tolist()]
-    return BatchSizes(values[0], tuple(values[1:]))
-
-
-def route(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64):
-    """Check and route this rank's batch: its lengths, ids, splits and weights, and the step's
-    `BatchSizes`.
-
-    One small all-to-all does two things: it tells every rank every rank's batch size, and
-    whether every rank's batch passed its checks (a rejected rank sends -1). A batch rejected on
-    one rank (bad ids, offsets or weights) is then rejected on every rank, with that rank's
-    error, before any exchange that would otherwise wait until the timeout.
-    """
-    error, routed = None, None
-    try:
-        routed = _route_checked(plan, spec, ids, offsets, weights, index_dtype)
-    except Exception as e:  # noqa: BLE001 - raised below, on every rank
-        error = e
-    own = offsets[0].numel() - 1
-    if plan.world == 1:
-        if error is not None:
-            raise error
-        return (*routed, BatchSizes(own, (own,)))
-    send = torch.full((plan.world,), -1 if error is not None else own, dtype=torch.int64, device=offsets[0].device)
-    ranks = exchange_sizes(plan, send)[0]
-    if error is not None or bool((ranks < 0).any()):
-        raise_if_any_failed(error, plan.pg, plan.world)
-    return (*routed, BatchSizes(own, tuple(int(b) for b in ranks.tolist())))
-
-
-def _route_checked(plan: PlanBase, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype):
-    batch = offsets[0].numel() - 1
-    # Whole features on the CPU: the generated library checks every id while it concatenates
-    # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
-    concat = (
-        getattr(plan.kernels, "concat_ids", None)
-        if (spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids))
-        else None
-    )
-    lengths = ref.validate_features(spec, ids, offsets, batch, check_ids=concat is None)
-    weighted = [f for f in spec if f.weighted]
-    wmap = {f.name: w for f, w in zip(weighted, weights)}
-    for f in weighted:
-        if wmap[f.name].numel() != ids[spec.index(f)].numel():
-            raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
-    return ref.route(
-        spec,
-        ids,
-        offsets,
-        wmap,
-        plan.rank,
-        plan.world,
-        with_weights=bool(weighted),
-        index_dtype=index_dtype,
-        lengths=lengths,
-        concat_ids=concat,
-    )
 
 
 def _kernel_or_ref(plan: PlanBase, name: str):

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from sparselift.codegen.table_facts import TableFact
+from sparselift.runtime import huge_pages
 
 TableInit = Callable[[str, torch.Tensor, int], object]
 """`table_init(table, shard, row_offset)`: fill `shard` (rows `row_offset ..` of `table`) in place."""
@@ -80,6 +81,9 @@ class LocalTables:
     # What the storage is: "shared" (the model's own parameter), "copied" (a row-wise shard) or
     # "materialized" (a meta table's shard), for `explain()` and the tests.
     origin: dict[str, str] = attrs.field(factory=dict)
+    # Bytes of each big shard backed by huge pages after it was set up (runtime/huge_pages.py):
+    # tables below `CompileOptions.huge_page_min_bytes` are not listed.
+    huge_page_bytes: dict[str, int] = attrs.field(factory=dict)
 
 
 def take_local_shards(
@@ -90,34 +94,44 @@ def take_local_shards(
     optimizer_kind: str,
     inits: Mapping[str, TableInit],
     device: torch.device | str = "cpu",
+    huge_page_min_bytes: int | None = None,
 ) -> LocalTables:
     """This rank's shards of the tables `facts` describes (`describe_tables`, the plan's
     `TABLES`), taken over from `model_tables` (FQN -> parameter).
 
     `inits` (IR table name -> initializer) must cover every table on the meta device; the
     caller checks that before any rank allocates (`missing_inits`); meta shards are
-    materialized on `device`.
+    materialized on `device`. CPU shards of at least `huge_page_min_bytes` get huge pages:
+    new ones are allocated on them, the model's own storage is collapsed onto them in place.
     """
-    tables, states, offsets, origin = {}, {}, {}, {}
+    local = LocalTables({}, {}, {})
     for info in facts:
         if not info.holds(rank):
             continue
         lo, hi = info.shard_rows(rank)
         full = model_tables[info.param].detach()
+        shape, dtype = (hi - lo, info.dim), torch_dtype(info)
+        target = device if full.device.type == "meta" else full.device
+        huge = huge_pages.wanted(shape[0] * shape[1] * dtype.itemsize, huge_page_min_bytes, target)
         if full.device.type == "meta":
-            shard = torch.empty(hi - lo, info.dim, dtype=torch_dtype(info), device=device)
+            shard = huge_pages.empty_shard(shape, dtype) if huge else torch.empty(shape, dtype=dtype, device=device)
             inits[info.name](info.name, shard, lo)
-            origin[info.name] = "materialized"
+            local.origin[info.name] = "materialized"
         elif (lo, hi) == (0, info.rows) and full.is_contiguous():
             shard = full  # the model's storage: training updates the model's table in place
-            origin[info.name] = "shared"
+            if huge:
+                huge_pages.advise_existing(shard)
+            local.origin[info.name] = "shared"
         else:
-            shard = full[lo:hi].clone(memory_format=torch.contiguous_format)
-            origin[info.name] = "copied"
-        tables[info.name], offsets[info.name] = shard, lo
+            shard = huge_pages.empty_shard(shape, dtype) if huge else torch.empty(shape, dtype=dtype, device=target)
+            shard.copy_(full[lo:hi])
+            local.origin[info.name] = "copied"
+        local.tables[info.name], local.row_offsets[info.name] = shard, lo
+        if huge:
+            local.huge_page_bytes[info.name] = huge_pages.huge_page_bytes(shard)
         if optimizer_kind == "rowwise_adagrad":
-            states[info.name] = torch.zeros(hi - lo, dtype=torch.float32, device=shard.device)
-    return LocalTables(tables, states, offsets, origin)
+            local.states[info.name] = torch.zeros(hi - lo, dtype=torch.float32, device=shard.device)
+    return local
 
 
 def missing_inits(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
 from xdsl.utils.exceptions import PassFailedException, VerifyException
@@ -309,3 +310,44 @@ def test_pass_failures_are_clear():
         PlanSparse(profile="nope").apply(context(), lifted())
     with pytest.raises(PassFailedException, match="unknown optimization 'sharding'"):
         PlanSparse(optimizations=("sharding",)).apply(context(), lifted())
+
+
+class GainsPredictor:
+    """The real predictor's IR checks, with scripted step times: T0 is 1000 us and each pass
+    in a plan takes off its scripted gain, so the families' predicted gains are known."""
+
+    def __init__(self, module, gains: dict[type, float]):
+        self.real = Predictor(module)
+        self.module = self.real.module
+        self.gains = gains
+
+    def predict(self, plan, profile):
+        pred = self.real.predict(plan, profile)
+        return attrs.evolve(pred, est_us=1000.0 - sum(self.gains.get(type(p), 0.0) for p in plan))
+
+
+class FamilyOrder(AnalyticConfirmer):
+    def __init__(self):
+        self.families: list[str] = []
+
+    def confirm(self, family, incumbent, variants, incumbent_prediction):
+        if family not in self.families:
+            self.families.append(family)
+        return super().confirm(family, incumbent, variants, incumbent_prediction)
+
+
+@pytest.mark.parametrize(
+    ("hide", "aggregate", "expected"),
+    [
+        (60.0, 30.0, ["codegen", "latency-hiding", "aggregation", "parallelism"]),
+        (30.0, 60.0, ["codegen", "aggregation", "latency-hiding", "parallelism"]),
+    ],
+)
+def test_after_the_first_family_the_most_promising_goes_next(hide, aggregate, expected):
+    # A budget that runs out mid-search should have been spent on the families predicted to gain
+    # most: with FAMILIES' fixed order, latency hiding always came last and went untried.
+    gains = {GenerateKernels: 100.0, HideLatency: hide, AggregateComm: aggregate}
+    order = FamilyOrder()
+    result = search(GainsPredictor(lifted(), gains), PlanOptions(families=pc.FAMILIES), order)
+    assert order.families == expected
+    assert GenerateKernels() in result.pipeline and any(isinstance(p, HideLatency) for p in result.pipeline)

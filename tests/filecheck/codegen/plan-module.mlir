@@ -17,6 +17,9 @@
 // CHECK:       class Plan(rt.PlanBase):
 // CHECK:       def forward(self, *inputs):
 // CHECK:         self.dense("sparse_inputs"
+// One check of the batch and one agreement on every rank's batch size per step, before the first
+// segment: it covers every route, so the routes themselves need no collective.
+// CHECK-NEXT:    self.check_batch([(ROUTE_[[R:[0-9]+]], [v{{[0-9]+}}, v{{[0-9]+}}], [v{{[0-9]+}}, v{{[0-9]+}}], [])])
 // SYNC-NEXT:     = self.segment(0, [
 // SYNC-NEXT:     self.dense("dense_pre"
 // HIDE-NEXT:     self.prefetch(0, [
@@ -25,13 +28,15 @@
 // CHECK-NEXT:    self.dense("dense_post"
 // CHECK:       def start(self, *inputs):
 // SYNC:          pass
+// `start` checks the next batch and agrees on its sizes; that batch's forward reuses them.
 // HIDE:          self.dense("sparse_inputs"
+// HIDE-NEXT:     self.check_batch([(ROUTE_[[R]], {{.*}})], ahead=True)
 // HIDE-NEXT:     self.prefetch(0, [{{.*}}], ahead=True)
 // CHECK:       def _segment_0_forward(self
-// Every rank's batch size this step (batches may differ across ranks and steps), agreed by the
-// route together with whether every rank's batch is valid: the exchanges and buffers below are
-// sized by it, per peer.
-// CHECK:         , batches = rt.route(self, ROUTE_{{[0-9]+}}
+// Every rank's batch size this step (batches may differ across ranks and steps), agreed by
+// `check_batch` together with whether every rank's batch is valid: the exchanges and buffers
+// below are sized by it, per peer.
+// CHECK:         , batches = rt.route(self, ROUTE_[[R]], {{.*}}, checked=True)
 // Lengths first, then the indices with receive sizes taken from the received lengths (no
 // separate sizes exchange). Asynchronous after hide-latency: the bottom MLP runs meanwhile.
 // SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks)
