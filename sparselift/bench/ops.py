@@ -46,6 +46,7 @@ PLAN_OPS = (
 )
 METHODS = (
     ("PlanBase", "dense"),
+    ("PlanBase", "check_batch"),  # the step's batch check and batch-size agreement (waits included)
     ("PlanBase", "run_segment_forward"),
     ("PlanBase", "run_segment_backward"),
     ("_GradBuckets", "_start"),

@@ -19,8 +19,9 @@ emitted, and the runtime writes or reads the buffer's column blocks in place.
 Ranks' local batches may differ (and change step to step), and a batch may be bad on one rank
 only. `forward` checks every route's features and agrees on every rank's batch size once, before
 the first segment (`self.check_batch`, one small all-to-all; `start` does it for the next batch,
-whose forward reuses it). Each segment's first route then returns the agreed sizes
-(`rt.route(..., checked=True)`, no collective), saves them for its backward, and passes them to
+whose forward reuses it; a plan that starts no exchange ahead lets that agreement ride in the
+step's dense-gradient all-reduce instead, `ride=True`). Each segment's first route then returns the agreed sizes
+(`rt.route(..., checked=K)`, no collective), saves them for its backward, and passes them to
 every op that sizes an exchange or a buffer: every rank's batch on the tables' side (a segment
 per peer), its own on the samples' side. A route whose ids only exist after a segment checks and
 agrees on its own.
@@ -103,6 +104,7 @@ class _Emitter:
         # batch size, agreed by the route); the segment's other routes agree too but add nothing.
         self.batch_routes: set[Operation] = set()
         self.checked_routes: list[RouteOp] = []  # what the plan's one `check_batch` covers
+        self.deferred_updates: set[Operation] = set()  # run after the dense gradients' all-reduce
         self.consts: list[str] = []
         self._const_names: dict[tuple[str, str], str] = {}
         self.lines: list[str] = []
@@ -171,8 +173,8 @@ class _Emitter:
         self.checked_routes = self._checked_routes(segments, ops, first_call)
         check = self._check_batch_call()
         needed = {v.owner for seg in ahead for v in seg.inputs if isinstance(v.owner, DenseOp)}
-        if ahead:  # `start` checks the next batch too, so its routes' inputs are computed there
-            needed |= {v.owner for r in self.checked_routes for v in r.operands if isinstance(v.owner, DenseOp)}
+        # `start` checks the next batch, so its routes' inputs are computed there too.
+        needed |= {v.owner for r in self.checked_routes for v in r.operands if isinstance(v.owner, DenseOp)}
         for op in ops:
             if isinstance(op, DenseOp):
                 outs = self.targets(op.res)
@@ -199,7 +201,7 @@ class _Emitter:
             "    def start(self, *inputs):",
             '        """Start the next batch\'s input exchanges before its forward (pipelining)."""',
             "        " + assign(self.targets(fwd_args), "inputs"),
-            *(start_body if ahead else ["        pass"]),
+            *(start_body if ahead else self._riding_start(start_body, check)),
         ]
         for seg in segments:
             body += self.emit_segment(seg)
@@ -220,6 +222,14 @@ class _Emitter:
 
         routes = [op for seg in segments for op in seg.ops if isinstance(op, RouteOp)]
         return [r for r in routes if all(known(v) for v in r.operands)]
+
+    @staticmethod
+    def _riding_start(inputs: list[str], check: str) -> list[str]:
+        """`start` of a plan with no input exchange to start ahead: it checks the next batch,
+        whose agreement rides in this step's dense-gradient all-reduce (no collective of its own)."""
+        if not check:
+            return ["        pass"]
+        return [*inputs, f"        {check[:-1]}, ahead=True, ride=True)"]
 
     def _check_batch_call(self) -> str:
         """`self.check_batch(...)`: the step's one batch check and size agreement (runtime/routing.py)."""
@@ -525,6 +535,10 @@ class _Emitter:
         if op.splits is not None:
             splits = self.const("SPLITS", repr(tuple(tuple(r) for r in op.splits.matrix)))
             call = f"rt.all_to_all(self, {inputs}, splits={splits}, role={role!r}, batches=batches.ranks"
+            source = op.inputs[0].owner if len(op.inputs) == 1 else None
+            if role == "input_lengths" and isinstance(source, RouteOp) and op.inputs[0] is source.lengths:
+                # Every rank's bags all one id (agreed by the batch check): nothing to exchange.
+                call += f", lengths_known={self._batches_of(source)}.one_id"
         else:
             recv = recv_splits or n(op.recv_splits)
             call = f"rt.all_to_all_dynamic(self, {inputs}, {n(op.send_splits)}, {recv}, role={role!r}"
@@ -555,24 +569,46 @@ class _Emitter:
         targets = self.targets([op.lengths, op.indices, op.splits])
         targets += [
             self.name(op.routed_weights[0]) if op.routed_weights else "_",
-            "batches" if op in self.batch_routes else "_",
+            self._batches_of(op),
         ]
         index_dtype = "int32" if str(op.indices.type.element_type) == "i32" else "int64"
+        checked = f", checked={self.checked_routes.index(op)}" if op in self.checked_routes else ""
         return [
             assign(
                 targets,
                 f"rt.route(self, {spec}, [{self.names_of(op.ids)}], [{self.names_of(op.offsets)}], "
-                f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype}"
-                + (", checked=True)" if op in self.checked_routes else ")"),
+                f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype}{checked})",
             )
         ]
+
+    def _batches_of(self, route: RouteOp) -> str:
+        """The name of a route's `BatchSizes`: `batches` for its segment's first route (what the
+        segment's exchanges are sized by), else its own (whose `one_id` its lengths exchange reads)."""
+        return "batches" if route in self.batch_routes else f"batches_{self.name(route.lengths)}"
 
     def emit_wait(self, op: WaitOp) -> list[str]:
         return [assign(self.targets(op.outputs), f"rt.wait({self.name(op.handle)})")]
 
+    def _with_dense_grads(self, op: AllReduceOp) -> list[str]:
+        """An all-reduce that rides in the dense gradients' (`with_dense_grads`): handed to the
+        runtime with the table updates that read its results, which run once it is done."""
+        block = op.parent_block()
+        assert block is not None  # a step's backward op
+        users = sorted({use.operation for r in op.outputs for use in r.uses}, key=block.get_operation_index)
+        then = f"_after_{self.name(op.outputs[0])}"
+        body = [line for user in users for line in self.emit_update(cast(LookupUpdateOp, user))]
+        self.deferred_updates.update(users)
+        return [
+            f"def {then}({', '.join(self.targets(op.outputs))}):",
+            *("    " + line for line in body),
+            f"rt.all_reduce_with_dense_grads(self, [{self.names_of(op.inputs)}], then={then})",
+        ]
+
     def emit_update(self, op: LookupUpdateOp) -> list[str]:
         """A table update: from pooled gradients (per-table, like a lookup) or, for replicated
         tables, from the all-reduced dense table gradient."""
+        if op in self.deferred_updates:
+            return []  # emitted in the all-reduce's `then` (`_with_dense_grads`)
         if not op.dense:
             return self.emit_lookup(op)
         opt = op.optimizer
@@ -619,6 +655,8 @@ class _Emitter:
         ]
 
     def emit_all_reduce(self, op: AllReduceOp | AllReduceStartOp) -> list[str]:
+        if isinstance(op, AllReduceOp) and op.with_dense_grads is not None:
+            return self._with_dense_grads(op)
         reduction = str(op.reduction.data)
         if isinstance(op, AllReduceStartOp):
             return [
@@ -683,6 +721,8 @@ class _Emitter:
     def module_text(self, body: list[str], segments: list[Segment]) -> str:
         ops = [op for op in self.step.walk()]
         colls = [op for op in ops if op.name.startswith("coll.") and op.name != "coll.wait"]
+        riders = [op for op in colls if isinstance(op, AllReduceOp) and op.with_dense_grads is not None]
+        colls = [op for op in colls if op not in riders]
         fwd_colls = [op for op in colls if op.parent_region() is self.step.forward]
         tables = tables_of(self.step.walk())
         module = self.step.parent_op()
@@ -692,7 +732,8 @@ class _Emitter:
             f"plan hash: {plan_hash(module) if isinstance(module, ModuleOp) else 'n/a'}",
             f"step: @{self.step.sym_name.data}, world size {self.world}, {len(tables)} tables, "
             f"{len(segments)} sparse segment(s)",
-            f"collectives per step: {len(fwd_colls)} forward, {len(colls) - len(fwd_colls)} backward",
+            f"collectives per step: {len(fwd_colls)} forward, {len(colls) - len(fwd_colls)} backward"
+            + (f" ({len(riders)} more in the dense gradients' all-reduce)" if riders else ""),
             '"""',
             "",
             "import torch",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import auto
 from typing import cast
 
-from xdsl.dialects.builtin import AnyFloat, ArrayAttr, IntAttr, IntegerType, StringAttr, TensorType
+from xdsl.dialects.builtin import AnyFloat, ArrayAttr, IntAttr, IntegerType, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -496,18 +496,50 @@ _ALL_REDUCE_FORMAT = (
 
 @irdl_op_definition
 class AllReduceOp(_AllReduceBase):
-    """Reduce tensors across the group; every rank gets the results."""
+    """Reduce tensors across the group; every rank gets the results.
+
+    `with_dense_grads` (set by `aggregate-comm`'s `dense_grad` role): the replicated tables'
+    gradients ride in the step's dense-gradient all-reduce at the end of backward instead of a
+    collective of their own. Its results are then only available after backward, so they may
+    feed only replicated tables' updates (`sparse.lookup_update`), which wait for it.
+    """
 
     name = "coll.all_reduce"
 
     outputs = var_result_def(TensorType)
+    with_dense_grads = opt_prop_def(UnitAttr)
 
     traits = traits_def(CollectiveCanonicalization())
 
-    assembly_format = _ALL_REDUCE_FORMAT + "type($outputs)"
+    assembly_format = (
+        "$inputs `on` qualified($group) `role` qualified($role) `reduce` $reduction "
+        "(`with_dense_grads` $with_dense_grads^)? attr-dict `:` type($inputs) `->` type($outputs)"
+    )
 
     def output_types(self) -> list[Attribute]:
         return [r.type for r in self.outputs]
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.with_dense_grads is None:
+            return
+        if self.role.role_list != ["sparse_grad"] or self.reduction.data != "sum":
+            raise VerifyException(
+                "coll.all_reduce: with_dense_grads needs role sparse_grad and reduction sum (replicated "
+                f"tables' gradients), got role {'+'.join(self.role.role_list)} and reduction {self.reduction.data}"
+            )
+        for result in self.outputs:
+            for use in result.uses:
+                if use.operation.name != "sparse.lookup_update":
+                    raise VerifyException(
+                        f"coll.all_reduce: with_dense_grads results are ready only after backward; "
+                        f"they may feed only sparse.lookup_update, not {use.operation.name}"
+                    )
+                if use.operation.parent_block() is not self.parent_block():
+                    raise VerifyException(
+                        "coll.all_reduce: with_dense_grads results are ready only after backward; the "
+                        "updates they feed must be in its block (not in a sched.parallel lane)"
+                    )
 
 
 @irdl_op_definition

@@ -12,6 +12,10 @@ Within one region (forward or backward) of a step, pairs of collectives are fold
   unpacks become one reading both sides' members at shifted columns. Nothing is copied twice.
 - With role `input`, the exchanged groups' routes become one and their lengths, ids and weights
   one jagged exchange (`sparse.pack_ids` / `sparse.unpack_ids`; see `merge_inputs.py`).
+- With role `dense_grad`, the backward's replicated-table gradient all-reduce (role
+  `sparse_grad`, a sum) is marked `with_dense_grads`: it rides in the dense gradients'
+  all-reduce at the end of backward, and the tables' updates run after it. Refused (remark)
+  where its results feed anything but those updates (`dependency`) or it is not a sum.
 
 Feasibility checks, each refusal leaving a `#sched.remark` on the op that names the check:
 same group (`group`), same element type (`element-type`) and reduction (`reduction`), layout
@@ -30,7 +34,7 @@ from typing import cast
 
 import networkx as nx
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Attribute, Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -83,6 +87,31 @@ class AggregateComm(ModulePass):
                 merge_input_exchanges(step, self.max_bytes, batch)
             for region in (step.forward, step.backward):
                 _Merger(region.block, set(self.roles), self.max_bytes, batch).run()
+            if "dense_grad" in self.roles:
+                _ride_with_dense_grads(step)
+
+
+def _ride_with_dense_grads(step: StepOp) -> None:
+    """Mark the backward's replicated-table gradient all-reduces `with_dense_grads`: they join
+    the dense gradients' all-reduce at the end of backward (one collective less a step)."""
+    if step.world_size.data == 1:
+        return
+    for op in step.backward.block.ops:
+        if not isinstance(op, AllReduceOp) or op.role.role_list != ["sparse_grad"] or op.with_dense_grads:
+            continue
+        users = {use.operation.name for r in op.outputs for use in r.uses} - {"sparse.lookup_update"}
+        if op.reduction.data != "sum":
+            remark(op, AggregateComm.name, "reduction", "not merged with the dense gradients: not a sum")
+        elif users:
+            remark(
+                op,
+                AggregateComm.name,
+                "dependency",
+                f"not merged with the dense gradients: its results feed {', '.join(sorted(users))}, "
+                "which cannot wait for the end of backward",
+            )
+        else:
+            op.properties["with_dense_grads"] = UnitAttr()
 
 
 class _Merger:

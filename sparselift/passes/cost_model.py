@@ -203,8 +203,11 @@ def collective_messages(entry: CollectiveEntry) -> int:
 
 
 def collective(entry: CollectiveEntry, p: HardwareProfile) -> CostTerms:
-    """A collective of the step as its SRSV sizes it (busiest sender; `bytes`: most bytes one rank sends)."""
+    """A collective of the step as its SRSV sizes it (busiest sender; `bytes`: most bytes one rank sends).
+    One that rides in the dense gradients' all-reduce (`with_dense_grads`) costs only its bytes."""
     link = matrix_link_us(p, entry.bytes_matrix, entry.group_ranks)
+    if isinstance(entry.op, AllReduceOp) and entry.op.with_dense_grads is not None:
+        return CostTerms(coll_beta=link, bytes=entry.max_sent_bytes)
     return exchange(p, collective_messages(entry), link, entry.max_sent_bytes)
 
 

@@ -27,7 +27,9 @@ Feasibility checks, each refusal leaving a `#sched.remark` on the collective tha
   (SRSV estimates for the step's batch) may not exceed it; the largest exchange in flight at the
   peak stays synchronous until the schedule fits;
 - no-overlap: nothing independent to overlap: a collective whose wait would directly follow its start stays
-  synchronous; input exchanges are exempt (`TrainPipeline` starts them during the previous step).
+  synchronous; input exchanges are exempt (`TrainPipeline` starts them during the previous step);
+- with-dense-grads: an all-reduce that `aggregate-comm` put in the dense gradients' all-reduce
+  (`with_dense_grads`) has no start of its own: the runtime runs it with them.
 """
 
 from __future__ import annotations
@@ -113,7 +115,18 @@ class HideLatency(ModulePass):
             for c in candidates:
                 if c.group.size == 1:
                     remark(c, self.name, "world-size", "one-rank group: nothing travels")
-            candidates = [c for c in candidates if c.group.size > 1]
+                elif isinstance(c, AllReduceOp) and c.with_dense_grads is not None:
+                    remark(
+                        c,
+                        self.name,
+                        "with-dense-grads",
+                        "rides in the dense gradients' all-reduce: no start of its own",
+                    )
+            candidates = [
+                c
+                for c in candidates
+                if c.group.size > 1 and not (isinstance(c, AllReduceOp) and c.with_dense_grads is not None)
+            ]
             if candidates:
                 self._schedule(block, candidates, sizes)
         if self.backward and self.dense_grads:

@@ -41,7 +41,7 @@ from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from sparselift.ir.coll import WaitOp
+from sparselift.ir.coll import AllReduceOp, WaitOp
 from sparselift.ir.sched import DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
     FusedLookupOp,
@@ -126,8 +126,16 @@ def _tables(op: Operation) -> list[tuple]:
 
 
 def is_candidate(op: Operation) -> bool:
-    # A fused table gradient stays where generate-kernels put it (before its all-reduce).
+    # A fused table gradient stays where generate-kernels put it (before its all-reduce), and so
+    # does an update that waits for the dense gradients' all-reduce (it runs after backward).
+    if isinstance(op, LookupUpdateOp) and _rides_with_dense_grads(op):
+        return False
     return isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp | PackOp | FusedLookupOp | FusedLookupUpdateOp)
+
+
+def _rides_with_dense_grads(op: LookupUpdateOp) -> bool:
+    source = op.grad.owner if op.dense else None
+    return isinstance(source, AllReduceOp) and source.with_dense_grads is not None
 
 
 class _Sizes:

@@ -35,10 +35,22 @@ class _Pending:
         return self.finish()
 
 
-def all_to_all(plan: _Group, inputs, *, splits, role: str, batches: Sequence[int], async_op: bool = False):
+def all_to_all(
+    plan: _Group,
+    inputs,
+    *,
+    splits,
+    role: str,
+    batches: Sequence[int],
+    async_op: bool = False,
+    lengths_known: bool = False,
+):
     """A static-splits exchange: `splits[s][p]` elements per sample from rank `s` to `p`, the
     samples being those of the rank that owns them (`batches[r]`: rank `r`'s local batch): the
-    sender's for ids and pooled gradients, the receiver's for pooled outputs."""
+    sender's for ids and pooled gradients, the receiver's for pooled outputs.
+
+    `lengths_known` (bag lengths, when every rank's bags all hold one id, as agreed by the
+    step's batch check): every received length is 1, so nothing is sent."""
     x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
     r, world = plan.rank, plan.world
     if "output_pooled" in role.split("+"):  # from the tables' owners back to the samples' ranks
@@ -52,6 +64,9 @@ def all_to_all(plan: _Group, inputs, *, splits, role: str, batches: Sequence[int
             f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
             f"{tuple(batches)} make {sum(send)}"
         )
+    if lengths_known:
+        known = x.new_ones(sum(recv))
+        return _Pending([], lambda: (known,)) if async_op else (known,)
     out = x.new_empty(sum(recv))
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out,))

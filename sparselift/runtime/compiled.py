@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,27 +162,76 @@ class _GradBuckets:
         if self.pending[i] == 0:
             self._start(i)
 
-    def _start(self, i: int) -> None:
+    def _start(self, i: int, riders: Sequence[Rider] = ()) -> None:
         grads = []
         for p in self.buckets[i]:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.works[i] = (dist.all_reduce(flat, group=self.pg, async_op=True), flat, grads)
+        extra = [t.reshape(-1) for inputs, _ in riders for t in inputs]
+        flat = torch.cat([g.reshape(-1) for g in grads] + extra)
+        self.works[i] = (dist.all_reduce(flat, group=self.pg, async_op=True), flat, grads, riders)
 
-    def finish(self) -> None:
+    def finish(self, riders: Sequence[Rider] = ()) -> None:
+        """Wait for every bucket and write the averages back; then hand each rider its summed
+        tensors. Without `overlap` the riders travel in the one dense bucket (no collective of
+        their own); with it the buckets are already under way, so they get one all-reduce."""
+        alone = list(riders)
         for i in range(len(self.buckets)):
             if i not in self.works:  # a bucket with gradients that never arrived: zeros, same on every rank
-                self._start(i)
-        for work, flat, grads in self.works.values():
+                bucket = self.buckets[i]
+                with_riders = (
+                    not self.overlap
+                    and i == len(self.buckets) - 1
+                    and bool(bucket)
+                    and all(t.dtype == bucket[0].dtype for inputs, _ in alone for t in inputs)
+                )
+                self._start(i, alone if with_riders else ())
+                alone = [] if with_riders else alone
+        pending = reduce_riders(alone, self.pg, async_op=True) if alone else None
+        for work, flat, grads, carried in self.works.values():
             work.wait()
-            flat /= self.world
+            n = sum(g.numel() for g in grads)
+            flat[:n] /= self.world
             offset = 0
             for g in grads:
                 g.copy_(flat[offset : offset + g.numel()].view_as(g))
                 offset += g.numel()
+            _hand_over(carried, flat[n:])
+        if pending is not None:
+            pending()
         self.reset()
+
+
+Rider = tuple[Sequence[torch.Tensor], Callable[..., None]]
+"""Tensors to sum over the ranks with the dense gradients, and what to run with the sums
+(`rt.all_reduce_with_dense_grads`: replicated tables' gradients and their updates)."""
+
+
+def _hand_over(riders: Sequence[Rider], summed: torch.Tensor) -> None:
+    offset = 0
+    for inputs, then in riders:
+        views = []
+        for t in inputs:
+            views.append(summed[offset : offset + t.numel()].view_as(t).to(t.dtype))
+            offset += t.numel()
+        then(*views)
+
+
+def reduce_riders(riders: Sequence[Rider], pg, async_op: bool = False):
+    """The riders' own all-reduce (a sum), when no dense bucket carries them; `async_op`:
+    returns a function that waits and hands them over."""
+    flat = torch.cat([t.reshape(-1).to(torch.float32) for inputs, _ in riders for t in inputs])
+    work = dist.all_reduce(flat, group=pg, async_op=True)
+
+    def done() -> None:
+        work.wait()
+        _hand_over(riders, flat)
+
+    if async_op:
+        return done
+    done()
+    return None
 
 
 class CompiledModel(nn.Module):
@@ -254,8 +303,9 @@ class CompiledModel(nn.Module):
         if self.options.benchmark:
             self.runner.timing = dict.fromkeys(STAGES, 0.0)
             self.stage_times.append(self.runner.timing)
+        self.runner.take_riders()  # left by a backward that did not finish: never applied late
         outputs = self.runner.forward(*tensors)
-        if torch.is_grad_enabled() and (self.options.benchmark or (self.world > 1 and self.options.dense_sync)):
+        if torch.is_grad_enabled() and (self.options.benchmark or self.world > 1):
             for out in outputs:
                 if isinstance(out, torch.Tensor) and out.requires_grad:
                     out.register_hook(self._on_backward_start)
@@ -282,15 +332,14 @@ class CompiledModel(nn.Module):
 
     def _on_backward_end(self) -> None:
         self._sync_queued = False
+        riders = self.runner.take_riders()
         if self.world > 1 and self.options.dense_sync:
-            self._sync_dense_grads()
+            self._buckets.finish(riders)
+        elif riders:
+            reduce_riders(riders, self.pg)
         timing = self.runner.timing
         if timing is not None:
             timing["other_bwd"] = time.perf_counter() - self._backward_start - timing["sparse_bwd"]
-
-    def _sync_dense_grads(self) -> None:
-        """Finish the dense-gradient averaging that the buckets started during backward."""
-        self._buckets.finish()
 
     # -- checkpoints -----------------------------------------------------------------------
     def dense_named_parameters(self):

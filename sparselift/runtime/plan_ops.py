@@ -35,7 +35,16 @@ from sparselift.runtime.collectives import (
     wait,
 )
 from sparselift.runtime.reference import RouteFeature
-from sparselift.runtime.routing import BatchSizes, RouteInputs, check_batch, route, saved_batch_sizes
+from sparselift.runtime.routing import (
+    Agreement,
+    BatchSizes,
+    LocalCheck,
+    RidingAgreement,
+    RouteInputs,
+    check_batch,
+    route,
+    saved_batch_sizes,
+)
 
 __all__ = [
     "PlanBase",
@@ -56,6 +65,7 @@ __all__ = [
     "fused_lookup",
     "fused_lookup_update",
     "dense_update",
+    "all_reduce_with_dense_grads",
     "pack",
     "unpack",
     "pack_ids",
@@ -98,8 +108,11 @@ class PlanBase:
         self._ahead: dict[int, types.GeneratorType] = {}  # started by `start` for the next batch
         self._stage: dict[int, str | None] = {}  # the stage a started segment has reached
         self._finished: dict[int, object] = {}  # results of segments a prefetch ran to the end
-        self._routing: BatchSizes | None = None  # the agreed sizes of the batch being routed now
-        self._agreed_ahead: BatchSizes | None = None  # ... of the batch `start` began
+        # (gradients, then): replicated tables' gradients that ride in the dense gradients'
+        # all-reduce at the end of backward, and their updates (`all_reduce_with_dense_grads`).
+        self.riders: list[tuple[list[torch.Tensor], Any]] = []
+        self._routing: Agreement | None = None  # what the ranks agreed on the batch being routed now
+        self._agreed_ahead: Agreement | RidingAgreement | None = None  # ... on the batch `start` began
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -120,23 +133,35 @@ class PlanBase:
             return tuple(x for triple in out for x in triple if x is not None)
         return tuple(out) if isinstance(out, list | tuple) else (out,)
 
-    def check_batch(self, routes: Sequence[RouteInputs], ahead: bool = False) -> None:
+    def check_batch(self, routes: Sequence[RouteInputs], ahead: bool = False, ride: bool = False) -> None:
         """Check this batch and agree on every rank's batch size, once per step (`routing`).
 
         `ahead=True` (from `start`): for the next batch, whose forward then reuses the agreement
-        instead of making another."""
+        instead of making another. `ride=True` (a plan that starts nothing ahead): the agreement
+        rides in this step's dense-gradient all-reduce (`routing.RidingAgreement`)."""
         if not ahead and self._agreed_ahead is not None:
-            self._routing, self._agreed_ahead = self._agreed_ahead, None
+            agreed, self._agreed_ahead = self._agreed_ahead, None
+            self._routing = agreed.resolve(self) if isinstance(agreed, RidingAgreement) else agreed
+            return
+        if ahead and ride and self.world > 1:
+            riding = RidingAgreement(LocalCheck(routes), self.rank, self.world)
+            self.riders.append(([riding.slots], riding.receive))
+            self._agreed_ahead = riding
             return
         self._routing = check_batch(self, routes)
         if ahead:
             self._agreed_ahead = self._routing
 
-    def batch_sizes(self) -> BatchSizes:
-        """The agreed sizes of the batch being routed (for `route(..., checked=True)`)."""
+    def take_riders(self) -> list[tuple[list[torch.Tensor], Any]]:
+        """The riders this backward left for the dense gradients' all-reduce (and forget them)."""
+        riders, self.riders = self.riders, []
+        return riders
+
+    def batch_sizes(self, route: int) -> BatchSizes:
+        """The agreed sizes of the batch being routed, for its checked route `route`."""
         if self._routing is None:
             raise RuntimeError("sparselift: a checked route ran before the plan's check_batch")
-        return self._routing
+        return self._routing.route(route)
 
     def segment(self, index: int, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         n_out = self.SEGMENTS[index][0]  # type: ignore[attr-defined]
@@ -647,6 +672,16 @@ def fused_lookup_grad(
     for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
         v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, bags.batch, p))
     return views
+
+
+def all_reduce_with_dense_grads(plan: PlanBase, inputs, *, then) -> None:
+    """Sum `inputs` over the ranks in the dense gradients' all-reduce at the end of backward,
+    then run `then(*sums)` (the replicated tables' updates; `coll.all_reduce` with
+    `with_dense_grads`). One rank: nothing to sum, `then` runs now."""
+    if plan.world == 1:
+        then(*inputs)
+    else:
+        plan.riders.append((list(inputs), then))
 
 
 def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):

@@ -11,10 +11,19 @@ the batch, then one small all-to-all sends each rank's batch size, or -1 where i
 failed. A failure is raised on every rank (`raise_if_any_failed`, with the failing rank's
 message). The plan module calls it once per batch, before the first sparse segment (and in
 `start` for a batch whose input exchanges start ahead; that batch's forward then reuses the
-agreement). `route(..., checked=True)` then only buckets the ids, with no collective.
+agreement). `route(..., checked=k)` then only buckets the ids, with no collective.
+
+The agreement also says, per route, whether every rank's bags all hold exactly one id (one-hot
+features, like all of Criteo's). Then every bag length is 1, known on every rank, and the
+lengths exchange is skipped (`collectives.all_to_all(..., lengths_known=True)`): one collective
+less a step, and the ids exchange is sized from the batch sizes.
 
 A route whose inputs are not all known before the first segment (ids computed from a segment's
-outputs) is emitted with `checked=False`: it checks and agrees on its own.
+outputs) is emitted without `checked`: it checks and agrees on its own.
+
+Under `TrainPipeline`, a plan with nothing to start ahead checks the next batch in `start`
+(`ride=True`) and its agreement rides in the current step's dense-gradient all-reduce
+(`RidingAgreement`): then a step has no collective of its own for the agreement at all.
 """
 
 from __future__ import annotations
@@ -38,11 +47,15 @@ class BatchSizes:
 
     Every exchange and buffer is sized per step and per peer: `own` is this rank's batch,
     `ranks` every rank's (agreed by `check_batch`, or by a route that checks on its own).
+    `one_id`: every rank's bags of this route hold exactly one id (all of Criteo's features), so
+    every bag length is 1 and the lengths exchange has nothing to tell (`all_to_all(...,
+    lengths_known=True)`).
     """
 
-    def __init__(self, own: int, ranks: tuple[int, ...]):
+    def __init__(self, own: int, ranks: tuple[int, ...], one_id: bool = False):
         self.own = own
         self.ranks = ranks
+        self.one_id = one_id
 
     def saved(self) -> torch.Tensor:
         """For backward (a saved tensor of the segment): `own`, then `ranks`."""
@@ -55,53 +68,128 @@ def saved_batch_sizes(saved: torch.Tensor) -> BatchSizes:
     return BatchSizes(values[0], tuple(values[1:]))
 
 
-def agree(plan: Any, own: int, error: Exception | None, device: torch.device) -> BatchSizes:
-    """Every rank's batch size; raises `error` (or the failing rank's) on every rank."""
+class Agreement:
+    """What every rank said about one batch: its size, and per checked route whether all of
+    its bags hold one id (a bit mask over the routes, ANDed over the ranks)."""
+
+    def __init__(self, own: int, ranks: tuple[int, ...], one_id_mask: int = 0):
+        self.own, self.ranks, self.one_id_mask = own, ranks, one_id_mask
+
+    def route(self, index: int) -> BatchSizes:
+        """The sizes as checked route `index` (its position in `check_batch`'s list) uses them."""
+        return BatchSizes(self.own, self.ranks, one_id=bool(self.one_id_mask >> index & 1))
+
+
+def agree(plan: Any, own: int, error: Exception | None, device: torch.device, one_id_mask: int = 0) -> Agreement:
+    """Every rank's batch size and the AND of their one-id masks; raises `error` (or the
+    failing rank's) on every rank."""
     if plan.world == 1:
         if error is not None:
             raise error
-        return BatchSizes(own, (own,))
-    send = torch.full((plan.world,), -1 if error is not None else own, dtype=torch.int64, device=device)
-    ranks = exchange_sizes(plan, send)[0]
-    if error is not None or bool((ranks < 0).any()):
+        return Agreement(own, (own,), one_id_mask)
+    # Per peer: (this rank's batch, or -1 where its checks failed; its one-id mask).
+    send = torch.tensor([-1 if error is not None else own, one_id_mask] * plan.world, dtype=torch.int64, device=device)
+    said = exchange_sizes(plan, send)[0].view(plan.world, 2)
+    if error is not None or bool((said[:, 0] < 0).any()):
         raise_if_any_failed(error, plan.pg, plan.world)
-    return BatchSizes(own, tuple(int(b) for b in ranks.tolist()))
+    mask = one_id_mask
+    for m in said[:, 1].tolist():
+        mask &= int(m)
+    return Agreement(own, tuple(int(b) for b in said[:, 0].tolist()), mask)
 
 
-def check_batch(plan: Any, routes: Sequence[RouteInputs]) -> BatchSizes:
+class LocalCheck:
+    """One rank's verdict on its batch, before any rank knows the others': its size, its error
+    (None when it passed) and its one-id mask."""
+
+    def __init__(self, routes: Sequence[RouteInputs]):
+        first_offsets = routes[0][2][0]
+        self.own, self.device = first_offsets.numel() - 1, first_offsets.device
+        self.error: Exception | None = None
+        self.one_id_mask = 0
+        try:
+            for k, (spec, ids, offsets, weights) in enumerate(routes):
+                lengths = ref.validate_features(spec, ids, offsets, self.own)
+                _check_weights(spec, ids, weights)
+                if lengths is not None and bool((lengths == 1).all()):
+                    self.one_id_mask |= 1 << k
+        except Exception as e:  # noqa: BLE001 - raised by `agree`, on every rank
+            self.error = e
+
+    def agree(self, plan: Any) -> Agreement:
+        return agree(plan, self.own, self.error, self.device, self.one_id_mask)
+
+
+def check_batch(plan: Any, routes: Sequence[RouteInputs]) -> Agreement:
     """Check every route's features against this rank's batch (the first route's), then agree
-    on the batch sizes and the outcome with every rank: one collective for the whole step."""
-    first_offsets = routes[0][2][0]
-    own = first_offsets.numel() - 1
-    error = None
-    try:
-        for spec, ids, offsets, weights in routes:
-            ref.validate_features(spec, ids, offsets, own)
-            _check_weights(spec, ids, weights)
-    except Exception as e:  # noqa: BLE001 - raised by `agree`, on every rank
-        error = e
-    return agree(plan, own, error, first_offsets.device)
+    on the batch sizes, the outcome and which routes' bags all hold one id with every rank: one
+    collective for the whole step."""
+    return LocalCheck(routes).agree(plan)
+
+
+class RidingAgreement:
+    """The next batch's agreement, carried by this step's dense-gradient all-reduce.
+
+    A step's dense gradients are summed over the ranks at the end of backward anyway. Rank `r`
+    writes its next batch's verdict into its own two slots of a zero vector (`batch + 1`, or 0
+    where its checks failed; its one-id mask) and the vector rides in that all-reduce
+    (`all_reduce_with_dense_grads`): each slot is written by one rank, so the sum is every
+    rank's verdict, exact in float32 (sizes and masks below 2^24). The next forward then needs
+    no collective of its own to agree. If no backward carried it (`received` stays None), that
+    forward agrees the usual way."""
+
+    def __init__(self, local: LocalCheck, rank: int, world: int):
+        if local.own + 1 >= 1 << 24 or local.one_id_mask >= 1 << 24:
+            raise ValueError("sparselift: a batch too large to agree on in float32 slots")
+        self.local = local
+        self.slots = torch.zeros(2 * world, dtype=torch.float32)
+        self.slots[2 * rank] = 0.0 if local.error is not None else float(local.own + 1)
+        self.slots[2 * rank + 1] = float(local.one_id_mask)
+        self.received: torch.Tensor | None = None
+
+    def receive(self, summed: torch.Tensor) -> None:
+        self.received = summed.detach().clone()
+
+    def resolve(self, plan: Any) -> Agreement:
+        """The agreement: carried (raising a failure on every rank, with its message), or made now."""
+        if self.received is None:
+            return self.local.agree(plan)
+        said = [int(round(float(x))) for x in self.received.tolist()]
+        sizes, masks = said[0::2], said[1::2]
+        if self.local.error is not None or min(sizes) == 0:
+            raise_if_any_failed(self.local.error, plan.pg, plan.world)
+        mask = self.local.one_id_mask
+        for m in masks:
+            mask &= m
+        return Agreement(self.local.own, tuple(b - 1 for b in sizes), mask)
 
 
 def route(
-    plan: Any, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype=torch.int64, checked: bool = False
+    plan: Any,
+    spec: Sequence[RouteFeature],
+    ids,
+    offsets,
+    weights,
+    index_dtype=torch.int64,
+    checked: int | None = None,
 ):
     """Route this rank's batch: its lengths, ids, splits and weights, and the step's `BatchSizes`.
 
-    `checked=True`: the plan's `check_batch` has checked these features and agreed on the sizes
-    (`plan.batch_sizes()`), so this is local work only. Otherwise the route checks its own
-    features and agrees on its own (one small all-to-all)."""
-    if checked:
-        return (*_route(plan, spec, ids, offsets, weights, index_dtype, check_ids=False), plan.batch_sizes())
+    `checked=k`: the plan's `check_batch` has checked these features as its route `k` and agreed
+    on the sizes (`plan.batch_sizes(k)`), so this is local work only. Otherwise (None) the route
+    checks its own features and agrees on its own (one small all-to-all)."""
+    if checked is not None:
+        routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=False)
+        return (*routed, plan.batch_sizes(checked))
     error, routed = None, None
     try:
         _check_weights(spec, ids, weights)
         routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=True)
     except Exception as e:  # noqa: BLE001 - raised by `agree`, on every rank
         error = e
-    batches = agree(plan, offsets[0].numel() - 1, error, offsets[0].device)
+    agreed = agree(plan, offsets[0].numel() - 1, error, offsets[0].device)
     assert routed is not None  # `agree` raised the error
-    return (*routed, batches)
+    return (*routed, agreed.route(0))
 
 
 def _check_weights(spec: Sequence[RouteFeature], ids, weights) -> None:
@@ -136,4 +224,14 @@ def _route(plan: Any, spec: Sequence[RouteFeature], ids, offsets, weights, index
     )
 
 
-__all__ = ["BatchSizes", "RouteInputs", "agree", "check_batch", "route", "saved_batch_sizes"]
+__all__ = [
+    "Agreement",
+    "BatchSizes",
+    "LocalCheck",
+    "RidingAgreement",
+    "RouteInputs",
+    "agree",
+    "check_batch",
+    "route",
+    "saved_batch_sizes",
+]

@@ -17,13 +17,15 @@ class SmallModel(nn.Module):
         return self.top(torch.cat([dense, *pooled], dim=1))
 
 
-def _batch(batch_size: int, seed: int, id_dtype: torch.dtype, empty_first_bag: bool):
+def _batch(batch_size: int, seed: int, id_dtype: torch.dtype, empty_first_bag: bool, one_hot: bool = False):
     torch.manual_seed(0)  # same weights whatever the data seed
     model = SmallModel()
     g = torch.Generator().manual_seed(seed)
     ids, offsets = [], []
     for e in model.emb:
         lengths = torch.randint(0, 4, (batch_size,), generator=g)
+        if one_hot:
+            lengths = torch.ones(batch_size, dtype=torch.int64)
         if empty_first_bag:
             lengths[0] = 0
             lengths[1] = max(int(lengths[1]), 1)
@@ -40,3 +42,12 @@ def any_batch(rows_cap=None, batch_size=8, seed=0):
 def int32_empty_bags(rows_cap=None, batch_size=8, seed=0):
     """int32 ids and offsets, with some empty bags in every feature."""
     return _batch(batch_size, seed, torch.int32, empty_first_bag=True)
+
+
+def one_hot_mostly(rows_cap=None, batch_size=8, seed=0):
+    """One id per bag, except on rank 0 at odd steps (bags of 0-3 ids). With the parity runs'
+    seeds (1000 + 17 * step + rank): at even steps every rank is one-hot (the lengths exchange is
+    skipped), at odd steps one rank is not (it is not skipped)."""
+    step, rank = divmod(seed - 1000, 17)
+    multi = seed >= 1000 and step % 2 == 1 and rank == 0
+    return _batch(batch_size, seed, torch.int64, empty_first_bag=False, one_hot=not multi)

@@ -4,7 +4,8 @@ A DLRM on `auto` placement has two sharding groups (table-wise and replicated), 
 step. Each used to end in its own all-to-all of the batch sizes, and each of these synchronized
 the ranks (bench/RESULTS.md: 4.3 ms a step at Kaggle's real size). The plan module now checks
 every route's features and agrees once, before the first segment (`PlanBase.check_batch`), or
-in `start` for a pipelined batch, whose forward reuses that agreement.
+in `start` for a pipelined batch, whose forward reuses that agreement. The agreement also says
+whether every rank's bags all hold one id (Criteo's do): then the lengths exchange is skipped.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from sparselift.runtime import routing
 PASSES = "generate-kernels,hide-latency"
 
 
-def _count_agreements(monkeypatch_target) -> list[int]:
+def _count_calls(owner, name: str) -> list[int]:
+    """Count the calls of `owner.name` from now on (in this spawned rank only)."""
     calls = [0]
-    original = monkeypatch_target.exchange_sizes
+    original = getattr(owner, name)
 
-    def counted(plan, send, async_op=False):
+    def counted(*args, **kwargs):
         calls[0] += 1
-        return original(plan, send, async_op)
+        return original(*args, **kwargs)
 
-    monkeypatch_target.exchange_sizes = counted
+    setattr(owner, name, counted)
     return calls
 
 
@@ -41,16 +43,26 @@ def _worker(rank, world, cache, passes):
         options=sparselift.CompileOptions(passes=passes, plan="none", cache_dir=cache),
     )
     source = compiled.plan.source
-    calls = _count_agreements(routing)
+    calls = _count_calls(routing, "exchange_sizes")
+    exchanges = _count_calls(torch.distributed, "all_to_all_single")
+    reduces = _count_calls(torch.distributed, "all_reduce")
     dense = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=0.1)
     batches = [(build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=s)[1], None) for s in range(1, 6)]
     pipeline = sparselift.TrainPipeline(compiled, dense, iter(batches), lambda out, _: F.softplus(out).mean())
-    per_step = []
+    per_step, all_to_alls, all_reduces = [], [], []
     for _ in range(4):
-        before = calls[0]
+        before, exchanged, reduced = calls[0], exchanges[0], reduces[0]
         pipeline.progress()
         per_step.append(calls[0] - before)
-    return {"routes": source.count("rt.route("), "checked": source.count("checked=True"), "per_step": per_step}
+        all_to_alls.append(exchanges[0] - exchanged)
+        all_reduces.append(reduces[0] - reduced)
+    return {
+        "routes": source.count("rt.route("),
+        "checked": source.count("checked="),
+        "per_step": per_step,
+        "all_to_alls": all_to_alls,
+        "all_reduces": all_reduces,
+    }
 
 
 def test_a_pipelined_step_with_two_routes_agrees_once(tmp_path):
@@ -61,7 +73,17 @@ def test_a_pipelined_step_with_two_routes_agrees_once(tmp_path):
         assert r["per_step"] == [2, 1, 1, 1]
 
 
-def test_an_unpipelined_step_with_two_routes_agrees_once(tmp_path):
-    for r in sparselift.launch(_worker, 2, str(tmp_path), "generate-kernels", timeout_s=240):
+def test_with_nothing_to_start_ahead_the_agreement_rides_in_the_dense_all_reduce(tmp_path):
+    passes = "aggregate-comm{roles=dense_grad},generate-kernels"  # replicated tables' gradients ride too
+    for r in sparselift.launch(_worker, 2, str(tmp_path), passes, timeout_s=240):
         assert r["routes"] == 2 and r["checked"] == 2
-        assert r["per_step"] == [1, 1, 1, 1]  # no `start` ops: each forward checks its own batch
+        # The first batch is checked by its own forward (no backward came between its `start`
+        # and its forward); every later batch's agreement rode in the previous step's
+        # dense-gradient all-reduce: no collective of its own.
+        assert r["per_step"] == [1, 0, 0, 0]
+        # Criteo's bags hold one id each, so the lengths exchange is skipped too: the ids, the
+        # pooled outputs and their gradients are a steady step's three all-to-alls.
+        assert r["all_to_alls"] == [4, 3, 3, 3]
+        # One all-reduce a step: the dense gradients' one bucket, carrying the replicated tables'
+        # gradients and the next batch's agreement. A steady step has four collectives in all.
+        assert r["all_reduces"] == [1, 1, 1, 1]

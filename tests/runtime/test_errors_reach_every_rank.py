@@ -149,12 +149,15 @@ def _progress_until_failure(pipeline, tables) -> tuple[tuple[str, str, float], b
             return outcome, all(torch.equal(t, before[k]) for k, t in tables.items())
 
 
-def _pipeline_with_a_bad_batch(rank, world, cache):
+def _pipeline_with_a_bad_batch(rank, world, cache, passes):
     model, inputs = build("two-tower", rows_cap=100, batch_size=4)
     # hide-latency: each batch is routed, and its ids exchange started, during the previous step.
-    options = sparselift.CompileOptions(cache_dir=cache, plan="none", passes="hide-latency")
+    # Without it, each batch is checked during the previous step and the ranks' verdicts ride in
+    # that step's dense-gradient all-reduce (the error surfaces in the bad batch's own forward).
+    options = sparselift.CompileOptions(cache_dir=cache, plan="none", passes=passes)
     compiled = sparselift.compile(model, inputs, sharding="table_wise", options=options)
-    assert "ahead=True" in compiled.plan.source, "the plan does not route batches ahead"
+    assert "ahead=True" in compiled.plan.source, "the plan does not check batches ahead"
+    assert ("ride=True" in compiled.plan.source) == (passes == ""), "the agreement rides iff nothing starts ahead"
     dense = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=0.1)
     batches = [(inputs, None), (inputs, None), (_bad(inputs, rank, 2, "id"), None), (inputs, None)]
     pipeline = sparselift.TrainPipeline(compiled, dense, iter(batches), lambda out, _: out.sum())
@@ -162,8 +165,9 @@ def _pipeline_with_a_bad_batch(rank, world, cache):
 
 
 @pytest.mark.timeout(240)
-def test_three_ranks_a_bad_prefetched_batch_on_the_last_rank_fails_every_rank(tmp_path):
-    ranks = sparselift.launch(_pipeline_with_a_bad_batch, 3, str(tmp_path), timeout_s=TIMEOUT_S)
+@pytest.mark.parametrize("passes", ["hide-latency", ""], ids=["started-ahead", "agreement-rides"])
+def test_three_ranks_a_bad_prefetched_batch_on_the_last_rank_fails_every_rank(tmp_path, passes):
+    ranks = sparselift.launch(_pipeline_with_a_bad_batch, 3, str(tmp_path), passes, timeout_s=TIMEOUT_S)
     failed = [r[0] for r in ranks]
     assert {f[0] for f in failed} == {"ValueError"}, failed
     assert len({f[1] for f in failed}) == 1 and failed[0][1].startswith("rank 2: feature 'user_indices_0'"), failed

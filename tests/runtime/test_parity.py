@@ -23,6 +23,8 @@ CASES = [
         id="ws2-int32-empty-bags-adagrad",
     ),
     pytest.param("two-tower", 3, "auto", ("rowwise_adagrad", 0.1, 1e-8), 200, id="ws3-auto-adagrad"),
+    # One-hot bags on every rank skip the lengths exchange; a step where one rank is not does not.
+    pytest.param("parity_models:one_hot_mostly", 3, "table_wise", ("sgd", 0.05, 0.0), 200, id="ws3-one-hot-steps"),
 ]
 
 
@@ -49,6 +51,7 @@ def test_reference_lowering_matches_single_process(model, world, sharding, optim
     [
         pytest.param("dlrm-kaggle", 2, "auto", id="ws2-kaggle-pipelined"),
         pytest.param("two-tower", 3, "table_wise", id="ws3-two-tower-pipelined"),
+        pytest.param("parity_models:one_hot_mostly", 2, "table_wise", id="ws2-one-hot-steps-pipelined"),
     ],
 )
 def test_train_pipeline_matches_single_process(model, world, sharding):
@@ -64,6 +67,8 @@ def test_train_pipeline_matches_single_process(model, world, sharding):
         # Two towers, table-wise: pooled outputs and pooled gradients merge across the towers.
         pytest.param("two-tower", 2, "table_wise", id="ws2-all-to-alls"),
         pytest.param("two-tower", 3, "auto", id="ws3-mixed"),
+        # Replicated tables' gradients riding in the dense gradients' all-reduce (dense_grad).
+        pytest.param("dlrm-kaggle", 3, "auto", id="ws3-kaggle-with-dense-grads"),
     ],
 )
 def test_aggregate_comm_matches_single_process(model, world, sharding):

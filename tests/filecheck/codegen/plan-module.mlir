@@ -27,7 +27,10 @@
 // HIDE-NEXT:     = self.segment(0, [
 // CHECK-NEXT:    self.dense("dense_post"
 // CHECK:       def start(self, *inputs):
-// SYNC:          pass
+// With nothing to start ahead, `start` only checks the next batch: its agreement rides in this
+// step's dense-gradient all-reduce (no collective of its own).
+// SYNC:          self.dense("sparse_inputs"
+// SYNC-NEXT:     self.check_batch([(ROUTE_[[R]], {{.*}})], ahead=True, ride=True)
 // `start` checks the next batch and agrees on its sizes; that batch's forward reuses them.
 // HIDE:          self.dense("sparse_inputs"
 // HIDE-NEXT:     self.check_batch([(ROUTE_[[R]], {{.*}})], ahead=True)
@@ -36,13 +39,15 @@
 // Every rank's batch size this step (batches may differ across ranks and steps), agreed by
 // `check_batch` together with whether every rank's batch is valid: the exchanges and buffers
 // below are sized by it, per peer.
-// CHECK:         , batches = rt.route(self, ROUTE_[[R]], {{.*}}, checked=True)
+// CHECK:         , batches = rt.route(self, ROUTE_[[R]], {{.*}}, checked=0)
 // Lengths first, then the indices with receive sizes taken from the received lengths (no
 // separate sizes exchange). Asynchronous after hide-latency: the bottom MLP runs meanwhile.
-// SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks)
+// When every rank's bags all hold one id (the batch check agreed on it), the lengths are all 1
+// and nothing is exchanged.
+// SYNC-NEXT:     [[LV:v[0-9]+]], = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks, lengths_known=batches.one_id)
 // SYNC-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]], batches.ranks)
 // SYNC-NEXT:     {{v[0-9]+}}, {{v[0-9]+}} = rt.all_to_all_dynamic(self, [{{v[0-9]+}}], {{v[0-9]+}}, [[RS]], role='input_indices')
-// HIDE-NEXT:     [[L:v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks, async_op=True)
+// HIDE-NEXT:     [[L:v[0-9]+]] = rt.all_to_all(self, [{{v[0-9]+}}], splits=SPLITS_{{[0-9]+}}, role='input_lengths', batches=batches.ranks, lengths_known=batches.one_id, async_op=True)
 // HIDE-NEXT:     yield "lengths"
 // HIDE-NEXT:     [[LV:v[0-9]+]] = rt.wait([[L]])[0]
 // HIDE-NEXT:     [[RS:rs_v[0-9]+]] = rt.recv_splits(self, [[LV]], batches.ranks)

@@ -1,5 +1,6 @@
 // RUN: sparselift-opt %s --split-input-file -p aggregate-comm | filecheck %s
 // RUN: sparselift-opt %s --split-input-file -p 'aggregate-comm{roles=dense_grad}' | filecheck %s --check-prefix=ROLES
+// RUN: sparselift-opt %s --split-input-file -p 'aggregate-comm{roles=sparse_grad}' | filecheck %s --check-prefix=SPARSE
 // RUN: sparselift-opt %s --split-input-file -p 'aggregate-comm{max-bytes=100}' | filecheck %s --check-prefix=CAP
 // RUN: not sparselift-opt %s -p 'aggregate-comm{roles=input_indices}' 2>&1 | filecheck %s --check-prefix=BADROLE
 // RUN: sparselift-opt %S/../inputs/torchrec-ebc-ws2.mlir -p lift-sparse,aggregate-comm | filecheck %s --check-prefix=TORCHREC
@@ -8,19 +9,24 @@
 // BADROLE: aggregate-comm: cannot aggregate role 'input_indices'; supported: input, output_pooled, grad_pooled, sparse_grad, dense_grad
 
 // Two replicated groups' gradient all-reduces become one; the update that used the first
-// one's result moves after the merged collective.
+// one's result moves after the merged collective. With the `dense_grad` role (in the default
+// roles) the merged all-reduce rides in the dense gradients' all-reduce: `with_dense_grads`.
 // CHECK-LABEL: sched.step @two_groups
 // CHECK:       %[[A:[0-9a-z_]+]] = sparse.lookup_grad {{.*}} table = #sparse.table<"a"
 // CHECK:       %[[B:[0-9a-z_]+]] = sparse.lookup_grad {{.*}} table = #sparse.table<"b"
-// CHECK-NEXT:  %[[RA:[0-9a-z_]+]], %[[RB:[0-9a-z_]+]] = coll.all_reduce %[[A]], %[[B]] on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga+gb"} : tensor<10x4xf32>, tensor<6x4xf32> -> tensor<10x4xf32>, tensor<6x4xf32>
+// CHECK-NEXT:  %[[RA:[0-9a-z_]+]], %[[RB:[0-9a-z_]+]] = coll.all_reduce %[[A]], %[[B]] on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "ga+gb"} : tensor<10x4xf32>, tensor<6x4xf32> -> tensor<10x4xf32>, tensor<6x4xf32>
 // CHECK-NEXT:  sparse.lookup_update grad %[[RA]] table = #sparse.table<"a"
 // CHECK-NEXT:  sparse.lookup_update grad %[[RB]] table = #sparse.table<"b"
 // CHECK-NOT:   coll.all_reduce
+// `dense_grad` alone: not merged with each other, each rides with the dense gradients.
 // ROLES-LABEL: sched.step @two_groups
-// ROLES-COUNT-2: coll.all_reduce {{.*}} role #coll.role<sparse_grad>
+// ROLES-COUNT-2: coll.all_reduce {{.*}} role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "g{{a|b}}"}
+// `sparse_grad` alone: merged, with a collective of its own.
+// SPARSE-LABEL: sched.step @two_groups
+// SPARSE:       coll.all_reduce %{{.*}}, %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "ga+gb"}
 // CAP-LABEL:   sched.step @two_groups
-// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "ga"}
-// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "gb", remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: the merged buffer would hold 256 bytes, over max-bytes 100">}
+// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "ga"}
+// CAP:         coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "gb", remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: the merged buffer would hold 256 bytes, over max-bytes 100">}
 sched.step @two_groups world_size = 2 outputs = 0 {
 ^bb0(%fl: tensor<?xi32>, %fi: tensor<?xi64>, %fa: tensor<?x4xf32>, %fb: tensor<?x4xf32>):
   sched.yield %fl, %fi, %fa, %fb : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>, tensor<?x4xf32>
@@ -100,7 +106,7 @@ sched.step @ordering world_size = 2 outputs = 0 {
 }
 
 // TORCHREC:      } backward {
-// TORCHREC:      coll.all_reduce %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "weighted_ebc/data_parallel+ebc/data_parallel"}
+// TORCHREC:      coll.all_reduce %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "weighted_ebc/data_parallel+ebc/data_parallel"}
 // TORCHREC-NOT:  coll.all_reduce
 
 // -----
@@ -151,3 +157,22 @@ sched.step @not_packed world_size = 2 outputs = 2 {
 // TOWERS:        } backward {
 // TOWERS:        coll.all_to_all %{{[0-9]+}} on #coll.group<[0, 1]> role #coll.role<grad_pooled> {{.*}} {group = "item/table_wise+user/table_wise"}
 // TOWERS-NOT:    role #coll.role<grad_pooled>
+
+// -----
+
+// A replicated table's gradient whose sum feeds anything but its update cannot wait for the
+// dense gradients at the end of backward: left with a collective of its own, with the remark.
+// CHECK-LABEL: sched.step @sum_read_elsewhere
+// CHECK:       coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" {group = "ga", remark = #sched.remark<"aggregate-comm", "dependency", "not merged with the dense gradients: its results feed coll.all_reduce, which cannot wait for the end of backward">}
+// CHECK:       coll.all_reduce %{{.*}} role #coll.role<sparse_grad> reduce "sum" with_dense_grads
+sched.step @sum_read_elsewhere world_size = 2 outputs = 0 {
+^bb0(%fl: tensor<?xi32>, %fi: tensor<?xi64>, %fa: tensor<?x4xf32>):
+  sched.yield %fl, %fi, %fa : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+} backward {
+^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %ga: tensor<?x4xf32>):
+  %a = sparse.lookup_grad %l, %i grad %ga table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<10x4xf32>
+  %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga"} : tensor<10x4xf32> -> tensor<10x4xf32>
+  %rra = coll.all_reduce %ra on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga"} : tensor<10x4xf32> -> tensor<10x4xf32>
+  sparse.lookup_update grad %rra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x4xf32>
+  sched.yield
+}

@@ -86,10 +86,13 @@
 // KAGGLE-NEXT:    sched.dense @dense_pre
 // KAGGLE:         sparse.fused_lookup {{.*}} {group = "emb_l/data_parallel"}
 // KAGGLE:         coll.wait
+// The replicated tables' gradients ride in the dense gradients' all-reduce (aggregate-comm's
+// dense_grad role): no start of their own.
 // KAGGLE:       } backward {
-// KAGGLE:         coll.all_reduce_start
+// KAGGLE-NOT:     coll.all_reduce_start
+// KAGGLE:         coll.all_reduce {{.*}} with_dense_grads {{.*}}#sched.remark<"hide-latency", "with-dense-grads", "rides in the dense gradients' all-reduce: no start of its own">
 // KAGGLE:         coll.all_to_all_start {{.*}}grad_pooled
-// KAGGLE-NEXT:    sched.dense @dense_pre
+// KAGGLE:         sched.dense @dense_pre
 
 sched.step @hide world_size = 2 outputs = 1 attributes {batch = "64"} {
 ^bb0(%x: tensor<?x4xf32>, %i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>, %i2: tensor<?xi64>, %o2: tensor<?xi64>):

@@ -99,6 +99,14 @@ func.func @all_reduce(%g: tensor<1024xf32>, %s: tensor<?x16xf16>) -> (tensor<102
   func.return %a, %b : tensor<1024xf32>, tensor<?x16xf16>
 }
 
+// A replicated table's gradient riding in the dense gradients' all-reduce (`with_dense_grads`).
+// CHECK-LABEL: func.func @all_reduce_with_dense_grads(%g: tensor<10x4xf32>) {
+// CHECK-NEXT:    %r = coll.all_reduce %g on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" with_dense_grads : tensor<10x4xf32> -> tensor<10x4xf32>
+func.func @all_reduce_with_dense_grads(%g: tensor<10x4xf32>) {
+  %r = coll.all_reduce %g on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" with_dense_grads : tensor<10x4xf32> -> tensor<10x4xf32>
+  func.return
+}
+
 // reduce_scatter: dim 0 of the input is the group size times dim 0 of the result.
 // CHECK-LABEL: func.func @reduce_scatter(%g: tensor<8x16xf32>, %h: tensor<?x4xbf16>) -> (tensor<4x16xf32>, tensor<?x4xbf16>) {
 // CHECK-NEXT:    %a = coll.reduce_scatter %g on #coll.group<[0, 1]> role #coll.role<grad_pooled> reduce "sum" : tensor<8x16xf32> -> tensor<4x16xf32>

@@ -315,6 +315,32 @@ func.func @reduce_scatter_element_type(%x: tensor<8xf32>) -> tensor<4xf16> {
 
 // -----
 
+// with_dense_grads is for replicated tables' gradients: role sparse_grad, a sum.
+// CHECK: coll.all_reduce: with_dense_grads needs role sparse_grad and reduction sum (replicated tables' gradients), got role dense_grad and reduction sum
+func.func @with_dense_grads_role(%x: tensor<64xf32>) {
+  %y = coll.all_reduce %x on #coll.group<[0, 1]> role #coll.role<dense_grad> reduce "sum" with_dense_grads : tensor<64xf32> -> tensor<64xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: coll.all_reduce: with_dense_grads needs role sparse_grad and reduction sum (replicated tables' gradients), got role sparse_grad and reduction mean
+func.func @with_dense_grads_mean(%x: tensor<64xf32>) {
+  %y = coll.all_reduce %x on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "mean" with_dense_grads : tensor<64xf32> -> tensor<64xf32>
+  func.return
+}
+
+// -----
+
+// Its sums exist only after backward: only table updates may read them.
+// CHECK: coll.all_reduce: with_dense_grads results are ready only after backward; they may feed only sparse.lookup_update, not func.return
+func.func @with_dense_grads_read_elsewhere(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %y = coll.all_reduce %x on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" with_dense_grads : tensor<64xf32> -> tensor<64xf32>
+  func.return %y : tensor<64xf32>
+}
+
+// -----
+
 // A role invalid for the operand type: input_lengths on f32 data.
 // CHECK: coll.all_reduce: role 'input_lengths' needs integer data, got f32
 func.func @all_reduce_role(%x: tensor<64xf32>) -> tensor<64xf32> {

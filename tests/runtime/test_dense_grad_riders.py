@@ -1,0 +1,69 @@
+"""Replicated tables' gradients riding in the dense gradients' all-reduce (`with_dense_grads`).
+
+`aggregate-comm`'s `dense_grad` role drops the replicated tables' own all-reduce: their
+gradients travel in the dense gradients' one bucket at the end of backward, and their updates
+run after it. Where no dense bucket carries them (overlapped buckets, `dense_sync=False`), they
+get an all-reduce of their own. Every way must update the tables exactly as before.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sparselift
+from sparselift.models.registry import build
+
+
+def _worker(rank, world, cache, passes, dense_sync):
+    torch.manual_seed(0)
+    model, example = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=0)
+    compiled = sparselift.compile(
+        model,
+        example,
+        sharding="auto",
+        options=sparselift.CompileOptions(passes=passes, plan="none", cache_dir=cache, dense_sync=dense_sync),
+    )
+    collectives = [0]
+    original = torch.distributed.all_reduce
+
+    def counted(*args, **kwargs):
+        collectives[0] += 1
+        return original(*args, **kwargs)
+
+    torch.distributed.all_reduce = counted
+    for step in range(3):
+        _, batch = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=10 * step + rank)
+        F.softplus(compiled(*batch)).mean().backward()
+    replicated = [f.name for f in compiled.table_facts if f.placement == "data_parallel"]
+    return {
+        "tables": {n: compiled.tables[n].clone() for n in replicated},
+        "all_reduces_per_step": collectives[0] / 3,
+        "riders_left": len(compiled.runner.riders),
+        "source": compiled.plan.source,
+    }
+
+
+@pytest.mark.parametrize(
+    ("passes", "dense_sync", "all_reduces"),
+    [
+        pytest.param("aggregate-comm{roles=dense_grad}", True, 1, id="in-the-dense-bucket"),
+        pytest.param("aggregate-comm{roles=dense_grad},hide-latency", True, None, id="overlapped-buckets"),
+        pytest.param("aggregate-comm{roles=dense_grad}", False, 1, id="without-dense-sync"),
+    ],
+)
+def test_riders_update_replicated_tables_like_their_own_all_reduce(tmp_path, passes, dense_sync, all_reduces):
+    own = sparselift.launch(_worker, 2, str(tmp_path), "", True, timeout_s=300)
+    ride = sparselift.launch(_worker, 2, str(tmp_path), passes, dense_sync, timeout_s=300)
+    assert "rt.all_reduce_with_dense_grads" in ride[0]["source"]
+    assert "rt.all_reduce_with_dense_grads" not in own[0]["source"]
+    # Without riders: the tables' all-reduce, then the dense gradients' one bucket.
+    assert own[0]["all_reduces_per_step"] == 2
+    if all_reduces is not None:  # one bucket carries them, or (no dense sync) their own
+        assert ride[0]["all_reduces_per_step"] == all_reduces
+    for r_own, r_ride in zip(own, ride):
+        assert r_ride["riders_left"] == 0
+        assert r_own["tables"].keys() == r_ride["tables"].keys() and r_own["tables"]
+        for name, table in r_own["tables"].items():
+            torch.testing.assert_close(r_ride["tables"][name], table, rtol=0, atol=1e-6, msg=name)
