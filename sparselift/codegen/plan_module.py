@@ -237,7 +237,7 @@ class _Emitter:
             return ""
         routes = ", ".join(
             f"({self._route_spec(r)}, [{self.names_of(r.ids)}], [{self.names_of(r.offsets)}], "
-            f"[{self.names_of(r.weights)}])"
+            f"[{self.names_of(r.weights)}], torch.{self._index_dtype(r)})"
             for r in self.checked_routes
         )
         return f"self.check_batch([{routes}])"
@@ -571,7 +571,7 @@ class _Emitter:
             self.name(op.routed_weights[0]) if op.routed_weights else "_",
             self._batches_of(op),
         ]
-        index_dtype = "int32" if str(op.indices.type.element_type) == "i32" else "int64"
+        index_dtype = self._index_dtype(op)
         checked = f", checked={self.checked_routes.index(op)}" if op in self.checked_routes else ""
         return [
             assign(
@@ -580,6 +580,10 @@ class _Emitter:
                 f"[{self.names_of(op.weights)}], index_dtype=torch.{index_dtype}{checked})",
             )
         ]
+
+    @staticmethod
+    def _index_dtype(route: RouteOp) -> str:
+        return "int32" if str(cast(TensorType, route.indices.type).element_type) == "i32" else "int64"
 
     def _batches_of(self, route: RouteOp) -> str:
         """The name of a route's `BatchSizes`: `batches` for its segment's first route (what the

@@ -144,7 +144,7 @@ class PlanBase:
             self._routing = agreed.resolve(self) if isinstance(agreed, RidingAgreement) else agreed
             return
         if ahead and ride and self.world > 1:
-            riding = RidingAgreement(LocalCheck(routes), self.rank, self.world)
+            riding = RidingAgreement(LocalCheck(self, routes), self.rank, self.world)
             self.riders.append(([riding.slots], riding.receive))
             self._agreed_ahead = riding
             return
@@ -157,11 +157,12 @@ class PlanBase:
         riders, self.riders = self.riders, []
         return riders
 
-    def batch_sizes(self, route: int) -> BatchSizes:
-        """The agreed sizes of the batch being routed, for its checked route `route`."""
+    def checked_route(self, route: int) -> tuple:
+        """Checked route `route` of the batch being routed: its (lengths, ids, splits, weights)
+        as the check routed them, and the agreed `BatchSizes`."""
         if self._routing is None:
             raise RuntimeError("sparselift: a checked route ran before the plan's check_batch")
-        return self._routing.route(route)
+        return (*self._routing.routed[route], self._routing.route(route))
 
     def segment(self, index: int, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         n_out = self.SEGMENTS[index][0]  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ the batch, then one small all-to-all sends each rank's batch size, or -1 where i
 failed. A failure is raised on every rank (`raise_if_any_failed`, with the failing rank's
 message). The plan module calls it once per batch, before the first sparse segment (and in
 `start` for a batch whose input exchanges start ahead; that batch's forward then reuses the
-agreement). `route(..., checked=k)` then only buckets the ids, with no collective.
+agreement). `route(..., checked=k)` then returns what the check routed, with no collective.
 
 The agreement also says, per route, whether every rank's bags all hold exactly one id (one-hot
 features, like all of Criteo's). Then every bag length is 1, known on every rank, and the
@@ -38,8 +38,10 @@ from sparselift.runtime.agree import raise_if_any_failed
 from sparselift.runtime.collectives import exchange_sizes
 from sparselift.runtime.reference import RouteFeature
 
-RouteInputs = tuple[Sequence[RouteFeature], Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[torch.Tensor]]
-"""One route's (spec, ids, offsets, weights), as `check_batch` takes them."""
+RouteInputs = tuple[
+    Sequence[RouteFeature], Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[torch.Tensor], torch.dtype
+]
+"""One route's (spec, ids, offsets, weights, index dtype), as `check_batch` takes them."""
 
 
 class BatchSizes:
@@ -72,8 +74,9 @@ class Agreement:
     """What every rank said about one batch: its size, and per checked route whether all of
     its bags hold one id (a bit mask over the routes, ANDed over the ranks)."""
 
-    def __init__(self, own: int, ranks: tuple[int, ...], one_id_mask: int = 0):
+    def __init__(self, own: int, ranks: tuple[int, ...], one_id_mask: int = 0, routed: Sequence[tuple] = ()):
         self.own, self.ranks, self.one_id_mask = own, ranks, one_id_mask
+        self.routed = routed  # per checked route: its (lengths, ids, splits, weights), routed by the check
 
     def route(self, index: int) -> BatchSizes:
         """The sizes as checked route `index` (its position in `check_batch`'s list) uses them."""
@@ -100,31 +103,42 @@ def agree(plan: Any, own: int, error: Exception | None, device: torch.device, on
 
 class LocalCheck:
     """One rank's verdict on its batch, before any rank knows the others': its size, its error
-    (None when it passed) and its one-id mask."""
+    (None when it passed), its one-id mask, and its routes, routed.
 
-    def __init__(self, routes: Sequence[RouteInputs]):
+    Checking is routing: the route concatenates each destination's ids with the generated
+    library's `concat_ids`, which checks every id as it copies it, so the check costs no pass
+    over the ids of its own (a separate range check took 5 ms a step at dlrm-bench's 0.8M ids).
+    The routes' results are kept for the checked routes (`route(..., checked=k)`)."""
+
+    def __init__(self, plan: Any, routes: Sequence[RouteInputs]):
         first_offsets = routes[0][2][0]
         self.own, self.device = first_offsets.numel() - 1, first_offsets.device
         self.error: Exception | None = None
         self.one_id_mask = 0
+        self.routed: list[tuple] = []
         try:
-            for k, (spec, ids, offsets, weights) in enumerate(routes):
-                lengths = ref.validate_features(spec, ids, offsets, self.own)
+            for k, (spec, ids, offsets, weights, index_dtype) in enumerate(routes):
                 _check_weights(spec, ids, weights)
-                if lengths is not None and bool((lengths == 1).all()):
+                routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=True, batch=self.own)
+                # The routed lengths are what the lengths exchange would send: all 1 (one-hot
+                # bags of whole features) means every peer knows them without it.
+                if bool((routed[0] == 1).all()):
                     self.one_id_mask |= 1 << k
+                self.routed.append(routed)
         except Exception as e:  # noqa: BLE001 - raised by `agree`, on every rank
             self.error = e
 
     def agree(self, plan: Any) -> Agreement:
-        return agree(plan, self.own, self.error, self.device, self.one_id_mask)
+        agreed = agree(plan, self.own, self.error, self.device, self.one_id_mask)
+        agreed.routed = self.routed
+        return agreed
 
 
 def check_batch(plan: Any, routes: Sequence[RouteInputs]) -> Agreement:
     """Check every route's features against this rank's batch (the first route's), then agree
     on the batch sizes, the outcome and which routes' bags all hold one id with every rank: one
     collective for the whole step."""
-    return LocalCheck(routes).agree(plan)
+    return LocalCheck(plan, routes).agree(plan)
 
 
 class RidingAgreement:
@@ -161,7 +175,7 @@ class RidingAgreement:
         mask = self.local.one_id_mask
         for m in masks:
             mask &= m
-        return Agreement(self.local.own, tuple(b - 1 for b in sizes), mask)
+        return Agreement(self.local.own, tuple(b - 1 for b in sizes), mask, self.local.routed)
 
 
 def route(
@@ -175,12 +189,12 @@ def route(
 ):
     """Route this rank's batch: its lengths, ids, splits and weights, and the step's `BatchSizes`.
 
-    `checked=k`: the plan's `check_batch` has checked these features as its route `k` and agreed
-    on the sizes (`plan.batch_sizes(k)`), so this is local work only. Otherwise (None) the route
-    checks its own features and agrees on its own (one small all-to-all)."""
+    `checked=k`: the plan's `check_batch` has checked and routed these features as its route `k`
+    and agreed on the sizes, so this returns what it routed (`plan.checked_route(k)`): no work,
+    no collective. Otherwise (None) the route checks its own features and agrees on its own (one
+    small all-to-all)."""
     if checked is not None:
-        routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=False)
-        return (*routed, plan.batch_sizes(checked))
+        return plan.checked_route(checked)
     error, routed = None, None
     try:
         _check_weights(spec, ids, weights)
@@ -199,8 +213,19 @@ def _check_weights(spec: Sequence[RouteFeature], ids, weights) -> None:
             raise ValueError(f"feature '{f.name}' (table '{f.table}'): one weight per id expected")
 
 
-def _route(plan: Any, spec: Sequence[RouteFeature], ids, offsets, weights, index_dtype, check_ids: bool):
-    batch = offsets[0].numel() - 1
+def _route(
+    plan: Any,
+    spec: Sequence[RouteFeature],
+    ids,
+    offsets,
+    weights,
+    index_dtype,
+    check_ids: bool,
+    batch: int | None = None,
+):
+    """Check (`check_ids`: every id too) and route one route's features; `batch`: the batch every
+    feature must have (default: its first feature's)."""
+    batch = offsets[0].numel() - 1 if batch is None else batch
     # Whole features on the CPU: the generated library checks every id while it concatenates
     # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
     concat = (

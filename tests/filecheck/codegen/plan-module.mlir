@@ -19,7 +19,7 @@
 // CHECK:         self.dense("sparse_inputs"
 // One check of the batch and one agreement on every rank's batch size per step, before the first
 // segment: it covers every route, so the routes themselves need no collective.
-// CHECK-NEXT:    self.check_batch([(ROUTE_[[R:[0-9]+]], [v{{[0-9]+}}, v{{[0-9]+}}], [v{{[0-9]+}}, v{{[0-9]+}}], [])])
+// CHECK-NEXT:    self.check_batch([(ROUTE_[[R:[0-9]+]], [v{{[0-9]+}}, v{{[0-9]+}}], [v{{[0-9]+}}, v{{[0-9]+}}], [], torch.int64)])
 // SYNC-NEXT:     = self.segment(0, [
 // SYNC-NEXT:     self.dense("dense_pre"
 // HIDE-NEXT:     self.prefetch(0, [
