@@ -25,6 +25,8 @@ Feasibility checks; a refusal leaves the IR as it was plus a `#sched.remark` nam
   on the step);
 - independence: an op that depends on (or shares a table with) the group before it starts a new
   group, and a group needs one rank that runs at least two of its ops;
+- with-dense-grads: a replicated table's update whose gradient rides in the dense gradients'
+  all-reduce (`with_dense_grads`) runs after backward, outside any lane (remark on the update);
 - workspace: on every rank the lanes' peak outputs together (each lane's largest output, all
   lanes at once, sized from the SRSV for the batch) must fit in `max-workspace-bytes`; fewer
   lanes are tried before the group is refused.
@@ -233,6 +235,13 @@ class _Grouper:
             if _ends_group(op):
                 self.flush(group)
                 group = []
+            elif isinstance(op, LookupUpdateOp) and _rides_with_dense_grads(op):
+                remark(
+                    op, PASS_NAME, "with-dense-grads", "not in a lane: it runs after the dense gradients' all-reduce"
+                )
+                if any(not self.view.independent(m, op) for m in group):
+                    self.flush(group)
+                    group = []
             elif is_candidate(op):
                 reason = self.conflict(group, op)
                 if reason is not None:

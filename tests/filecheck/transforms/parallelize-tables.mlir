@@ -9,6 +9,12 @@
 // RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p 'lift-sparse,aggregate-comm,parallelize-tables{groups=2},generate-kernels' | filecheck %s --check-prefix=FUSED
 // RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p 'lift-sparse,generate-kernels,parallelize-tables{groups=2}' | filecheck %s --check-prefix=KFIRST
 // RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p 'lift-sparse,parallelize-tables{groups=2}' -t plan-module | filecheck %s --check-prefix=PLAN
+// RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p 'lift-sparse,aggregate-comm{roles=dense_grad},parallelize-tables{groups=2}' | filecheck %s --check-prefix=RIDE
+
+// Replicated tables' updates whose gradients ride in the dense gradients' all-reduce run after
+// backward: they stay out of the lanes, each with the remark.
+// RIDE:         coll.all_reduce {{.*}} with_dense_grads
+// RIDE-NEXT:    sparse.lookup_update grad {{.*}}#sched.remark<"parallelize-tables", "with-dense-grads", "not in a lane: it runs after the dense gradients' all-reduce">
 
 // Four tables (three on rank 0, one on rank 1), batch 4 on 2 ranks. SRSV workload on rank 0
 // (bytes gathered = 8 bags per sample x pooling factor x dim 8 x 4 B): t0 1024, t2 512, t1 256.
