@@ -172,6 +172,7 @@ class _Emitter:
         first_call = next((op for op in ops if op in calls), None)
         self.checked_routes = self._checked_routes(segments, ops, first_call)
         check = self._check_batch_call()
+        checked_ahead = False  # `start` has its check line
         needed = {v.owner for seg in ahead for v in seg.inputs if isinstance(v.owner, DenseOp)}
         # `start` checks the next batch, so its routes' inputs are computed there too.
         needed |= {v.owner for r in self.checked_routes for v in r.operands if isinstance(v.owner, DenseOp)}
@@ -191,8 +192,9 @@ class _Emitter:
                 body.append("        " + calls[op])
                 started = next((s for s in ahead if s.ops[0] is op), None)
                 if started is not None:
-                    if check and not any("check_batch" in line for line in start_body):
-                        start_body.append(f"        {check[:-1]}, ahead=True)")
+                    if check and not checked_ahead:
+                        start_body.append(f"        {self._check_batch_call(', ahead=True')}")
+                        checked_ahead = True
                     start_body.append(
                         f"        self.prefetch({started.index}, [{self.names_of(started.inputs)}], ahead=True)"
                     )
@@ -201,7 +203,7 @@ class _Emitter:
             "    def start(self, *inputs):",
             '        """Start the next batch\'s input exchanges before its forward (pipelining)."""',
             "        " + assign(self.targets(fwd_args), "inputs"),
-            *(start_body if ahead else self._riding_start(start_body, check)),
+            *(start_body if ahead else self._riding_start(start_body)),
         ]
         for seg in segments:
             body += self.emit_segment(seg)
@@ -223,16 +225,16 @@ class _Emitter:
         routes = [op for seg in segments for op in seg.ops if isinstance(op, RouteOp)]
         return [r for r in routes if all(known(v) for v in r.operands)]
 
-    @staticmethod
-    def _riding_start(inputs: list[str], check: str) -> list[str]:
+    def _riding_start(self, inputs: list[str]) -> list[str]:
         """`start` of a plan with no input exchange to start ahead: it checks the next batch,
         whose agreement rides in this step's dense-gradient all-reduce (no collective of its own)."""
-        if not check:
+        if not self.checked_routes:
             return ["        pass"]
-        return [*inputs, f"        {check[:-1]}, ahead=True, ride=True)"]
+        return [*inputs, f"        {self._check_batch_call(', ahead=True, ride=True')}"]
 
-    def _check_batch_call(self) -> str:
-        """`self.check_batch(...)`: the step's one batch check and size agreement (runtime/routing.py)."""
+    def _check_batch_call(self, options: str = "") -> str:
+        """`self.check_batch(...)`: the step's one batch check and size agreement (runtime/routing.py);
+        `options`: the call's keyword arguments after the routes, e.g. `, ahead=True`."""
         if not self.checked_routes:
             return ""
         routes = ", ".join(
@@ -240,7 +242,7 @@ class _Emitter:
             f"[{self.names_of(r.weights)}], torch.{self._index_dtype(r)})"
             for r in self.checked_routes
         )
-        return f"self.check_batch([{routes}])"
+        return f"self.check_batch([{routes}]{options})"
 
     def _input_starts(self, ops: Sequence[Operation]) -> list[AllToAllStartOp]:
         return [op for op in ops if isinstance(op, AllToAllStartOp) and set(op.role.role_list) <= INPUT_ROLES]

@@ -28,6 +28,8 @@ Under `TrainPipeline`, a plan with nothing to start ahead checks the next batch 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,10 +97,12 @@ def agree(plan: Any, own: int, error: Exception | None, device: torch.device, on
     said = exchange_sizes(plan, send)[0].view(plan.world, 2)
     if error is not None or bool((said[:, 0] < 0).any()):
         raise_if_any_failed(error, plan.pg, plan.world)
-    mask = one_id_mask
-    for m in said[:, 1].tolist():
-        mask &= int(m)
-    return Agreement(own, tuple(int(b) for b in said[:, 0].tolist()), mask)
+    return Agreement(own, tuple(int(b) for b in said[:, 0].tolist()), _all_of(int(m) for m in said[:, 1].tolist()))
+
+
+def _all_of(masks) -> int:
+    """The routes every rank marked one-id: the AND of the ranks' masks."""
+    return functools.reduce(operator.and_, masks)
 
 
 class LocalCheck:
@@ -149,16 +153,17 @@ class RidingAgreement:
     where its checks failed; its one-id mask) and the vector rides in that all-reduce
     (`all_reduce_with_dense_grads`): each slot is written by one rank, so the sum is every
     rank's verdict, exact in float32 (sizes and masks below 2^24). The next forward then needs
-    no collective of its own to agree. If no backward carried it (`received` stays None), that
-    forward agrees the usual way."""
+    no collective of its own to agree. If no backward carried it (`received` stays None), or a
+    rank's size or mask does not fit a float32 slot (it writes -1, so every rank sees it), that
+    forward agrees the usual way. Every rank rides the same vector, so the all-reduce that
+    carries it has the same size everywhere."""
 
     def __init__(self, local: LocalCheck, rank: int, world: int):
-        if local.own + 1 >= 1 << 24 or local.one_id_mask >= 1 << 24:
-            raise ValueError("sparselift: a batch too large to agree on in float32 slots")
         self.local = local
         self.slots = torch.zeros(2 * world, dtype=torch.float32)
-        self.slots[2 * rank] = 0.0 if local.error is not None else float(local.own + 1)
-        self.slots[2 * rank + 1] = float(local.one_id_mask)
+        fits = local.own + 1 < 1 << 24 and local.one_id_mask < 1 << 24
+        self.slots[2 * rank] = -1.0 if not fits else 0.0 if local.error is not None else float(local.own + 1)
+        self.slots[2 * rank + 1] = float(local.one_id_mask) if fits else 0.0
         self.received: torch.Tensor | None = None
 
     def receive(self, summed: torch.Tensor) -> None:
@@ -166,16 +171,13 @@ class RidingAgreement:
 
     def resolve(self, plan: Any) -> Agreement:
         """The agreement: carried (raising a failure on every rank, with its message), or made now."""
-        if self.received is None:
-            return self.local.agree(plan)
-        said = [int(round(float(x))) for x in self.received.tolist()]
+        said = [] if self.received is None else [int(round(float(x))) for x in self.received.tolist()]
         sizes, masks = said[0::2], said[1::2]
+        if not said or min(sizes) < 0:  # not carried, or a verdict too large for its slot
+            return self.local.agree(plan)
         if self.local.error is not None or min(sizes) == 0:
             raise_if_any_failed(self.local.error, plan.pg, plan.world)
-        mask = self.local.one_id_mask
-        for m in masks:
-            mask &= m
-        return Agreement(self.local.own, tuple(b - 1 for b in sizes), mask, self.local.routed)
+        return Agreement(self.local.own, tuple(b - 1 for b in sizes), _all_of(masks), self.local.routed)
 
 
 def route(

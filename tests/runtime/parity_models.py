@@ -51,3 +51,28 @@ def one_hot_mostly(rows_cap=None, batch_size=8, seed=0):
     step, rank = divmod(seed - 1000, 17)
     multi = seed >= 1000 and step % 2 == 1 and rank == 0
     return _batch(batch_size, seed, torch.int64, empty_first_bag=False, one_hot=not multi)
+
+
+def small_kaggle(passes: str, cache: str, **options):
+    """Criteo Kaggle's DLRM, rows capped at 5,000 (a table-wise and a replicated group), batch 16,
+    compiled with exactly `passes` (no planner); `options`: more `CompileOptions` fields."""
+    import sparselift
+    from sparselift.models.registry import build
+
+    torch.manual_seed(0)
+    model, example = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=0)
+    options = sparselift.CompileOptions(passes=passes, plan="none", cache_dir=cache, **options)
+    return sparselift.compile(model, example, sharding="auto", options=options)
+
+
+def count_calls(owner, name: str) -> list[int]:
+    """Count the calls of `owner.name` from now on (in this process only: a spawned rank)."""
+    calls = [0]
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    setattr(owner, name, counted)
+    return calls

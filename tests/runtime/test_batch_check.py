@@ -10,42 +10,26 @@ whether every rank's bags all hold one id (Criteo's do): then the lengths exchan
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
+from parity_models import count_calls, small_kaggle  # tests/runtime is on sys.path
 
 import sparselift
 from sparselift.models.registry import build
 from sparselift.runtime import routing
+from sparselift.runtime.routing import RidingAgreement
 
 PASSES = "generate-kernels,hide-latency"
 
 
-def _count_calls(owner, name: str) -> list[int]:
-    """Count the calls of `owner.name` from now on (in this spawned rank only)."""
-    calls = [0]
-    original = getattr(owner, name)
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    setattr(owner, name, counted)
-    return calls
-
-
 def _worker(rank, world, cache, passes):
-    torch.manual_seed(0)
-    model, example = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=0)
-    compiled = sparselift.compile(
-        model,
-        example,
-        sharding="auto",
-        options=sparselift.CompileOptions(passes=passes, plan="none", cache_dir=cache),
-    )
+    compiled = small_kaggle(passes, cache)
     source = compiled.plan.source
-    calls = _count_calls(routing, "exchange_sizes")
-    exchanges = _count_calls(torch.distributed, "all_to_all_single")
-    reduces = _count_calls(torch.distributed, "all_reduce")
+    calls = count_calls(routing, "exchange_sizes")
+    exchanges = count_calls(torch.distributed, "all_to_all_single")
+    reduces = count_calls(torch.distributed, "all_reduce")
     dense = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=0.1)
     batches = [(build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=s)[1], None) for s in range(1, 6)]
     pipeline = sparselift.TrainPipeline(compiled, dense, iter(batches), lambda out, _: F.softplus(out).mean())
@@ -87,3 +71,24 @@ def test_with_nothing_to_start_ahead_the_agreement_rides_in_the_dense_all_reduce
         # One all-reduce a step: the dense gradients' one bucket, carrying the replicated tables'
         # gradients and the next batch's agreement. A steady step has four collectives in all.
         assert r["all_reduces"] == [1, 1, 1, 1]
+
+
+def _local(own: int, mask: int = 0, error=None):
+    return SimpleNamespace(own=own, one_id_mask=mask, error=error, routed=["r0"], agree=lambda plan: "agreed now")
+
+
+def test_a_riding_verdict_sums_exactly_and_one_too_large_for_its_slot_falls_back_on_every_rank():
+    plan = SimpleNamespace(world=2, pg=None)
+    rank0, rank1 = RidingAgreement(_local(16, mask=0b11), 0, 2), RidingAgreement(_local(9, mask=0b01), 1, 2)
+    rank0.receive(rank0.slots + rank1.slots)  # what the all-reduce hands back
+    agreed = rank0.resolve(plan)
+    assert agreed.ranks == (16, 9) and agreed.one_id_mask == 0b01 and agreed.routed == ["r0"]
+    # A batch of 2^24 samples does not fit a float32 slot: that rank writes -1, which every rank
+    # sees in the sum, so they all agree the usual way (same vector size everywhere).
+    big = RidingAgreement(_local(1 << 24), 1, 2)
+    assert big.slots.tolist() == [0.0, 0.0, -1.0, 0.0]
+    rank0 = RidingAgreement(_local(16), 0, 2)
+    rank0.receive(rank0.slots + big.slots)
+    assert rank0.resolve(plan) == "agreed now"
+    # Not carried (no backward came between `start` and the forward): agreed now too.
+    assert RidingAgreement(_local(16), 0, 2).resolve(plan) == "agreed now"

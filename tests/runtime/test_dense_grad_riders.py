@@ -11,28 +11,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from parity_models import count_calls, small_kaggle  # tests/runtime is on sys.path
 
 import sparselift
 from sparselift.models.registry import build
 
 
 def _worker(rank, world, cache, passes, dense_sync):
-    torch.manual_seed(0)
-    model, example = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=0)
-    compiled = sparselift.compile(
-        model,
-        example,
-        sharding="auto",
-        options=sparselift.CompileOptions(passes=passes, plan="none", cache_dir=cache, dense_sync=dense_sync),
-    )
-    collectives = [0]
-    original = torch.distributed.all_reduce
-
-    def counted(*args, **kwargs):
-        collectives[0] += 1
-        return original(*args, **kwargs)
-
-    torch.distributed.all_reduce = counted
+    compiled = small_kaggle(passes, cache, dense_sync=dense_sync)
+    collectives = count_calls(torch.distributed, "all_reduce")
     for step in range(3):
         _, batch = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=10 * step + rank)
         F.softplus(compiled(*batch)).mean().backward()
