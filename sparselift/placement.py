@@ -43,7 +43,12 @@ class TableStats:
     dim: int
     dtype_bytes: int = 4
     pooling_factor: float = 1.0  # ids per sample, summed over the features that read the table
-    pooling: str = "sum"  # row-wise partial pools are sums: mean-pooled tables stay whole
+    pooling: str = "sum"  # row-wise partial pools are sums: mean-pooled tables stay whole (unpooled,
+    # "none", bags hold one id at most: their partial pools are sums too)
+
+    @property
+    def row_wise_ok(self) -> bool:
+        return self.pooling != "mean"
 
     @property
     def bytes(self) -> int:
@@ -174,7 +179,7 @@ def uniform_plan(kind: str, tables: Sequence[TableStats], world_size: int) -> Sh
         fixed = {
             t.name: TablePlacement.row_wise_even(t.rows, ranks)
             for t in tables
-            if t.pooling == "sum" and t.rows >= world_size
+            if t.row_wise_ok and t.rows >= world_size
         }
         rest = [t for t in tables if t.name not in fixed]
         plan = _balance_table_wise(rest, world_size, fixed)
@@ -211,7 +216,7 @@ def auto_shard(tables: Sequence[TableStats], world_size: int, *, dp_max_bytes: i
     for t in tables:
         if t.bytes <= dp_max_bytes:
             fixed[t.name] = TablePlacement.data_parallel()
-        elif t.bytes > share and t.rows >= world_size and t.pooling == "sum":
+        elif t.bytes > share and t.rows >= world_size and t.row_wise_ok:
             fixed[t.name] = TablePlacement.row_wise_even(t.rows, list(range(world_size)))
             for r in range(world_size):
                 base_load[r] += t.load / world_size

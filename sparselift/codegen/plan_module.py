@@ -46,7 +46,9 @@ from xdsl.utils.target import Target
 from sparselift.codegen.plan_segments import EmitError, Segment, find_segments, split_stages
 from sparselift.codegen.table_facts import PLAN_MODULE_IMPORTS, describe_tables, render_tables
 from sparselift.ir.coll import (
+    GRAD_ROLES,
     INPUT_ROLES,
+    OUTPUT_ROLES,
     AllReduceOp,
     AllReduceStartOp,
     AllToAllOp,
@@ -382,7 +384,7 @@ class _Emitter:
         tables = op.table_list
         names = tuple(t.name_str for t in tables)
         slots = tuple(tuple(sl) for sl in op.slot_lists)
-        poolings = tuple(str(t.pooling.data) for t in tables)
+        poolings = tuple(str(t.kernel_pooling) for t in tables)
         served, exchanged = self._served(op.lengths)
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
         return (
@@ -502,14 +504,16 @@ class _Emitter:
         if isinstance(op, PackOp):
             to_samples = any(
                 isinstance(reader, ReduceScatterOp)
-                or (isinstance(reader, AllToAllOp | AllToAllStartOp) and "output_pooled" in reader.role.role_list)
+                or (isinstance(reader, AllToAllOp | AllToAllStartOp) and OUTPUT_ROLES & set(reader.role.role_list))
                 for reader in self._readers(op.buffer)
             )
             return "batches.ranks" if to_samples else "batches.own"
         source = op.buffer.owner
         if isinstance(source, WaitOp):
             source = source.handle.owner
-        from_samples = isinstance(source, AllToAllOp | AllToAllStartOp) and "grad_pooled" in source.role.role_list
+        from_samples = isinstance(source, AllToAllOp | AllToAllStartOp) and bool(
+            GRAD_ROLES & set(source.role.role_list)
+        )
         return "batches.ranks" if from_samples else "batches.own"
 
     def _readers(self, value: SSAValue) -> list[Operation]:
@@ -682,7 +686,7 @@ class _Emitter:
         fps = self.const("FEATURES_PER_SEGMENT", repr(served))
         common = (
             f"{op.table.name_str!r}, {n(op.lengths)}, {n(op.indices)}, {n(op.weights)}, "
-            f"slots={slots!r}, features_per_segment={fps}[self.rank], pooling={str(op.table.pooling.data)!r}, "
+            f"slots={slots!r}, features_per_segment={fps}[self.rank], pooling={str(op.table.kernel_pooling)!r}, "
             f"segment_batches={self._segment_batches(exchanged)}"
         )
         if isinstance(op, LookupOp):

@@ -63,7 +63,7 @@ class TableFact:
     dim: int = attrs.field(converter=int)
     dtype: str = attrs.field(converter=str)  # f32 | f16 | bf16 | f64
     index_dtype: str = attrs.field(converter=str)  # i32 | i64: the ids its lookups read
-    pooling: str = attrs.field(converter=str)  # sum | mean
+    pooling: str = attrs.field(converter=str)  # sum | mean | none (unpooled)
     placement: str = attrs.field(converter=str)  # table_wise | row_wise | data_parallel
     # the placement's ranks (none for data_parallel)
     ranks: tuple[int, ...] = attrs.field(converter=tuple[int, ...])
@@ -227,7 +227,7 @@ def _kernel_spec(t: TableAttr, index_dtype: str, weighted: bool, optimizer: Opti
         t.dim.data,
         dtype,
         index_dtype,
-        str(t.pooling.data),
+        str(t.kernel_pooling),
         weighted,
         None if optimizer is None else str(optimizer.kind.data),
     )

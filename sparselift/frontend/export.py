@@ -38,6 +38,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.graph import (
+    UNPOOLED,
     LookupCall,
     ancestors,
     descendants,
@@ -46,8 +47,8 @@ from sparselift.frontend.graph import (
     output_nodes,
     user_inputs,
 )
-from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, materialize_dense
-from sparselift.frontend.program import SparseInputs, SparseProgram
+from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, is_fake, materialize_dense
+from sparselift.frontend.program import CallInputs, SparseInputs, SparseProgram, UnpooledViews
 from sparselift.frontend.quiet import debug, export_failure, quietly
 from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp, FeatureAttr, PlacementAttr, TableAttr
@@ -285,6 +286,13 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
             "unique_fraction": unique / max(ids64.numel(), 1),
         }
     if len(set(batches.values())) > 1:
+        jagged = [f for f in features if f.unpooled and batches[f.name] != batches[features[0].name]]
+        if jagged:
+            raise ExportError(
+                f"table '{jagged[0].table}': its unpooled lookup reads {batches[jagged[0].name]} ids for a batch of "
+                f"{batches[features[0].name]} samples; jagged ids without pooling (e.g. a JaggedTensor's values) "
+                "are not supported yet: pad them to [B, L] and pass padding_idx"
+            )
         detail = ", ".join(f"'{k}' has {v}" for k, v in batches.items())
         raise ExportError(f"the batch is not consistent across features: {detail} bags")
     return next(iter(batches.values())), stats
@@ -320,7 +328,7 @@ def export(
     tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects))
     batch, feature_stats = _workload(traced, regions, features, stats)
     plan = _resolve_sharding(sharding, _table_stats(tables, features, feature_stats), world_size)
-    module = ModuleOp([_build_step(traced, regions, calls, tables, features, plan, feature_stats, batch, model_name)])
+    module = ModuleOp([_build_step(traced, regions, tables, features, plan, feature_stats, batch, model_name)])
     if has_meta_parameters(model):
         materialize_dense(
             model,
@@ -365,6 +373,7 @@ class _Feature:
     table: str
     module: str
     weighted: bool
+    unpooled: bool = False
 
 
 @attrs.frozen
@@ -392,7 +401,7 @@ class _Regions:
     sparse_in_inputs: list[fx.Node]
     pre_inputs: list[fx.Node]
     pre_outputs: list[fx.Node]
-    post_operands: list[fx.Node]
+    post_leading: list[fx.Node]  # dense_post's operands before the features' looked-up values
     outputs: list[fx.Node]
 
 
@@ -434,15 +443,39 @@ def _lookup_inputs(calls: Sequence[LookupCall]) -> list[fx.Node]:
     return [n for c in calls for n in (c.indices, c.offsets, c.per_sample_weights) if n is not None]
 
 
+def _id_tail(call: LookupCall) -> tuple[int, ...] | None:
+    """An unpooled call's ids shape after the batch (`()` for `[B]` ids); None for a pooled call."""
+    if not call.unpooled:
+        return None
+    tail = call.indices.meta["val"].shape[1:]
+    if not all(isinstance(d, int) for d in tail):
+        raise ExportError(
+            f"table '{call.table_fqn.removesuffix('.weight')}': the ids of an unpooled lookup have shape "
+            f"{tuple(call.indices.meta['val'].shape)}; only the batch dimension may vary (pad the ids to [B, L])"
+        )
+    return tuple(int(d) for d in tail)
+
+
+def _positions(call: LookupCall) -> int | None:
+    tail = _id_tail(call)
+    return None if tail is None else max(1, int(torch.tensor(tail, dtype=torch.int64).prod()))
+
+
 def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
     """The torch regions: `sparse_inputs` (each feature's ids/offsets/weights from the model
     inputs), `dense_pre` (what the dense part computes before the lookups, if anything) and
-    `dense_post` (the outputs from the pooled values)."""
+    `dense_post` (the outputs from the looked-up values; `UnpooledViews` around it when a call is
+    unpooled)."""
     gm, placeholders = traced.gm, traced.placeholders
     prep_targets = _lookup_inputs(calls)
     prep = ancestors(prep_targets)
     sparse_in_inputs = [p for p in placeholders if p in prep]
-    layout = [(c.offsets is not None, c.per_sample_weights is not None, c.include_last_offset) for c in calls]
+    layout = [
+        CallInputs(
+            c.offsets is not None, c.per_sample_weights is not None, c.include_last_offset, c.padding_idx, _positions(c)
+        )
+        for c in calls
+    ]
     modules: dict[str, nn.Module] = {
         "sparse_inputs": SparseInputs(extract(gm, sparse_in_inputs, prep_targets, "sparse inputs"), layout)
     }
@@ -458,15 +491,19 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
     pre_inputs = [p for p in placeholders if p in ancestors(pre_outputs)]
     if pre_outputs:
         modules["dense_pre"] = extract(gm, pre_inputs, pre_outputs, "dense_pre")
-    post_operands = pre_outputs + post_inputs_direct + pooled_nodes
-    modules["dense_post"] = extract(gm, post_operands, outputs, "dense_post")
-    return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_operands, outputs)
+    post_leading = pre_outputs + post_inputs_direct
+    post = extract(gm, post_leading + pooled_nodes, outputs, "dense_post")
+    if any(c.unpooled for c in calls):
+        post = UnpooledViews(post, len(post_leading), [(_positions(c) or 1, _id_tail(c)) for c in calls])
+    modules["dense_post"] = post
+    return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_leading, outputs)
 
 
 def _tables_and_features(
     gm: fx.GraphModule, calls: Sequence[LookupCall], feature_names: Sequence[str]
 ) -> tuple[dict[str, _Table], list[_Feature]]:
-    """The tables (in the order the lookups first read them) and one feature per lookup."""
+    """The tables (in the order the lookups first read them) and the features: one per pooled
+    call, one per id position of an unpooled call (`name[p]`, in call order)."""
     tables: dict[str, _Table] = {}
     features: list[_Feature] = []
     params = dict(gm.named_parameters())
@@ -484,11 +521,38 @@ def _tables_and_features(
                 tname, c.table_fqn, int(param.shape[0]), int(param.shape[1]), param.dtype, c.mode, module
             )
         elif info.pooling != c.mode:
-            raise ExportError(f"table '{tname}' is read with both {info.pooling} and {c.mode} pooling")
+            raise ExportError(
+                f"table '{tname}' is read with both {_mode_words(info.pooling)} and {_mode_words(c.mode)}"
+            )
         elif info.module != module:
             raise ExportError(f"table '{tname}' is read by two embedding modules, '{info.module}' and '{module}'")
-        features.append(_Feature(name, tname, module, c.per_sample_weights is not None))
+        if c.unpooled and c.padding_idx is not None:
+            _check_padding_row(tname, param, c.padding_idx)
+        positions = _positions(c)
+        if positions is None:
+            features.append(_Feature(name, tname, module, c.per_sample_weights is not None))
+        else:
+            names = [name] if positions == 1 else [f"{name}[{p}]" for p in range(positions)]
+            features += [_Feature(n, tname, module, False, unpooled=True) for n in names]
     return tables, features
+
+
+def _mode_words(mode: str) -> str:
+    return "unpooled lookups (nn.Embedding)" if mode == UNPOOLED else f"{mode} pooling"
+
+
+def _check_padding_row(table: str, param: torch.Tensor, padding_idx: int) -> None:
+    """A padding id reads a zero vector here; PyTorch's `nn.Embedding` reads the padding row,
+    which it creates zero and never updates. A model whose padding row is not zero would give
+    different numbers: refuse it rather than differ silently."""
+    if param.device.type == "meta" or is_fake(param):
+        return  # materialized by its module's initializer, which zeroes the padding row
+    with torch.no_grad():
+        if bool(param[padding_idx].any()):
+            raise ExportError(
+                f"table '{table}': its padding row {padding_idx} is not zero; SparseLift reads a zero vector "
+                "for a padding id (as nn.Embedding does with the zero row it creates). Zero the row first"
+            )
 
 
 def _workload(
@@ -550,7 +614,6 @@ def _dense_op(
 def _build_step(
     traced: _Traced,
     regions: _Regions,
-    calls: Sequence[LookupCall],
     tables: Mapping[str, _Table],
     features: Sequence[_Feature],
     plan: ShardingPlan,
@@ -580,12 +643,11 @@ def _build_step(
         fwd.add_op(pre_op)
         value_of.update(zip(regions.pre_outputs, pre_op.res))
     pooled_of = _add_collections(fwd, tables, features, plan, feature_stats, sparse_values)
-    value_of.update({c.pooled: pooled_of[f.name] for c, f in zip(calls, features)})
-    post_flops = region_flops(regions.modules["dense_post"], batch)
+    post_flops = region_flops(_fx_region(regions.modules["dense_post"]), batch)
     post_op = _dense_op(
         "dense_post",
         "forward",
-        [value_of[n] for n in regions.post_operands],
+        [value_of[n] for n in regions.post_leading] + [pooled_of[f.name] for f in features],
         [tensor_type(n.meta["val"], f"model output '{n.name}'") for n in regions.outputs],
         post_flops,
     )
@@ -611,6 +673,10 @@ def _build_step(
     params = {t.name: t.param for t in tables.values() if t.param != f"{t.name}.weight"}
     step.set_model_facts(batch=batch, model=model_name, params=params)
     return step
+
+
+def _fx_region(region: nn.Module) -> fx.GraphModule:
+    return region.region if isinstance(region, UnpooledViews) else region
 
 
 def _add_sparse_inputs(
@@ -654,6 +720,7 @@ def _add_collections(
         p = plan[f.table]
         key = (
             f.module,
+            f.unpooled,  # a group's exchanges carry pooled vectors or unpooled rows, not both
             str(p.kind),
             str(tables[f.table].dtype).removeprefix("torch."),
             p.ranks if p.kind == PlacementKind.ROW_WISE else (),
@@ -661,7 +728,7 @@ def _add_collections(
         groups.setdefault(key, []).append(f)
     pooled_of: dict[str, SSAValue] = {}
     names_taken: set[str] = set()
-    for (module, kind, dtype, ranks), gfeatures in groups.items():
+    for (module, unpooled, kind, dtype, ranks), gfeatures in groups.items():
         gtables = [tables[t] for t in dict.fromkeys(f.table for f in gfeatures)]
         ebc = EmbeddingBagCollectionOp(
             module,
@@ -676,7 +743,7 @@ def _add_collections(
             [_placement_attr(t.name, plan[t.name]) for t in gtables],
         )
         name = f"{module}/{kind}"
-        for suffix in (dtype, "ranks" + "_".join(map(str, ranks))):
+        for suffix in ("unpooled" if unpooled else "pooled", dtype, "ranks" + "_".join(map(str, ranks))):
             if name in names_taken:
                 name = f"{name}/{suffix}"
         names_taken.add(name)

@@ -1,7 +1,8 @@
-"""Find the embedding-bag lookups in an exported graph and cut the graph around them.
+"""Find the embedding lookups in an exported graph and cut the graph around them.
 
-The sparse path is every `aten.embedding_bag` call plus the nodes that compute its ids, offsets
-and per-sample weights from the model inputs. Everything else is dense and is cut into two
+The sparse path is every `aten.embedding_bag` call (pooled) and `aten.embedding` call
+(unpooled: `nn.Embedding`, `F.embedding`) plus the nodes that compute its ids, offsets and
+per-sample weights from the model inputs. Everything else is dense and is cut into two
 torch regions: `dense_pre` (what does not depend on any pooled embedding, e.g. the bottom MLP)
 and `dense_post` (the rest, ending in the model outputs). Regions are standalone
 `torch.fx.GraphModule`s whose placeholders are exactly their IR operands, in order.
@@ -27,14 +28,16 @@ EMBEDDING_BAG_OPS = (
 )
 PLAIN_EMBEDDING_OPS = (torch.ops.aten.embedding.default,)
 MODES = ("sum", "mean", "max")
+UNPOOLED = "none"  # the mode of an `aten.embedding` call
 
 
 @attrs.define
 class LookupCall:
-    """One `embedding_bag` call in the exported graph: one feature reading one table."""
+    """One lookup in the exported graph: an `embedding_bag` call (one feature reading one table)
+    or an `embedding` call (mode "none": one row per id, one feature per id position)."""
 
     node: fx.Node
-    pooled: fx.Node  # getitem(node, 0)
+    pooled: fx.Node  # getitem(node, 0); for an unpooled call, the call itself
     weight: fx.Node
     indices: fx.Node
     offsets: fx.Node | None
@@ -43,6 +46,11 @@ class LookupCall:
     include_last_offset: bool
     table_fqn: str  # parameter FQN, e.g. "emb_l.3.weight"
     caller: str  # module whose forward performs the lookup ("" for the root)
+    padding_idx: int | None = None  # ids equal to it read nothing and update nothing
+
+    @property
+    def unpooled(self) -> bool:
+        return self.mode == UNPOOLED
 
 
 def _module_path_of(node: fx.Node) -> list[tuple[str, str]]:
@@ -54,26 +62,72 @@ def _is_embedding_module(cls_name: str) -> bool:
     return cls_name.rsplit(".", 1)[-1] in {"EmbeddingBag", "Embedding"}
 
 
+def _caller(stack: list[tuple[str, str]]) -> str:
+    """The module whose forward performs a lookup: the embedding module's parent."""
+    owner = stack[-1][0] if stack else ""
+    if stack and _is_embedding_module(stack[-1][1]):
+        return stack[-2][0] if len(stack) > 1 else ""
+    return owner
+
+
+def _padding_idx(a: dict, table_fqn: str, rows: int | None) -> int | None:
+    padding_idx = a.get("padding_idx")
+    if padding_idx is None or padding_idx < 0:  # aten's "no padding" (nn modules store it non-negative)
+        return None
+    if rows is not None and padding_idx >= rows:
+        raise ExportError(f"table '{table_fqn}': padding_idx {padding_idx} is not a row of its {rows} rows")
+    return int(padding_idx)
+
+
+def _table_of(node: fx.Node, weight: fx.Node, what: str) -> tuple[str, int | None]:
+    if weight.op != "get_attr":
+        raise ExportError(f"{what} '{node.name}': its table is computed, not a parameter of the model")
+    val = weight.meta.get("val")
+    return weight.target, (int(val.shape[0]) if isinstance(val, torch.Tensor) else None)
+
+
+def _unpooled_call(node: fx.Node) -> LookupCall:
+    """An `aten.embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)` call."""
+    _, a = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+    table_fqn, rows = _table_of(node, a["weight"], "embedding")
+    stack = _module_path_of(node)
+    if a.get("scale_grad_by_freq"):
+        raise ExportError(f"table '{table_fqn}': scale_grad_by_freq is not supported")
+    indices = a["indices"]
+    if indices.meta["val"].dim() == 0:
+        raise ExportError(
+            f"table '{table_fqn}': a lookup of one scalar id has no batch; pass ids of shape [B] or [B, L]"
+        )
+    return LookupCall(
+        node=node,
+        pooled=node,
+        weight=a["weight"],
+        indices=indices,
+        offsets=None,
+        per_sample_weights=None,
+        mode=UNPOOLED,
+        include_last_offset=False,
+        table_fqn=table_fqn,
+        caller=_caller(stack),
+        padding_idx=_padding_idx(a, table_fqn, rows),
+    )
+
+
 def find_lookups(gm: fx.GraphModule) -> list[LookupCall]:
-    """Every embedding-bag call of `gm` (the unlifted `ep.module()` graph), in graph order."""
+    """Every embedding and embedding-bag call of `gm` (the unlifted `ep.module()` graph), in graph order."""
     calls: list[LookupCall] = []
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         if node.target in PLAIN_EMBEDDING_OPS:
-            owner = _module_path_of(node)
-            where = owner[-1][0] if owner else "the model"
-            raise ExportError(
-                f"module '{where}': nn.Embedding (a lookup without pooling) is not supported; "
-                "use nn.EmbeddingBag or F.embedding_bag"
-            )
+            if node.users:  # an unused result computes nothing
+                calls.append(_unpooled_call(node))
+            continue
         if node.target not in EMBEDDING_BAG_OPS:
             continue
         _, a = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
         weight = a["weight"]
-        if weight.op != "get_attr":
-            raise ExportError(f"embedding bag '{node.name}': its table is computed, not a parameter of the model")
-        table_fqn = weight.target
+        table_fqn, rows = _table_of(node, weight, "embedding bag")
         stack = _module_path_of(node)
         owner = stack[-1][0] if stack else ""
         mode = MODES[int(a.get("mode", 0))]
@@ -84,9 +138,7 @@ def find_lookups(gm: fx.GraphModule) -> list[LookupCall]:
             )
         if a.get("scale_grad_by_freq"):
             raise ExportError(f"table '{table_fqn}': scale_grad_by_freq is not supported")
-        padding_idx = a.get("padding_idx")
-        if padding_idx is not None and padding_idx >= 0:
-            raise ExportError(f"table '{table_fqn}': padding_idx is not supported")
+        padding_idx = _padding_idx(a, table_fqn, rows)
         pooled = None
         for user in node.users:
             if user.target is not operator.getitem:
@@ -100,9 +152,6 @@ def find_lookups(gm: fx.GraphModule) -> list[LookupCall]:
                 )
         if pooled is None:
             continue  # result unused: nothing to compute
-        caller = owner
-        if stack and _is_embedding_module(stack[-1][1]):
-            caller = stack[-2][0] if len(stack) > 1 else ""
         calls.append(
             LookupCall(
                 node=node,
@@ -114,7 +163,8 @@ def find_lookups(gm: fx.GraphModule) -> list[LookupCall]:
                 mode=mode,
                 include_last_offset=bool(a.get("include_last_offset", False)),
                 table_fqn=table_fqn,
-                caller=caller,
+                caller=_caller(stack),
+                padding_idx=padding_idx,
             )
         )
     return calls

@@ -57,7 +57,7 @@ def fake_meta_parameters(model: nn.Module, device: torch.device | str = "cpu") -
             slots[name] = original
 
 
-def _is_fake(t: torch.Tensor) -> bool:
+def is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(t, FakeTensor) or isinstance(getattr(t, "data", None), FakeTensor)
@@ -103,7 +103,7 @@ def _repoint(region: nn.Module, real: Mapping[str, torch.Tensor]) -> None:
     for prefix, module in region.named_modules():
         for slots in (module._parameters, module._buffers):
             for name, t in list(slots.items()):
-                if t is None or not _is_fake(t):
+                if t is None or not is_fake(t):
                     continue
                 parts = (f"{prefix}.{name}" if prefix else name).split(".")
                 fqn = next((".".join(parts[i:]) for i in range(len(parts)) if ".".join(parts[i:]) in real), None)
@@ -165,4 +165,4 @@ def _module_init(model: nn.Module, param: str, seed: int) -> Callable | None:
     return None
 
 
-__all__ = ["fake_meta_parameters", "has_meta_parameters", "materialize_dense", "table_initializers"]
+__all__ = ["fake_meta_parameters", "has_meta_parameters", "is_fake", "materialize_dense", "table_initializers"]

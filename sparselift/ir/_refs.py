@@ -377,6 +377,14 @@ def verify_tables_features_placements(
         seen_features.add(f.feature_name.data)
         if f.table.data not in by_name:
             raise VerifyException(f"{where}: feature '{f.feature_name.data}' maps to missing table '{f.table.data}'")
+        if f.is_weighted and by_name[f.table.data].is_unpooled:
+            raise VerifyException(
+                f"{where}: feature '{f.feature_name.data}' has per-sample weights but table '{f.table.data}' is "
+                "unpooled (weights scale ids within a pooled bag)"
+            )
+    unpooled = {t.is_unpooled for t in tables}
+    if len(unpooled) > 1:
+        raise VerifyException(f"{where}: a group holds pooled and unpooled tables; their exchanges differ")
     placed: set[str] = set()
     for p in placements:
         name = p.table.data

@@ -51,6 +51,8 @@ class Role(StrEnum):
     INPUT_PACKED = auto()  # lengths, ids and bit-cast weights in one jagged buffer (sparse.pack_ids)
     OUTPUT_POOLED = auto()
     GRAD_POOLED = auto()
+    OUTPUT_ROWS = auto()  # unpooled lookups' rows (one per id position), back to the samples' ranks
+    GRAD_ROWS = auto()  # their gradients, to the tables' ranks
     DENSE_GRAD = auto()
     SPARSE_GRAD = auto()
 
@@ -60,7 +62,21 @@ INTEGER_ROLES = frozenset({Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_IND
 INPUT_ROLES = frozenset(
     {Role.INPUT_SPLITS, Role.INPUT_LENGTHS, Role.INPUT_INDICES, Role.INPUT_WEIGHTS, Role.INPUT_PACKED}
 )
-FLOAT_ROLES = frozenset({Role.INPUT_WEIGHTS, Role.OUTPUT_POOLED, Role.GRAD_POOLED, Role.DENSE_GRAD, Role.SPARSE_GRAD})
+FLOAT_ROLES = frozenset(
+    {
+        Role.INPUT_WEIGHTS,
+        Role.OUTPUT_POOLED,
+        Role.GRAD_POOLED,
+        Role.OUTPUT_ROWS,
+        Role.GRAD_ROWS,
+        Role.DENSE_GRAD,
+        Role.SPARSE_GRAD,
+    }
+)
+# From the tables' ranks back to the samples' ranks (pooled vectors, unpooled rows), and their
+# gradients the other way: segment `s` of such an exchange holds rank `s`'s samples.
+OUTPUT_ROLES = frozenset({Role.OUTPUT_POOLED, Role.OUTPUT_ROWS})
+GRAD_ROLES = frozenset({Role.GRAD_POOLED, Role.GRAD_ROWS})
 
 
 class Reduction(StrEnum):
@@ -601,7 +617,9 @@ Coll = Dialect(
 __all__ = [
     "Coll",
     "Role",
+    "GRAD_ROLES",
     "INPUT_ROLES",
+    "OUTPUT_ROLES",
     "Reduction",
     "GroupAttr",
     "RoleAttr",

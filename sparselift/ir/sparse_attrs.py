@@ -35,6 +35,7 @@ FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 class Pooling(StrEnum):
     SUM = auto()
     MEAN = auto()
+    NONE = auto()  # unpooled (`nn.Embedding`): every bag of the table's features holds at most one id
 
 
 class PlacementKind(StrEnum):
@@ -109,6 +110,16 @@ class TableAttr(ParametrizedAttribute):
     @property
     def name_str(self) -> str:
         return self.table_name.data
+
+    @property
+    def is_unpooled(self) -> bool:
+        return self.pooling.data == Pooling.NONE
+
+    @property
+    def kernel_pooling(self) -> str:
+        """The pooling the table's kernels compute: an unpooled table's bags hold at most one id
+        (one bag per id position, an empty bag for a padding id), so their sum is the gather."""
+        return Pooling.SUM if self.is_unpooled else self.pooling.data
 
 
 @irdl_attr_definition

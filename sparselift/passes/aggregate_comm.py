@@ -48,7 +48,7 @@ from sparselift.passes.remarks import Refusal, remark
 from sparselift.passes.srsv import elem_bytes, step_batch
 
 # "input": every exchanged group's lengths, ids and weights in one exchange (merge_inputs.py).
-MERGEABLE_ROLES = ("input", "output_pooled", "grad_pooled", "sparse_grad", "dense_grad")
+MERGEABLE_ROLES = ("input", "output_pooled", "grad_pooled", "output_rows", "grad_rows", "sparse_grad", "dense_grad")
 
 
 def _def_use_graph(block: Block) -> nx.DiGraph[Operation]:

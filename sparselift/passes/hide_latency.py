@@ -45,7 +45,9 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from sparselift.ir.coll import (
+    GRAD_ROLES,
     INPUT_ROLES,
+    OUTPUT_ROLES,
     AllReduceOp,
     AllReduceStartOp,
     AllToAllOp,
@@ -58,8 +60,7 @@ from sparselift.ir.sparse import FusedLookupUpdateOp, LookupUpdateOp
 from sparselift.passes.remarks import remark
 from sparselift.passes.srsv import build_srsv, peak_inflight, step_batch
 
-OUTPUT_ROLES = frozenset({"output_pooled"})
-BACKWARD_ROLES = frozenset({"grad_pooled", "sparse_grad", "dense_grad"})
+BACKWARD_ROLES = GRAD_ROLES | {"sparse_grad", "dense_grad"}
 
 _Coll = AllToAllOp | AllReduceOp  # the collectives this pass splits
 _Node = Operation | tuple[str, _Coll]  # a node of the schedule: an op, or ("start" | "wait", collective)

@@ -99,6 +99,12 @@ class _GroupLifter:
         if len(dtypes) != 1:
             raise PassFailedException(f"lift-sparse: module '{ebc.module.data}' mixes table dtypes in one group")
         self.dtype = dtypes.pop()
+        # An unpooled group's exchanges carry rows (one per id position), with roles of their own
+        # (the collection's verifier keeps pooled and unpooled tables in separate groups).
+        unpooled = any(t.is_unpooled for t in self.tables.values())
+        self.output_role, self.grad_role = (
+            ("output_rows", "grad_rows") if unpooled else ("output_pooled", "grad_pooled")
+        )
         self.weighted = any(f.is_weighted for f in self.features)
         id_types = {cast(TensorType, v.type).element_type for v in ebc.ids}  # verified: tensors
         self.index_type = i32 if id_types == {i32} and all(t.rows.data < 2**31 for t in self.tables.values()) else i64
@@ -275,7 +281,7 @@ class _GroupLifter:
             width = [
                 sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)
             ]
-            sent = self._a2a(point, [p.buffer for p in packs], "output_pooled", [[width[r]] * W for r in range(W)])
+            sent = self._a2a(point, [p.buffer for p in packs], self.output_role, [[width[r]] * W for r in range(W)])
             per_segment = [[(m, feature_width[m]) for m, (r, _, _) in enumerate(order) if r == p] for p in range(W)]
             members = self._unpack(point, sent.outputs[0], member_types, self._layout(per_segment, len(order))).members
         else:
@@ -290,7 +296,7 @@ class _GroupLifter:
                         result_types=[_t([-1], self.dtype)],
                         properties={
                             "group": self.group,
-                            "role": RoleAttr("output_pooled"),
+                            "role": RoleAttr(self.output_role),
                             "reduction": StringAttr("sum"),
                         },
                     ),
@@ -365,7 +371,7 @@ class _GroupLifter:
             width = [
                 sum(self._width(n) for n in self.table_order if self.placements[n].rank_list == [r]) for r in range(W)
             ]
-            sent = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[width[p] for p in range(W)]] * W)
+            sent = self._a2a(self._next(), [pack.buffer], self.grad_role, [[width[p] for p in range(W)]] * W)
             table_grads: dict[str, SSAValue] = {}
             for rank in range(W):
                 owned = [n for n in self.table_order if self.placements[n].rank_list == [rank]]
@@ -387,7 +393,7 @@ class _GroupLifter:
         buffer = pack.buffer
         if segments > 1:
             total = sum(feature_width)
-            buffer = self._a2a(self._next(), [pack.buffer], "grad_pooled", [[total] * W] * W).outputs[0]
+            buffer = self._a2a(self._next(), [pack.buffer], self.grad_role, [[total] * W] * W).outputs[0]
         seg = [(i, self._width(n)) for i, n in enumerate(self.table_order)]
         unpack = self._unpack(
             self._next(),
@@ -538,7 +544,7 @@ class LiftSparse(ModulePass):
                     f"lift-sparse: row_wise table '{name}' of module '{ebc.module.data}' must span all "
                     f"{world} ranks (it spans {p.rank_list})"
                 )
-            if tables[name].pooling.data != "sum":
+            if tables[name].kernel_pooling != "sum":
                 raise PassFailedException(
                     f"lift-sparse: row_wise table '{name}' of module '{ebc.module.data}' uses mean pooling, "
                     "which row-wise partial pools cannot express yet; place it table_wise"

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from sparselift.ir.coll import OUTPUT_ROLES
+
 
 class _Group(Protocol):
     """What the collectives read of a rank's `plan_ops.PlanBase`."""
@@ -53,7 +55,7 @@ def all_to_all(
     step's batch check): every received length is 1, so nothing is sent."""
     x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
     r, world = plan.rank, plan.world
-    if "output_pooled" in role.split("+"):  # from the tables' owners back to the samples' ranks
+    if OUTPUT_ROLES & set(role.split("+")):  # from the tables' owners back to the samples' ranks
         send = [splits[r][p] * batches[p] for p in range(world)]
         recv = [splits[s][r] * batches[r] for s in range(world)]
     else:

@@ -343,10 +343,11 @@ class CompiledModel(nn.Module):
 
     # -- checkpoints -----------------------------------------------------------------------
     def dense_named_parameters(self):
-        """Dense parameters under the original model's names."""
+        """Dense parameters under the original model's names (a wrapped region's, `SparseInputs` or
+        `UnpooledViews`, are those of the extracted graph it wraps)."""
         seen = set()
         for region in self.regions.values():
-            for name, p in region.named_parameters():
+            for name, p in getattr(region, "region", region).named_parameters():
                 if id(p) not in seen:
                     seen.add(id(p))
                     yield name, p

@@ -76,3 +76,51 @@ def count_calls(owner, name: str) -> list[int]:
 
     setattr(owner, name, counted)
     return calls
+
+
+class SequenceModel(nn.Module):
+    """Unpooled lookups beside pooled ones, DIN-like: an item table read by a padded history
+    `[B, L]` and by the target `[B]` (one table, two lookups), a category table read per
+    history position, and pooled user bags (sum, and mean with a padding id)."""
+
+    def __init__(self, items=60, cats=12, users=40, history=4):
+        super().__init__()
+        self.item = nn.Embedding(items, 8, padding_idx=0)
+        self.cat = nn.Embedding(cats, 4, padding_idx=0)
+        self.user = nn.EmbeddingBag(users, 6, mode="sum")
+        self.tags = nn.EmbeddingBag(users, 4, mode="mean", padding_idx=1)
+        self.score = nn.Linear(8 + 4, 1)
+        self.top = nn.Linear(8 + 4 + 8 + 6 + 4, 1)
+        self.history = history
+
+    def forward(self, hist, hist_cat, target, user_ids, user_offsets, tags):
+        h = torch.cat([self.item(hist), self.cat(hist_cat)], dim=-1)  # [B, L, 12]
+        t = self.item(target)  # [B, 8]
+        mask = (hist != 0).unsqueeze(-1).to(h.dtype)
+        attention = torch.sigmoid(self.score(h)) * mask  # [B, L, 1]
+        interest = (attention * h[..., :8]).sum(1)
+        # Unmasked, so a padding position's row would get a gradient if it were looked up.
+        categories = h[..., 8:].sum(1)
+        pooled = torch.cat([interest, categories, t, self.user(user_ids, user_offsets), self.tags(tags)], dim=1)
+        return self.top(pooled)
+
+
+def sequence_model(rows_cap=None, batch_size=8, seed=0):
+    """`SequenceModel` and a batch: histories padded with id 0 (some empty), tags [B, 3] with
+    padding id 1 (one bag all padding)."""
+    torch.manual_seed(0)  # same weights whatever the data seed
+    model = SequenceModel()
+    g = torch.Generator().manual_seed(seed)
+    n, history = batch_size, model.history
+    lengths = torch.randint(0, history + 1, (n,), generator=g)
+    hist = torch.randint(1, model.item.num_embeddings, (n, history), generator=g)
+    hist[torch.arange(history).expand(n, history) >= lengths.unsqueeze(1)] = 0
+    hist_cat = torch.where(hist == 0, 0, hist % (model.cat.num_embeddings - 1) + 1)
+    target = torch.randint(1, model.item.num_embeddings, (n,), generator=g)
+    user_lengths = torch.randint(1, 3, (n,), generator=g)
+    user_ids = torch.randint(0, model.user.num_embeddings, (int(user_lengths.sum()),), generator=g)
+    user_offsets = user_lengths.cumsum(0) - user_lengths
+    tags = torch.randint(0, model.tags.num_embeddings, (n, 3), generator=g)
+    if n:
+        tags[0] = 1
+    return model, (hist, hist_cat, target, user_ids, user_offsets, tags)

@@ -6,7 +6,7 @@
 // RUN: sparselift-opt %S/../inputs/torchrec-ebc-ws2.mlir -p lift-sparse,aggregate-comm | filecheck %s --check-prefix=TORCHREC
 // RUN: sparselift-opt %S/../inputs/two-tower-ws2.mlir -p lift-sparse,aggregate-comm | filecheck %s --check-prefix=TOWERS
 
-// BADROLE: aggregate-comm: cannot aggregate role 'input_indices'; supported: input, output_pooled, grad_pooled, sparse_grad, dense_grad
+// BADROLE: aggregate-comm: cannot aggregate role 'input_indices'; supported: input, output_pooled, grad_pooled, output_rows, grad_rows, sparse_grad, dense_grad
 
 // Two replicated groups' gradient all-reduces become one; the update that used the first
 // one's result moves after the merged collective. With the `dense_grad` role (in the default

@@ -41,6 +41,16 @@ func.func @all_to_all_per_rank(%a: tensor<?xf32>, %b: tensor<?xf32>) -> tensor<?
   func.return %y : tensor<?xf32>
 }
 
+// Unpooled rows and pooled vectors in one (aggregated) output exchange, and their gradients.
+// CHECK-LABEL: func.func @rows_and_pooled(%x: tensor<?xf32>, %g: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>) {
+// CHECK-NEXT:    %y = coll.all_to_all %x on #coll.group<[0, 1]> role #coll.role<output_pooled, output_rows> splits #coll.splits<{{\[\[}}40, 8], [40, 8]]> : tensor<?xf32> -> tensor<?xf32>
+// CHECK-NEXT:    %h = coll.all_to_all %g on #coll.group<[0, 1]> role #coll.role<grad_rows> splits #coll.splits<{{\[\[}}32, 32], [32, 32]]> : tensor<?xf32> -> tensor<?xf32>
+func.func @rows_and_pooled(%x: tensor<?xf32>, %g: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>) {
+  %y = coll.all_to_all %x on #coll.group<[0, 1]> role #coll.role<output_pooled, output_rows> splits #coll.splits<[[40, 8], [40, 8]]> : tensor<?xf32> -> tensor<?xf32>
+  %h = coll.all_to_all %g on #coll.group<[0, 1]> role #coll.role<grad_rows> splits #coll.splits<[[32, 32], [32, 32]]> : tensor<?xf32> -> tensor<?xf32>
+  func.return %y, %h : tensor<?xf32>, tensor<?xf32>
+}
+
 // An aggregated collective carrying several roles; a one-rank group.
 // CHECK-LABEL: func.func @all_to_all_multi_role(%x: tensor<?xi64>) -> tensor<?xi64> {
 // CHECK-NEXT:    %y = coll.all_to_all %x on #coll.group<[0]> role #coll.role<input_splits, input_lengths, input_indices> splits #coll.splits<{{\[\[}}5]]> : tensor<?xi64> -> tensor<?xi64>

@@ -30,7 +30,7 @@ func.func @group_rank_twice() attributes {g = #coll.group<[0, 1, 0]>} {
 // -----
 
 // Unknown role.
-// CHECK: unknown collective role 'input_ids'; expected one of input_splits, input_lengths, input_indices, input_weights, input_packed, output_pooled, grad_pooled, dense_grad, sparse_grad
+// CHECK: unknown collective role 'input_ids'; expected one of input_splits, input_lengths, input_indices, input_weights, input_packed, output_pooled, grad_pooled, output_rows, grad_rows, dense_grad, sparse_grad
 func.func @role_unknown() attributes {r = #coll.role<input_ids>} {
   func.return
 }
@@ -59,6 +59,15 @@ func.func @splits_negative(%x: tensor<?xi32>) -> tensor<?xi32> {
 func.func @role_indices_on_f32(%x: tensor<?xf32>) -> tensor<?xf32> {
   %y = coll.all_to_all %x on #coll.group<[0, 1]> role #coll.role<input_indices> splits #coll.splits<[[1, 1], [1, 1]]> : tensor<?xf32> -> tensor<?xf32>
   func.return %y : tensor<?xf32>
+}
+
+// -----
+
+// Unpooled rows are float data too.
+// CHECK: coll.all_to_all: role 'output_rows' needs float data, got i64
+func.func @role_rows_on_i64(%x: tensor<?xi64>) -> tensor<?xi64> {
+  %y = coll.all_to_all %x on #coll.group<[0, 1]> role #coll.role<output_rows> splits #coll.splits<[[1, 1], [1, 1]]> : tensor<?xi64> -> tensor<?xi64>
+  func.return %y : tensor<?xi64>
 }
 
 // -----

@@ -21,6 +21,14 @@ func.func @ebc_dtypes_placements(%i0: tensor<?xi64>, %i1: tensor<?xi32>, %i2: te
   func.return %p#0, %p#1, %p#2 : tensor<?x16xf32>, tensor<?x8xf16>, tensor<4x4xbf16>
 }
 
+// An unpooled table (nn.Embedding): one feature per id position, every bag at most one id.
+// CHECK-LABEL: func.func @ebc_unpooled(%i0: tensor<?xi64>, %i1: tensor<?xi64>, %o0: tensor<?xi64>, %o1: tensor<?xi64>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+// CHECK-NEXT:    %p, %p_1 = sparse.embedding_bag_collection "item" ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"item", rows = 100, dim = 8, f32, none>] features = [#sparse.feature<"hist[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"hist[1]" -> "item", pooling_factor = 0.75>] placements = [#sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 50, 100]>] -> tensor<?x8xf32>, tensor<?x8xf32>
+func.func @ebc_unpooled(%i0: tensor<?xi64>, %i1: tensor<?xi64>, %o0: tensor<?xi64>, %o1: tensor<?xi64>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+  %p:2 = sparse.embedding_bag_collection "item" ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"item", rows = 100, dim = 8, f32, none>] features = [#sparse.feature<"hist[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"hist[1]" -> "item", pooling_factor = 0.75>] placements = [#sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 50, 100]>] -> tensor<?x8xf32>, tensor<?x8xf32>
+  func.return %p#0, %p#1 : tensor<?x8xf32>, tensor<?x8xf32>
+}
+
 // Two features sharing one table, inside a step whose world covers every placed rank.
 // CHECK-LABEL: sched.step @ebc_in_step world_size = 2 outputs = 2 {
 // CHECK-NEXT:  ^bb0(%i0: tensor<?xi64>, %i1: tensor<?xi64>, %o0: tensor<?xi64>, %o1: tensor<?xi64>):

@@ -38,7 +38,7 @@ func.func @table_int_dtype() attributes {t = #sparse.table<"t0", rows = 10, dim 
 // -----
 
 // Only sum and mean pooling exist.
-// CHECK: table 't0' has pooling 'max'; supported: sum, mean
+// CHECK: table 't0' has pooling 'max'; supported: sum, mean, none
 func.func @table_bad_pooling() attributes {t = #sparse.table<"t0", rows = 10, dim = 4, f32, max>} {
   func.return
 }
@@ -315,6 +315,24 @@ func.func @pack_layout_leading_gap(%x: tensor<?x4xi64>) -> tensor<?xi64> {
 func.func @ebc_table_twice(%i: tensor<?xi64>, %o: tensor<?xi64>) -> tensor<?x4xf32> {
   %p = sparse.embedding_bag_collection "emb" ids(%i : tensor<?xi64>) offsets(%o : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t0", rows = 20, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>] -> tensor<?x4xf32>
   func.return %p : tensor<?x4xf32>
+}
+
+// -----
+
+// Per-sample weights scale ids within a pooled bag: an unpooled table has none.
+// CHECK: sparse.embedding_bag_collection: feature 'f0' has per-sample weights but table 't0' is unpooled (weights scale ids within a pooled bag)
+func.func @ebc_unpooled_weighted(%i: tensor<?xi64>, %o: tensor<?xi64>, %w: tensor<?xf32>) -> tensor<?x4xf32> {
+  %p = sparse.embedding_bag_collection "emb" ids(%i : tensor<?xi64>) offsets(%o : tensor<?xi64>) weights(%w : tensor<?xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, none>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0, weighted>] placements = [#sparse.placement<"t0", data_parallel>] -> tensor<?x4xf32>
+  func.return %p : tensor<?x4xf32>
+}
+
+// -----
+
+// A group's exchanges carry pooled vectors or unpooled rows: not both.
+// CHECK: sparse.embedding_bag_collection: a group holds pooled and unpooled tables; their exchanges differ
+func.func @ebc_pooled_and_unpooled(%i: tensor<?xi64>, %o: tensor<?xi64>) -> (tensor<?x4xf32>, tensor<?x4xf32>) {
+  %p:2 = sparse.embedding_bag_collection "emb" ids(%i, %i : tensor<?xi64>, tensor<?xi64>) offsets(%o, %o : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, none>, #sparse.table<"t1", rows = 10, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>, #sparse.placement<"t1", data_parallel>] -> tensor<?x4xf32>, tensor<?x4xf32>
+  func.return %p#0, %p#1 : tensor<?x4xf32>, tensor<?x4xf32>
 }
 
 // -----
