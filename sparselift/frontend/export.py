@@ -286,11 +286,13 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
             "unique_fraction": unique / max(ids64.numel(), 1),
         }
     if len(set(batches.values())) > 1:
-        jagged = [f for f in features if f.unpooled and batches[f.name] != batches[features[0].name]]
+        # A pooled feature's bags are the samples; an unpooled lookup of jagged ids has one bag per id.
+        batch = batches[next((f for f in features if not f.unpooled), features[0]).name]
+        jagged = [f for f in features if f.unpooled and batches[f.name] != batch]
         if jagged:
             raise ExportError(
                 f"table '{jagged[0].table}': its unpooled lookup reads {batches[jagged[0].name]} ids for a batch of "
-                f"{batches[features[0].name]} samples; jagged ids without pooling (e.g. a JaggedTensor's values) "
+                f"{batch} samples; jagged ids without pooling (e.g. a JaggedTensor's values) "
                 "are not supported yet: pad them to [B, L] and pass padding_idx"
             )
         detail = ", ".join(f"'{k}' has {v}" for k, v in batches.items())
@@ -424,10 +426,10 @@ def _trace(model: nn.Module, example_inputs: tuple) -> _Traced:
 
 
 def _separable_lookups(gm: fx.GraphModule, model_name: str) -> list[LookupCall]:
-    """The embedding-bag lookups, checked separable: no pooled value feeds another lookup's inputs."""
+    """The embedding lookups, checked separable: no looked-up value feeds another lookup's inputs."""
     calls = find_lookups(gm)
     if not calls:
-        raise ExportError(f"model '{model_name}' has no embedding-bag lookups: there is no sparse path to compile")
+        raise ExportError(f"model '{model_name}' has no embedding lookups: there is no sparse path to compile")
     pooled_nodes = [c.pooled for c in calls]
     tangled = ancestors(_lookup_inputs(calls)) & descendants(pooled_nodes)
     if tangled:

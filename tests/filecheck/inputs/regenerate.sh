@@ -11,15 +11,17 @@
 #   dlrm-terabyte-ws2.mlir  sparselift export --model dlrm-terabyte --world-size 2 --rows-cap 20000 --batch-size 8 --sharding auto
 #   two-tower-ws2.mlir      sparselift export --model two-tower     --world-size 2 --batch-size 8 --sharding auto
 #   torchrec-ebc-ws2.mlir   sparselift export --model torchrec-ebc  --world-size 2 --batch-size 8 --sharding auto
+#   sequence-ws2.mlir       sparselift export tests/runtime/parity_models.py:sequence_model --world-size 2 --batch-size 8 --sharding table_wise
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 sparselift="${SPARSELIFT:-$root/.venv/bin/sparselift}"
 
-export_fixture() {  # OUT MODEL WORLD [extra args...]
+export_fixture() {  # OUT MODEL WORLD [extra args...]; MODEL: a built-in name or FILE.py:FACTORY
     local out="$1" model="$2" world="$3"
     shift 3
-    "$sparselift" export --model "$model" --world-size "$world" --batch-size 8 --seed 0 "$@" -o "$here/$out"
+    if [[ "$model" == *:* ]]; then set -- "$root/$model" "$@"; else set -- --model "$model" "$@"; fi
+    "$sparselift" export "$@" --world-size "$world" --batch-size 8 --seed 0 -o "$here/$out"
     echo "wrote $out"
 }
 
@@ -30,3 +32,4 @@ export_fixture dlrm-kaggle-ws2-rowwise.mlir dlrm-kaggle   2 --rows-cap 20000 --s
 export_fixture dlrm-terabyte-ws2.mlir       dlrm-terabyte 2 --rows-cap 20000 --sharding auto
 export_fixture two-tower-ws2.mlir           two-tower     2 --sharding auto
 export_fixture torchrec-ebc-ws2.mlir        torchrec-ebc  2 --sharding auto
+export_fixture sequence-ws2.mlir           tests/runtime/parity_models.py:sequence_model 2 --sharding table_wise
