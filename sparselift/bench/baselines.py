@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -118,6 +119,11 @@ def _dlrm(config: DLRMConfig, seed: int, sparse: bool):
     return model
 
 
+def check_pipeline(pipeline: str) -> None:
+    if pipeline not in ("sparse_dist", "base"):
+        raise ValueError(f"pipeline must be 'sparse_dist' or 'base', got {pipeline!r}")
+
+
 def _world_group(world: int) -> None:
     if not dist.is_initialized():
         raise RuntimeError("runners need an initialized default process group (e.g. launch())")
@@ -129,10 +135,12 @@ def _world_group(world: int) -> None:
 
 
 class _A2AState:
-    """What the Req/Wait pair shares for one forward (the reference keeps it in a global)."""
+    """What the Req/Wait pair shares for one forward (the reference keeps it in a global).
+
+    ``widths``: the width of each global output (rank 0's outputs first, ``sum(table_splits)``
+    of them); by default every output is ``dim`` wide (the reference's pooled ``[N, D]``)."""
 
     __slots__ = (
-        "dim",
         "divide",
         "local_rows",
         "rank",
@@ -140,42 +148,59 @@ class _A2AState:
         "row_splits",
         "send",
         "table_splits",
+        "widths",
         "work",
         "world",
     )
 
-    def __init__(self, rank: int, world: int, row_splits: list[int], table_splits: list[int], dim: int, divide: bool):
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        row_splits: list[int],
+        table_splits: list[int],
+        dim: int,
+        divide: bool,
+        widths: Sequence[int] | None = None,
+    ):
         self.rank = rank
         self.world = world
         self.row_splits = row_splits  # rows of the global batch owned by each rank
-        self.table_splits = table_splits  # tables owned by each rank
+        self.table_splits = table_splits  # outputs (tables) owned by each rank
         self.local_rows = row_splits[rank]
-        self.dim = dim
+        self.widths = list(widths) if widths is not None else [dim] * sum(table_splits)
+        if len(self.widths) != sum(table_splits):
+            raise ValueError(f"{len(self.widths)} output widths for {sum(table_splits)} outputs")
         self.divide = divide
         self.work: Any = None
         self.send: Tensor | None = None
         self.recv: Tensor | None = None
 
+    def rank_widths(self, r: int) -> list[int]:
+        """Widths of rank ``r``'s outputs."""
+        first = sum(self.table_splits[:r])
+        return self.widths[first : first + self.table_splits[r]]
+
 
 class _AllToAllReq(Function):
     """Start the pooled all-to-all (forward); wait for the gradient all-to-all (backward).
 
-    Forward: ``inputs`` are this rank's ``lS`` pooled outputs ``[N, D]`` over the global batch;
-    rank ``j`` is sent rows ``row_splits[j]`` of their concatenation ``[N, lS*D]``. Returns the
-    (still being filled) flat receive buffer: per source rank ``i`` a ``[lN, lS_i*D]`` block.
+    Forward: ``inputs`` are this rank's ``lS`` outputs ``[N, w_k]`` over the global batch (the
+    reference's pooled ``[N, D]``); rank ``j`` is sent rows ``row_splits[j]`` of their
+    concatenation ``[N, sum w_k]``. Returns the (still being filled) flat receive buffer: per
+    source rank ``i`` a ``[lN, sum of rank i's widths]`` block.
     """
 
     @staticmethod
     def forward(ctx, state: _A2AState, *inputs: Tensor) -> Tensor:
         ctx.state = state
-        lS, d = len(inputs), state.dim
-        send = torch.cat(inputs, dim=1) if lS > 1 else inputs[0].contiguous()
-        recv = send.new_empty(state.local_rows * sum(state.table_splits) * d)
-        in_splits = [n * lS * d for n in state.row_splits]
-        out_splits = [state.local_rows * s * d for s in state.table_splits]
+        width = sum(state.rank_widths(state.rank))
+        send = torch.cat(inputs, dim=1) if len(inputs) > 1 else inputs[0].contiguous()
+        recv = send.new_empty(state.local_rows * sum(state.widths))
+        in_splits = [n * width for n in state.row_splits]
+        out_splits = [state.local_rows * sum(state.rank_widths(r)) for r in range(state.world)]
         state.send = send  # keep alive until the collective completes
         state.work = dist.all_to_all_single(recv, send.view(-1), out_splits, in_splits, async_op=True)
-        ctx.num_inputs = lS
         return recv
 
     @staticmethod
@@ -183,20 +208,20 @@ class _AllToAllReq(Function):
         state: _A2AState = ctx.state
         state.work.wait()
         state.work = None
-        n, lS, d = sum(state.row_splits), ctx.num_inputs, state.dim
-        grad = state.recv.view(n, lS * d)
+        mine = state.rank_widths(state.rank)
+        grad = state.recv.view(sum(state.row_splits), sum(mine))
         state.recv = state.send = None
         if state.divide:
             grad.div_(state.world)
-        grads = [g.contiguous() for g in grad.split(d, dim=1)] if lS > 1 else [grad]
+        grads = [g.contiguous() for g in grad.split(mine, dim=1)] if len(mine) > 1 else [grad]
         return (None, *grads)
 
 
 class _AllToAllWait(Function):
     """Wait for the pooled all-to-all (forward); start the gradient all-to-all (backward).
 
-    Returns one ``[lN, D]`` tensor per *global* table (rank 0's tables first), views of the
-    receive buffer.
+    Returns one ``[lN, w]`` tensor per *global* output (rank 0's first), views of the receive
+    buffer.
     """
 
     @staticmethod
@@ -206,26 +231,30 @@ class _AllToAllWait(Function):
         state.work.wait()
         state.work = None
         state.send = None
-        ln, d = state.local_rows, state.dim
+        ln = state.local_rows
         outs: list[Tensor] = []
-        for block in recv.split([ln * s * d for s in state.table_splits]):
-            outs.extend(block.view(ln, -1).split(d, dim=1))
+        blocks = recv.split([ln * sum(state.rank_widths(r)) for r in range(state.world)])
+        for r, block in enumerate(blocks):
+            outs.extend(block.view(ln, -1).split(state.rank_widths(r), dim=1))
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads: Tensor):
         state: _A2AState = ctx.state
-        ln, d = state.local_rows, state.dim
+        ln = state.local_rows
         blocks, k = [], 0
         for s in state.table_splits:
-            gs = [g if g is not None else ctx.zeros.expand(ln, d) for g in grads[k : k + s]]
+            gs = [
+                g if g is not None else ctx.zeros.expand(ln, w)
+                for g, w in zip(grads[k : k + s], state.widths[k : k + s], strict=True)
+            ]
             blocks.append(torch.cat(gs, dim=1).reshape(-1))
             k += s
         send = torch.cat(blocks)
-        lS = state.table_splits[state.rank]
-        recv = send.new_empty(sum(state.row_splits) * lS * d)
-        in_splits = [ln * s * d for s in state.table_splits]
-        out_splits = [n * lS * d for n in state.row_splits]
+        width = sum(state.rank_widths(state.rank))
+        recv = send.new_empty(sum(state.row_splits) * width)
+        in_splits = [ln * sum(state.rank_widths(r)) for r in range(state.world)]
+        out_splits = [n * width for n in state.row_splits]
         state.send, state.recv = send, recv
         state.work = dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True)
         # The gradient of the forward receive buffer is exactly ``send`` (same layout): hand it
@@ -301,15 +330,19 @@ class BaselineRunner(_StageTiming):
     def local_rows(self, global_batch_size: int) -> slice:
         return get_my_slice(global_batch_size, self.rank, self.world)
 
-    def _check_rows(self, global_batch: Batch, local_rows: slice) -> list[int]:
-        n = global_batch.batch_size
+    def _row_splits(self, n: int, local_rows: slice) -> list[int]:
+        """The ranks' rows of an ``n``-row global batch, ``local_rows`` checked to be this rank's."""
         mine = get_my_slice(n, self.rank, self.world)
         start, stop, step = local_rows.indices(n)
         if (start, stop, step) != (mine.start, mine.stop, 1):
             raise ValueError(f"rank {self.rank}: local_rows {local_rows} is not this rank's slice {mine} of {n} rows")
+        return get_split_lengths(n, self.world)
+
+    def _check_rows(self, global_batch: Batch, local_rows: slice) -> list[int]:
+        row_splits = self._row_splits(global_batch.batch_size, local_rows)
         if global_batch.num_sparse != self.config.num_tables:
             raise ValueError(f"batch has {global_batch.num_sparse} sparse features, model {self.config.num_tables}")
-        return get_split_lengths(n, self.world)
+        return row_splits
 
     def _forward(self, gb: Batch, rows: slice, row_splits: list[int], t: StageTimer | None):
         if t is not None:
@@ -356,7 +389,7 @@ class BaselineRunner(_StageTiming):
             logits, pooled = self._forward(global_batch, local_rows, row_splits, t)
             if t is not None:
                 t.push("other_fwd")
-            loss = F.binary_cross_entropy_with_logits(logits.squeeze(1), global_batch.labels[local_rows])
+            loss = F.binary_cross_entropy_with_logits(logits.reshape(-1), global_batch.labels[local_rows])
             if t is not None:
                 t.pop()
             self.emb_opt.zero_grad()
@@ -482,7 +515,8 @@ def _timed_pipeline_class(base: type) -> type:
             t = self.timer
             if t is None or not t.in_step or self.net is None or self.net.last_pooled is None:
                 return super()._backward(losses)
-            handles = hook_backward_subgraph(t, [self.net.last_pooled])
+            roots = self.net.last_pooled
+            handles = hook_backward_subgraph(t, roots if isinstance(roots, list) else [roots])
             t.push("other_bwd")
             try:
                 super()._backward(losses)
@@ -509,77 +543,28 @@ def _timed_pipeline_class(base: type) -> type:
     return Timed
 
 
-class TorchRecRunner(_StageTiming):
-    """TorchRec DMP (table-wise, fused TBE + in-backward SGD) driven by a train pipeline.
-
-    ``batches`` yields this rank's *local* :class:`Batch` es (e.g.
-    ``SyntheticCriteo.batches(B, n, rank=, world_size=)``); they are converted to TorchRec
-    batches (KJT) lazily, inside the pipeline's data step. ``progress()`` runs one pipeline step
-    and returns the loss (``last_logits`` keeps that step's logits); it raises StopIteration
-    when the batches are exhausted and drained. ``forward(local_batch)`` returns logits without
-    gradients; it may be called at any time (mid-training it detaches the pipeline, which
-    re-attaches on the next ``progress()``; training continues unchanged).
-
-    ``pipeline``: ``"sparse_dist"`` (default) or ``"base"``; if TrainPipelineSparseDist cannot
-    be built, the runner falls back to TrainPipelineBase and ``self.pipeline`` says "base".
-    """
+class _TorchRecTrainer(_StageTiming):
+    """What the TorchRec peers share: table-wise FUSED sharding under DistributedModelParallel,
+    the fused (in-backward) SGD plus a keyed SGD for the dense parameters, a train pipeline,
+    ``progress()``, ``forward()`` and stage timing. A subclass builds its net (a module whose
+    ``forward(batch) -> (loss, (loss, logits))`` with ``timer`` and ``last_pooled`` attributes)
+    and calls :meth:`_shard`, fills its tables (:meth:`_fill_table`), then :meth:`_start`."""
 
     name = "TorchRec"
 
-    def __init__(
-        self,
-        config: DLRMConfig,
-        rank: int,
-        world: int,
-        lr: float,
-        seed: int,
-        batches: Iterable[Batch],
-        *,
-        pipeline: str = "sparse_dist",
-        batch_size_hint: int | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> None:
-        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+    def _shard(self, net: nn.Module, sharders: list, tables: Sequence[str], world: int, hint: int | None) -> None:
         from torchrec.distributed.embedding_types import EmbeddingComputeKernel
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.model_parallel import DistributedModelParallel
         from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
         from torchrec.distributed.planner.types import ParameterConstraints
         from torchrec.distributed.types import ShardingEnv, ShardingType
-        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-        from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-        from torchrec.optim.optimizers import in_backward_optimizer_filter
-
-        if pipeline not in ("sparse_dist", "base"):
-            raise ValueError(f"pipeline must be 'sparse_dist' or 'base', got {pipeline!r}")
-        _world_group(world)
-        self.config, self.rank, self.world, self.lr = config, rank, world, lr
-        device = torch.device("cpu")
-        dlrm = _dlrm(config, seed, sparse=False)
-        keys = list(keys) if keys is not None else list(default_keys(config.num_tables))
-        self.keys = keys
-        pooling = PoolingType.SUM if config.mode == "sum" else PoolingType.MEAN
-        tables = [
-            EmbeddingBagConfig(
-                name=f"t_{i}",
-                embedding_dim=config.embedding_dim,
-                num_embeddings=rows,
-                feature_names=[keys[i]],
-                pooling=pooling,
-            )
-            for i, rows in enumerate(config.num_rows)
-        ]
-        ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-        apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": lr})
-        net = _TorchRecDLRM(ebc, dlrm.bot_l, dlrm.top_l, dlrm.li, dlrm.lj, keys)
-        self.net = net
 
         constraints = {
-            f"t_{i}": ParameterConstraints(
+            t: ParameterConstraints(
                 sharding_types=[ShardingType.TABLE_WISE.value],
                 compute_kernels=[EmbeddingComputeKernel.FUSED.value],
             )
-            for i in range(config.num_tables)
+            for t in tables
         }
         try:  # torchrec >= 1.8 warns unless the topology comes from its factory
             from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
@@ -591,26 +576,38 @@ class TorchRecRunner(_StageTiming):
         except ImportError:
             topology = Topology(world_size=world, local_world_size=world, compute_device="cpu")
         planner = EmbeddingShardingPlanner(
-            topology=topology,
-            constraints=constraints,
-            **({"batch_size": batch_size_hint} if batch_size_hint else {}),
+            topology=topology, constraints=constraints, **({"batch_size": hint} if hint else {})
         )
-        sharders = [EmbeddingBagCollectionSharder()]
         pg = dist.GroupMember.WORLD
+        self.net = net
         self.plan = planner.collective_plan(net, sharders, pg)
         self.dmp = DistributedModelParallel(
-            net, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=sharders
+            net, env=ShardingEnv.from_process_group(pg), device=torch.device("cpu"), plan=self.plan, sharders=sharders
         )
-        self._init_tables(dlrm)
-        del dlrm
 
+    def _fill_table(self, suffix: str, dim: int, init: Any) -> None:
+        """Draw this rank's shards of the table whose state key ends in ``suffix`` (any sharding
+        type): ``init(rows [n, dim], row_offset)`` fills the rows a shard holds."""
+        state = self.dmp.state_dict()
+        key = next(k for k in state if k.endswith(suffix))
+        with torch.no_grad():
+            for shard in state[key].local_shards():
+                (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                rows = init(torch.empty(nr, dim), r0)
+                shard.tensor.copy_(rows[:, c0 : c0 + nc])
+
+    def _start(self, lr: float, batches: Iterable[Any], convert: Any, pipeline: str) -> None:
+        from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+        from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+        check_pipeline(pipeline)
         dense_opt = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(self.dmp.named_parameters())),
             lambda params: torch.optim.SGD(params, lr=lr),
         )
         self.optimizer = CombinedOptimizer([self.dmp.fused_optimizer, dense_opt])
-
-        self._batches: Iterator[Any] = (to_torchrec_batch(b) for b in batches)
+        self._convert = convert
+        self._batches: Iterator[Any] = (convert(b) for b in batches)
         self.pipeline = pipeline
         self.pipeline_error: str | None = None
         self._pipe = self._make_pipeline(pipeline)
@@ -634,18 +631,6 @@ class TorchRecRunner(_StageTiming):
         pipe = _timed_pipeline_class(TrainPipelineBase)(self.dmp, self.optimizer, device)
         pipe.net = self.net
         return pipe
-
-    def _init_tables(self, dlrm) -> None:
-        """Draw this rank's shards with the seeded tables' values (any sharding type): only the
-        rows a shard holds are drawn."""
-        state = self.dmp.state_dict()
-        with torch.no_grad():
-            for i in range(len(dlrm.emb_l)):
-                key = next(k for k in state if k.endswith(f"ebc.embedding_bags.t_{i}.weight"))
-                for shard in state[key].local_shards():
-                    (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                    rows = dlrm.init_table(i, torch.empty(nr, dlrm.config.embedding_dim), r0)
-                    shard.tensor.copy_(rows[:, c0 : c0 + nc])
 
     # -- timing --------------------------------------------------------------------------------
 
@@ -671,11 +656,11 @@ class TorchRecRunner(_StageTiming):
         self.last_logits = logits
         return float(loss)
 
-    def forward(self, local_batch: Batch) -> Tensor:
+    def forward(self, local_batch: Any) -> Tensor:
         if getattr(self._pipe, "_pipelined_modules", None) and getattr(self._pipe, "_model_attached", False):
             self._pipe.detach()
         with torch.no_grad():
-            _, (_, logits) = self.dmp(to_torchrec_batch(local_batch))
+            _, (_, logits) = self.dmp(self._convert(local_batch))
         return logits
 
     def table_owners(self) -> dict[str, list[int]]:
@@ -685,6 +670,66 @@ class TorchRecRunner(_StageTiming):
             for name, ps in module_plan.items():  # type: ignore[union-attr]
                 out[name] = list(ps.ranks or [])
         return out
+
+
+class TorchRecRunner(_TorchRecTrainer):
+    """TorchRec DMP (table-wise, fused TBE + in-backward SGD) driven by a train pipeline.
+
+    ``batches`` yields this rank's *local* :class:`Batch` es (e.g.
+    ``SyntheticCriteo.batches(B, n, rank=, world_size=)``); they are converted to TorchRec
+    batches (KJT) lazily, inside the pipeline's data step. ``progress()`` runs one pipeline step
+    and returns the loss (``last_logits`` keeps that step's logits); it raises StopIteration
+    when the batches are exhausted and drained. ``forward(local_batch)`` returns logits without
+    gradients; it may be called at any time (mid-training it detaches the pipeline, which
+    re-attaches on the next ``progress()``; training continues unchanged).
+
+    ``pipeline``: ``"sparse_dist"`` (default) or ``"base"``; if TrainPipelineSparseDist cannot
+    be built, the runner falls back to TrainPipelineBase and ``self.pipeline`` says "base".
+    """
+
+    def __init__(
+        self,
+        config: DLRMConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        batches: Iterable[Batch],
+        *,
+        pipeline: str = "sparse_dist",
+        batch_size_hint: int | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> None:
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+        check_pipeline(pipeline)
+        _world_group(world)
+        self.config, self.rank, self.world, self.lr = config, rank, world, lr
+        dlrm = _dlrm(config, seed, sparse=False)
+        keys = list(keys) if keys is not None else list(default_keys(config.num_tables))
+        self.keys = keys
+        pooling = PoolingType.SUM if config.mode == "sum" else PoolingType.MEAN
+        tables = [
+            EmbeddingBagConfig(
+                name=f"t_{i}",
+                embedding_dim=config.embedding_dim,
+                num_embeddings=rows,
+                feature_names=[keys[i]],
+                pooling=pooling,
+            )
+            for i, rows in enumerate(config.num_rows)
+        ]
+        ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+        apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": lr})
+        net = _TorchRecDLRM(ebc, dlrm.bot_l, dlrm.top_l, dlrm.li, dlrm.lj, keys)
+        names = [t.name for t in tables]
+        self._shard(net, [EmbeddingBagCollectionSharder()], names, world, batch_size_hint)
+        for i, name in enumerate(names):
+            self._fill_table(f"ebc.embedding_bags.{name}.weight", config.embedding_dim, partial(dlrm.init_table, i))
+        del dlrm
+        self._start(lr, batches, to_torchrec_batch, pipeline)
 
 
 # -- dense-only floor ----------------------------------------------------------------------------------
@@ -701,42 +746,28 @@ class _DenseNet(nn.Module):
         return self.top_l(interact(self.bot_l(dense), pooled, self.li, self.lj))
 
 
-class DenseOnlyRunner(_StageTiming):
-    """The dense part alone: ``step(local_batch)`` = bottom MLP + interaction with random
-    pooled embeddings ``[B, F*D]`` (requiring grad, so the interaction backward is complete) +
-    top MLP + BCE + backward (DDP all-reduce) + SGD. No lookups, no embedding communication."""
+class DenseFloor(_StageTiming):
+    """The dense-only floor's step: ``step(local_batch)`` = the net on :meth:`net_inputs` (the
+    batch's dense inputs plus random embeddings that require grad) + BCE + backward (DDP
+    all-reduce) + SGD. No lookups, no embedding communication. Subclasses set ``net`` and
+    ``opt`` and define ``net_inputs``."""
 
     name = "Dense-only"
+    net: nn.Module
+    opt: torch.optim.Optimizer
 
-    def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> None:
-        _world_group(world)
-        self.config, self.rank, self.world = config, rank, world
-        model = _dlrm(config, seed, sparse=False)  # same init as the other systems; tables unused
-        net = _DenseNet(model.bot_l, model.top_l, model.li, model.lj)
-        del model
-        self.net: nn.Module = DDP(net) if world > 1 else net
-        self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
-        self._gen = torch.Generator().manual_seed(seed + 1000 + rank)
-        self._pooled: Tensor | None = None
-        self.stage_timer: StageTimer | None = None
+    def net_inputs(self, local_batch: Any) -> tuple:
+        raise NotImplementedError
 
-    def _embeddings(self, b: int) -> Tensor:
-        width = self.config.num_tables * self.config.embedding_dim
-        if self._pooled is None or self._pooled.shape[0] != b:
-            bound = math.sqrt(1.0 / max(min(self.config.num_rows), 1))
-            self._pooled = torch.empty(b, width).uniform_(-bound, bound, generator=self._gen).requires_grad_(True)
-        self._pooled.grad = None
-        return self._pooled
-
-    def step(self, local_batch: Batch) -> float:
+    def step(self, local_batch: Any) -> float:
         t = self.stage_timer
         if t is not None:
             t.begin_step("other")
-        pooled = self._embeddings(local_batch.batch_size)
+        inputs = self.net_inputs(local_batch)
         if t is not None:
             t.push("other_fwd")
-        logits = self.net(local_batch.dense, pooled)
-        loss = F.binary_cross_entropy_with_logits(logits.squeeze(1), local_batch.labels)
+        logits = self.net(*inputs)
+        loss = F.binary_cross_entropy_with_logits(logits.reshape(-1), local_batch.labels)
         if t is not None:
             t.pop()
         self.opt.zero_grad()
@@ -752,6 +783,39 @@ class DenseOnlyRunner(_StageTiming):
         return out
 
     __call__ = step
+
+
+def random_leaf(shape: tuple[int, ...], bound: float, generator: torch.Generator) -> Tensor:
+    """U(-bound, bound) embeddings that require grad (the floors' given embeddings)."""
+    return torch.empty(shape).uniform_(-bound, bound, generator=generator).requires_grad_(True)
+
+
+class DenseOnlyRunner(DenseFloor):
+    """The DLRM dense part alone: bottom MLP + interaction with random pooled embeddings
+    ``[B, F*D]`` (requiring grad, so the interaction backward is complete) + top MLP."""
+
+    def __init__(self, config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> None:
+        _world_group(world)
+        self.config, self.rank, self.world = config, rank, world
+        model = _dlrm(config, seed, sparse=False)  # same init as the other systems; tables unused
+        net = _DenseNet(model.bot_l, model.top_l, model.li, model.lj)
+        del model
+        self.net = DDP(net) if world > 1 else net
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
+        self._gen = torch.Generator().manual_seed(seed + 1000 + rank)
+        self._pooled: Tensor | None = None
+        self.stage_timer: StageTimer | None = None
+
+    def _embeddings(self, b: int) -> Tensor:
+        width = self.config.num_tables * self.config.embedding_dim
+        if self._pooled is None or self._pooled.shape[0] != b:
+            bound = math.sqrt(1.0 / max(min(self.config.num_rows), 1))
+            self._pooled = random_leaf((b, width), bound, self._gen)
+        self._pooled.grad = None
+        return self._pooled
+
+    def net_inputs(self, local_batch: Batch) -> tuple:
+        return local_batch.dense, self._embeddings(local_batch.batch_size)
 
 
 def dense_only_step(config: DLRMConfig, rank: int, world: int, lr: float, seed: int) -> DenseOnlyRunner:

@@ -16,7 +16,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,10 +94,7 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
 
 
 def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
-    import itertools
-
     import torch
-    import torch.distributed as dist
 
     from sparselift.bench.baselines import synthetic_source
 
@@ -110,20 +107,39 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i)))
         for i in range(cfg.data_pool)
     ]
+
+    def build(name: str) -> Any:
+        return _build_runner(name, cfg, config, rank, world, locals_)
+
+    return measure_systems(cfg, rank, build, globals_, locals_)
+
+
+def measure_systems(
+    cfg: Any, rank: int, build: Callable[[str], Any], globals_: Sequence[Any], locals_: Sequence[Any]
+) -> dict[str, Any]:
+    """One rank's measurements: build each of `cfg.systems` and the dense-only floor (`build(name)`,
+    its setup time and memory), warm each up, then time their steps in interleaved rounds, cycling
+    through the data pool (`globals_`: global batches, the baseline reads them whole; `locals_`:
+    this rank's slices of them). `summarize` combines the ranks' records."""
+    import itertools
+
+    import torch.distributed as dist
+
     runners: dict[str, Any] = {}
     setup_s: dict[str, float] = {}
     memory: dict[str, dict[str, float | None]] = {}
     for name in (*cfg.systems, "dense_only"):
         added = AddedMemory().start()
         start = time.perf_counter()
-        runners[name] = _build_runner(name, cfg, config, rank, world, locals_)
+        runners[name] = build(name)
         setup_s[name] = time.perf_counter() - start
         added.stop()
         memory[name] = {"setup_peak_mb": added.peak_mb, "resident_mb": added.resident_mb}
 
     counter = itertools.count()
+    global_bs = cfg.batch_size * dist.get_world_size()
 
-    def step(name: str) -> float:
+    def one(name: str) -> float:
         i = next(counter) % cfg.data_pool
         runner = runners[name]
         if name == "baseline":
@@ -138,7 +154,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
         added = AddedMemory().start()
         start = time.perf_counter()
         for _ in range(cfg.warmup):
-            step(name)
+            one(name)
         warmup_s[name] = time.perf_counter() - start
         added.stop()
         memory[name].update(_peak_of(memory[name], added))
@@ -153,7 +169,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
             dist.barrier()
             for _ in range(per_round):
                 start = time.perf_counter()
-                losses[name].append(step(name))
+                losses[name].append(one(name))
                 step_ms[name].append((time.perf_counter() - start) * 1e3)
                 if bar is not None:
                     bar.update(1)
@@ -192,7 +208,7 @@ def _pct(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]], labels: Mapping[str, str] = LABELS) -> dict[str, Any]:
     names = list(per_rank[0]["step_ms"])
     systems: dict[str, Any] = {}
     for name in names:
@@ -208,7 +224,7 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any
         }
         median = statistics.median(steps)
         systems[name] = {
-            "label": LABELS[name],
+            "label": labels[name],
             "step_ms_median": median,
             "step_ms_p25": _pct(steps, 0.25),
             "step_ms_p75": _pct(steps, 0.75),
@@ -271,22 +287,22 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def format_table(result: dict[str, Any]) -> str:
+def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
     cfg = result["config"]
     lines = [
-        f"DLRM benchmark: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
+        f"{title}: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
         f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
         "",
-        f"{'system':<14}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
+        f"{'system':<17}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
         + "".join(f"{c:>11}" for c in COLUMNS)
         + f"{'exposed':>10}{'peak MB/rank':>14}",
     ]
     rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
-    for name, s in rows:
+    for _, s in rows:
         b = s["breakdown"]
         exposed = s.get("exposed_sparse_ms")
         lines.append(
-            f"{LABELS[name]:<14}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
+            f"{s['label']:<17}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
             f"{s['samples_per_s']:>11.0f}"
             + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
             + (f"{exposed:>10.1f}" if exposed is not None else f"{'(floor)':>10}")
@@ -295,7 +311,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append("")
     for k, v in result["ratios"].items():
         lines.append(f"{k:<28}{v:6.3f}x")
-    setup = ", ".join(f"{LABELS[n]} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for n, s in result["systems"].items())
+    setup = ", ".join(f"{s['label']} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for s in result["systems"].values())
     lines.append(f"setup/warmup (excluded from timing): {setup}")
     lines.append(
         "peak MB/rank: the most resident memory a system added to a rank (its tables, optimizer state and "
@@ -323,9 +339,9 @@ def plot(result: dict[str, Any], path: str) -> None:
     cfg = result["config"]
     global_bs = cfg["batch_size"] * cfg["world_size"]
     items = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
-    for name, s in items:
+    for _, s in items:
         tput = [global_bs / (ms / 1e3) for ms in s["steps_ms"]]
-        ax1.plot(range(1, len(tput) + 1), tput, marker="o", ms=3, label=LABELS[name])
+        ax1.plot(range(1, len(tput) + 1), tput, marker="o", ms=3, label=s["label"])
     ax1.axvspan(0, 0.5, color="0.85", label=f"warmup ({cfg['warmup']} steps, excluded)")
     ax1.set_xlabel("timed step (steady state)")
     ax1.set_ylabel("samples/s (global)")
@@ -334,12 +350,12 @@ def plot(result: dict[str, Any], path: str) -> None:
     bottom = [0.0] * len(items)
     for c in COLUMNS:
         vals = [s["breakdown"][c] for _, s in items]
-        ax2.bar([LABELS[n] for n, _ in items], vals, bottom=bottom, label=c)
+        ax2.bar([s["label"] for _, s in items], vals, bottom=bottom, label=c)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax2.set_ylabel("ms per step (median per stage)")
     ax2.set_title("Where the time goes")
     ax2.legend(fontsize=8)
-    peaks = [(LABELS[n], s.get("peak_rss_mb")) for n, s in result["systems"].items()]
+    peaks = [(s["label"], s.get("peak_rss_mb")) for s in result["systems"].values()]
     ax3.bar([n for n, _ in peaks], [v or 0.0 for _, v in peaks], color="0.45")
     for i, (_, v) in enumerate(peaks):
         ax3.annotate("?" if v is None else f"{v:.0f}", (i, v or 0.0), ha="center", va="bottom", fontsize=8)
@@ -357,20 +373,27 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     return summarize(cfg, per_rank)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+def add_arguments(
+    p: argparse.ArgumentParser,
+    models: Sequence[str] = ("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"),
+    batch_size: int = 2048,
+    rows_cap: int | None = 100_000,
+) -> None:
+    """The benchmark's flags (`bench seq` passes its model and defaults)."""
+    p.add_argument("--model", default=models[0], choices=models)
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: baseline,torchrec,sparselift")
     p.add_argument("--steps", type=int, default=12, help="timed steps per system")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=2048, help="per rank")
+    p.add_argument("--batch-size", type=int, default=batch_size, help=f"per rank (default {batch_size})")
     p.add_argument(
         "--rows-cap",
         type=rows_cap_arg,
-        default=100_000,
-        help="cap every table's rows; 'none': the real cardinalities (default 100000)",
+        default=rows_cap,
+        help=f"cap every table's rows; 'none': the real cardinalities (default {rows_cap or 'none'})",
     )
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1: 2 ranks on 2 cores)")
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")
@@ -387,8 +410,12 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         warmup=a.warmup,
         batch_size=a.batch_size,
         rows_cap=a.rows_cap,
+        threads=a.threads,
         kernels=a.kernels,
     )
+    unknown = [s for s in cfg.systems if s not in SYSTEMS]
+    if unknown:
+        raise SystemExit(f"unknown system(s) {', '.join(unknown)}; use some of {', '.join(SYSTEMS)}")
     if a.quick:
         # The benchmark's batch, not a smaller one: at a few hundred rows per rank every system's
         # step is mostly fixed per-step costs and the comparison says little about training.
@@ -411,16 +438,20 @@ def report(result: dict[str, Any], bench: str, argv: Sequence[str] | None, table
             json.dump(result, f, indent=2)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="sparselift bench dlrm", description=__doc__.split("\n")[0])
-    add_arguments(p)
+def cli_main(argv: Sequence[str] | None, bench: str, description: str, run_fn, table, **defaults: Any) -> int:
+    """A side-by-side benchmark's command: parse (`add_arguments(**defaults)`), run, report, plot."""
+    p = argparse.ArgumentParser(prog=f"sparselift bench {bench}", description=description)
+    add_arguments(p, **defaults)
     a = p.parse_args(argv)
-    cfg = config_from_args(a)
-    result = run(cfg)
-    report(result, "dlrm", argv, format_table, a.json)
+    result = run_fn(config_from_args(a))
+    report(result, bench, argv, table, a.json)
     if a.plot:
         plot(result, a.plot)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli_main(argv, "dlrm", __doc__.split("\n")[0], run, format_table)
 
 
 if __name__ == "__main__":

@@ -113,19 +113,26 @@ def quality_worker(rank: int, world: int, cfg: QualityConfig) -> dict[str, Any]:
     return {"losses": losses, "scores": scores, "labels": labels}
 
 
-def summarize(cfg: QualityConfig, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+SYSTEMS = {"baseline": "DLRM-Baseline", "sparselift": "SparseLift"}
+
+
+def summarize(cfg: QualityConfig, per_rank: list[dict[str, Any]], systems: dict[str, str] = SYSTEMS) -> dict[str, Any]:
+    """`systems`: the two compared systems' keys in the ranks' records -> their labels, the
+    reference first."""
     labels = [y for r in per_rank for y in r["labels"]]
     out: dict[str, Any] = {"auc": {}, "ap": {}, "logloss": {}}
-    for name in ("baseline", "sparselift"):
+    for name in systems:
         scores = [s for r in per_rank for s in r["scores"][name]]
         out["auc"][name] = roc_auc(scores, labels)
         out["ap"][name] = average_precision(scores, labels)
         out["logloss"][name] = log_loss(scores, labels)
-    a, b = per_rank[0]["losses"]["baseline"], per_rank[0]["losses"]["sparselift"]
+    ref, other = systems
+    a, b = per_rank[0]["losses"][ref], per_rank[0]["losses"][other]
     diffs = [x - y for x, y in zip(a, b)]
     out["loss_mae"] = sum(abs(d) for d in diffs) / len(diffs)
     out["loss_rmse"] = math.sqrt(sum(d * d for d in diffs) / len(diffs))
-    out["losses"] = {"baseline": a, "sparselift": b}
+    out["losses"] = {ref: a, other: b}
+    out["systems"] = dict(systems)
     out["config"] = attrs.asdict(cfg)
     out["eval_samples"] = len(labels)
     return out
@@ -133,16 +140,18 @@ def summarize(cfg: QualityConfig, per_rank: list[dict[str, Any]]) -> dict[str, A
 
 def format_table(r: dict[str, Any]) -> str:
     cfg = r["config"]
+    (ref, ref_label), (other, other_label) = r.get("systems", SYSTEMS).items()
+    w1, w2 = max(15, len(ref_label) + 2), max(13, len(other_label) + 2)
     lines = [
         f"Training quality: {cfg['model']}, {cfg['world_size']} ranks, {cfg['steps']} steps of "
         f"{cfg['batch_size']} per rank, eval on {r['eval_samples']} held-out samples, "
         f"SparseLift sharding {cfg['sharding']}",
         "",
-        f"{'metric':<10}{'DLRM-Baseline':>15}{'SparseLift':>13}{'difference':>13}",
+        f"{'metric':<10}{ref_label:>{w1}}{other_label:>{w2}}{'difference':>13}",
     ]
     for key, label in (("auc", "ROC-AUC"), ("ap", "AP"), ("logloss", "LogLoss")):
-        a, b = r[key]["baseline"], r[key]["sparselift"]
-        lines.append(f"{label:<10}{a:>15.5f}{b:>13.5f}{b - a:>13.2e}")
+        a, b = r[key][ref], r[key][other]
+        lines.append(f"{label:<10}{a:>{w1}.5f}{b:>{w2}.5f}{b - a:>13.2e}")
     lines += [
         "",
         f"training loss over {cfg['steps']} matched steps: MAE {r['loss_mae']:.3e}, RMSE {r['loss_rmse']:.3e}",
@@ -159,7 +168,8 @@ def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
     import matplotlib.pyplot as plt
 
     cfg = r["config"]
-    a, b = r["losses"]["baseline"], r["losses"]["sparselift"]
+    (ref, ref_label), (other, other_label) = r.get("systems", SYSTEMS).items()
+    a, b = r["losses"][ref], r["losses"][other]
     w = max(1, min(window, len(a)))
 
     def smooth(xs: list[float]) -> list[float]:
@@ -167,8 +177,8 @@ def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.6))
     steps = range(w, len(a) + 1)
-    ax1.plot(steps, smooth(a), label="DLRM-Baseline", lw=2.5, alpha=0.6)
-    ax1.plot(steps, smooth(b), label="SparseLift", lw=1.2, ls="--")
+    ax1.plot(steps, smooth(a), label=ref_label, lw=2.5, alpha=0.6)
+    ax1.plot(steps, smooth(b), label=other_label, lw=1.2, ls="--")
     ax1.set_xlabel("training step")
     ax1.set_ylabel(f"training loss (mean of {w} steps)")
     ax1.set_title(f"Training loss: {cfg['model']}, {cfg['world_size']} ranks, sharding {cfg['sharding']}")
@@ -176,12 +186,12 @@ def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
     ax2.plot(range(1, len(a) + 1), [y - x for x, y in zip(a, b)], lw=0.8, color="C3")
     ax2.axhline(0.0, color="0.5", lw=0.6)
     ax2.set_xlabel("training step")
-    ax2.set_ylabel("loss difference (SparseLift - Baseline)")
+    ax2.set_ylabel(f"loss difference ({other_label} - {ref_label})")
     ax2.set_title(f"Per-step difference: MAE {r['loss_mae']:.2e}, RMSE {r['loss_rmse']:.2e}")
     names = (("auc", "ROC-AUC"), ("ap", "AP"), ("logloss", "LogLoss"))
     x = range(len(names))
-    ax3.bar([i - 0.2 for i in x], [r[k]["baseline"] for k, _ in names], width=0.4, label="DLRM-Baseline")
-    ax3.bar([i + 0.2 for i in x], [r[k]["sparselift"] for k, _ in names], width=0.4, label="SparseLift")
+    ax3.bar([i - 0.2 for i in x], [r[k][ref] for k, _ in names], width=0.4, label=ref_label)
+    ax3.bar([i + 0.2 for i in x], [r[k][other] for k, _ in names], width=0.4, label=other_label)
     ax3.set_xticks(list(x), [label for _, label in names])
     ax3.set_title(f"Held-out metrics ({r['eval_samples']} samples)")
     ax3.legend(fontsize=8)
@@ -190,9 +200,13 @@ def plot(r: dict[str, Any], path: str, window: int = 25) -> None:
     plt.close(fig)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sparselift bench quality", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+def build_parser(
+    prog: str = "sparselift bench quality",
+    models: Sequence[str] = ("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"),
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description or __doc__.split("\n")[0])
+    p.add_argument("--model", default=models[0], choices=models)
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--eval-batches", type=int, default=8)
@@ -210,10 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = build_parser()
-    a = p.parse_args(argv)
-    cfg = QualityConfig(
+def config_from_args(a: argparse.Namespace, cls: type = QualityConfig, **extra: Any) -> Any:
+    return cls(
         model=a.model,
         world_size=a.world_size,
         steps=a.steps,
@@ -222,14 +234,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows_cap=a.rows_cap,
         lr=a.lr,
         sharding=a.sharding,
+        **extra,
     )
+
+
+def run_and_report(
+    cfg: Any, worker: Any, bench: str, argv: Sequence[str] | None, a: argparse.Namespace, systems: dict[str, str]
+) -> dict[str, Any]:
+    """Run `worker` on the ranks, summarize, print the table, write the JSON and the plot."""
     from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch
 
-    result = summarize(cfg, launch(quality_worker, cfg.world_size, cfg, timeout_s=3600))
-    report(result, "quality", argv, format_table, a.json)
+    result = summarize(cfg, launch(worker, cfg.world_size, cfg, timeout_s=3600), systems)
+    report(result, bench, argv, format_table, a.json)
     if a.plot:
         plot(result, a.plot)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    run_and_report(config_from_args(a), quality_worker, "quality", argv, a, SYSTEMS)
     return 0
 
 

@@ -1,4 +1,7 @@
-"""SparseLift as a benchmarked system: a DLRM compiled with `sparselift.compile`, trained with SGD.
+"""SparseLift as a benchmarked system: a model compiled with `sparselift.compile`, trained with SGD.
+
+`CompiledRunner` compiles any model (its batches' forward arguments given by a function);
+`SparseLiftRunner` is the DLRM of `bench dlrm` (the DIN of `bench seq` is in `bench.seq_systems`).
 
 Same interface as the peers in `sparselift.bench.baselines`: `progress() -> loss` (one step of
 `sparselift.TrainPipeline` over the runner's data, like TorchRec's pipeline), `step(local_batch)`
@@ -9,6 +12,8 @@ in ms).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 import torch
@@ -24,36 +29,35 @@ def dlrm_inputs(batch: Batch) -> tuple:
     return batch.dense, [ids for ids, _ in batch.sparse], [offsets[:-1] for _, offsets in batch.sparse]
 
 
-class SparseLiftRunner:
+class CompiledRunner:
+    """A model compiled by `sparselift.compile` and trained with SGD (sparse: fused in backward;
+    dense: `torch.optim.SGD`). `inputs_of(batch)` gives the model's forward arguments of a batch
+    with a `labels` field; `batches` (optional) feeds `progress()` through `TrainPipeline`."""
+
     name = "SparseLift"
 
     def __init__(
         self,
-        config: DLRMConfig,
-        rank: int,
-        world: int,
+        model: torch.nn.Module,
+        example: Any,
+        inputs_of: Callable[[Any], tuple],
         lr: float,
-        seed: int,
-        example: Batch,
         *,
+        table_init: Callable | None = None,
         kernels: str = "generated",
         sharding: str = "auto",
-        batches=None,
+        batches: Iterable[Any] | None = None,
         passes: str | None = None,
     ) -> None:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides."""
         import sparselift
 
-        # Tables on the meta device: the compiled model materializes this rank's shards only, with
-        # the seeded values every other system draws too (DLRM.table_init).
-        model, _ = build_dlrm(
-            attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
-        )
+        self._inputs_of = inputs_of
         self._timing = False
         start = time.perf_counter()
         self.compiled = sparselift.compile(
             model,
-            dlrm_inputs(example),
+            inputs_of(example),
             sharding=sharding,
             sparse_optimizer=sparselift.optim.SGD(lr=lr),
             # A benchmark plans afresh (calibration reported in its setup time), never from a
@@ -63,7 +67,7 @@ class SparseLiftRunner:
                 benchmark=True,
                 passes=passes or "",
                 plan="none" if passes is not None else "replan",
-                table_init=model.table_init,
+                table_init=table_init,
             ),
         )
         self.compile_s = time.perf_counter() - start
@@ -86,7 +90,7 @@ class SparseLiftRunner:
             from sparselift.runtime.pipeline import TrainPipeline
 
             self.pipeline = TrainPipeline(
-                self.compiled, self.dense_opt, ((dlrm_inputs(b), b.labels) for b in batches), _bce
+                self.compiled, self.dense_opt, ((inputs_of(b), b.labels) for b in batches), _bce
             )
 
     def enable_stage_timing(self, on: bool = True) -> None:
@@ -96,9 +100,9 @@ class SparseLiftRunner:
     def stage_times(self) -> list[StageTimes]:
         return list(self._steps)
 
-    def forward(self, local_batch: Batch) -> torch.Tensor:
+    def forward(self, local_batch: Any) -> torch.Tensor:
         with torch.no_grad():
-            return self.compiled(*dlrm_inputs(local_batch))
+            return self.compiled(*self._inputs_of(local_batch))
 
     def progress(self) -> float:
         start = time.perf_counter()
@@ -106,10 +110,10 @@ class SparseLiftRunner:
         self._record((time.perf_counter() - start) * 1e3)
         return float(loss)
 
-    def step(self, local_batch: Batch) -> float:
+    def step(self, local_batch: Any) -> float:
         start = time.perf_counter()
         self.dense_opt.zero_grad(set_to_none=False)
-        out = self.compiled(*dlrm_inputs(local_batch))
+        out = self.compiled(*self._inputs_of(local_batch))
         loss = _bce(out, local_batch.labels)
         loss.backward()
         self.dense_opt.step()
@@ -126,3 +130,38 @@ class SparseLiftRunner:
 
 def _bce(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(out.reshape(-1), labels)
+
+
+class SparseLiftRunner(CompiledRunner):
+    """SparseLift on the DLRM: built on the meta device, so the compiled model materializes
+    this rank's shards only, with the seeded values every other system draws too
+    (`DLRM.table_init`)."""
+
+    def __init__(
+        self,
+        config: DLRMConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        example: Batch,
+        *,
+        kernels: str = "generated",
+        sharding: str = "auto",
+        batches=None,
+        passes: str | None = None,
+    ) -> None:
+        model, _ = build_dlrm(
+            attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
+        )
+        super().__init__(
+            model,
+            example,
+            dlrm_inputs,
+            lr,
+            table_init=model.table_init,
+            kernels=kernels,
+            sharding=sharding,
+            batches=batches,
+            passes=passes,
+        )

@@ -4,7 +4,9 @@
   (:mod:`sparselift.models.dlrm`);
 - ``two-tower``: a retrieval model with two embedding owners (:mod:`sparselift.models.two_tower`);
 - ``torchrec-ebc``: an unsharded TorchRec ``EmbeddingBagCollection`` + ``KeyedJaggedTensor``
-  (:mod:`sparselift.models.torchrec_ebc`; imports torchrec only when built).
+  (:mod:`sparselift.models.torchrec_ebc`; imports torchrec only when built);
+- ``din``: a DIN-style sequence model, unpooled ``nn.Embedding`` lookups of a jagged history
+  (:mod:`sparselift.models.din`; `sparselift bench seq`).
 
 Each factory returns ``(model, example_inputs)``; see :func:`build` and ``docs/export-notes.md``
 for how they export.

@@ -46,12 +46,19 @@ def _torchrec_ebc(*, rows_cap: int | None = None, batch_size: int = DEFAULT_BATC
     return build_torchrec_ebc(seed=seed, batch_size=batch_size)
 
 
+def _din(*, rows_cap: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0):
+    from sparselift.models.din import build_din
+
+    return build_din(rows_cap=rows_cap, seed=seed, batch_size=batch_size)
+
+
 MODELS: dict[str, Factory] = {
     "dlrm-kaggle": _dlrm("dlrm_kaggle"),
     "dlrm-terabyte": _dlrm("dlrm_terabyte"),
     "dlrm-bench": _dlrm("dlrm_bench"),
     "two-tower": _two_tower,
     "torchrec-ebc": _torchrec_ebc,
+    "din": _din,
 }
 
 

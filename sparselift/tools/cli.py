@@ -17,7 +17,7 @@ from pathlib import Path
 from sparselift.tools.arguments import rows_cap_arg
 from sparselift.tools.errors import TRACEBACK_FLAG, TRACEBACK_HELP, report, traceback_requested
 
-MODEL_NAMES = ("dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc")
+MODEL_NAMES = ("dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc", "din")
 
 
 def _load_model(spec: str, rows_cap: int | None, batch_size: int, seed: int):
@@ -227,6 +227,8 @@ BENCHES = {
     "ops": "sparselift.bench.ops",
     "reference-ops": "sparselift.bench.reference_ops",
     "memory": "sparselift.bench.memory_check",
+    "seq": "sparselift.bench.seq",
+    "seq-quality": "sparselift.bench.seq_quality",
 }
 
 
@@ -347,8 +349,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction, common: argparse.Argument
         "bench",
         parents=[common],
         help=(
-            "benchmarks: dlrm (vs DLRM-Baseline and TorchRec), ablation, quality, kernels, gpu, ops (per-op "
-            "time of a plan), memory (per rank, against the real-size bounds)"
+            "benchmarks: dlrm (vs DLRM-Baseline and TorchRec), seq (a DIN sequence model, vs a PyTorch baseline "
+            "and TorchRec), ablation, quality, seq-quality, kernels, gpu, ops (per-op time of a plan), memory (per "
+            "rank, against the real-size bounds)"
         ),
     )
     bench.add_argument("which", choices=sorted(BENCHES))

@@ -251,7 +251,7 @@ def test_export_dynamic_shapes_run_other_batch(name: str) -> None:
 
 
 def test_registry_names_and_unknown() -> None:
-    assert set(MODELS) == {"dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc"}
+    assert set(MODELS) == {"dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc", "din"}
     with pytest.raises(ValueError, match="unknown model 'dlrm'.*dlrm-bench, dlrm-kaggle"):
         build("dlrm")
     with pytest.raises(ValueError, match="batch_size"):

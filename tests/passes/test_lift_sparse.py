@@ -91,6 +91,7 @@ def _lift(program):
                     "kind": kinds.pop(),
                     "tables": [t.name_str for t in op.tables.data],
                     "weighted": any(f.is_weighted for f in op.features.data),
+                    "unpooled": any(t.is_unpooled for t in op.tables.data),
                     "features": len(op.features.data),
                 }
             )
@@ -148,12 +149,13 @@ def test_lift_builtin_model(export_model, name, world_size, sharding):
     for g in groups:
         name_, kind = g["group"], g["kind"]
         inputs = ["input_lengths", "input_indices"] + (["input_weights"] if g["weighted"] else [])
+        out = "rows" if g["unpooled"] else "pooled"  # an unpooled table's rows exchanges have their own roles
         if world_size == 1:
             expected = ([], [], [])
         elif kind == "table_wise":
-            expected = (sorted(inputs + ["output_pooled", "grad_pooled"]), [], [])
+            expected = (sorted(inputs + [f"output_{out}", f"grad_{out}"]), [], [])
         elif kind == "row_wise":
-            expected = (sorted(inputs + ["grad_pooled"]), ["output_pooled"], [])
+            expected = (sorted(inputs + [f"grad_{out}"]), [f"output_{out}"], [])
         else:
             expected = ([], [], ["sparse_grad"])  # one aggregated all-reduce per group
         got = (sorted(a2a_roles[name_]), reduce_scatters[name_], all_reduces[name_])
