@@ -1,11 +1,11 @@
 """`sparselift bench ops`: where a compiled plan's step goes, op by op, on local ranks.
 
-Trains SparseLift's DLRM through `TrainPipeline` with an explicit pipeline (no planner, so runs
-are comparable) and times every plan-runtime call (`sparselift.runtime.plan_ops`: routing, the
-exchanges and their waits, the fused kernels, pack / unpack, the dense regions, the
-dense-gradient buckets) with a wall-clock wrapper. Prints, per rank, the median step and each
-op's milliseconds per step. The wrappers add a few microseconds a call: compare runs of this
-command with each other, never with `bench dlrm`.
+Trains SparseLift's DLRM (or `din`, `bench seq`'s model) through `TrainPipeline` with an explicit
+pipeline (no planner, so runs are comparable) and times every plan-runtime call
+(`sparselift.runtime.plan_ops`: routing, the exchanges and their waits, the fused kernels,
+pack / unpack, the dense regions, the dense-gradient buckets) with a wall-clock wrapper.
+Prints, per rank, the median step and each op's milliseconds per step. The wrappers add a few
+microseconds a call: compare runs of this command with each other, never with `bench dlrm`.
 """
 
 from __future__ import annotations
@@ -80,20 +80,37 @@ def _timed(fn, name: str, acc: dict[str, float]):
     return wrapper
 
 
-def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
-    import torch
+def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
+    """SparseLift on the model, compiled with exactly `cfg.passes`, cycling over 4 local batches."""
+    if cfg.model == "din":
+        from sparselift.bench.seq_systems import din_config, din_source, din_sparselift_runner
 
+        config = din_config(cfg.rows_cap, cfg.seed)
+        source = din_source(config, seed=cfg.seed)
+        din_batches = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(4)]
+        return din_sparselift_runner(
+            config, rank, world, 0.1, cfg.seed, din_batches[0], batches=itertools.cycle(din_batches), passes=cfg.passes
+        )
     from sparselift.bench.baselines import synthetic_source
     from sparselift.bench.dlrm import BenchConfig, dlrm_config
     from sparselift.bench.systems import SparseLiftRunner
+
+    dlrm = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
+    stream = synthetic_source(dlrm, seed=cfg.seed)
+    batches = [
+        next(iter(stream.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
+    ]
+    return SparseLiftRunner(
+        dlrm, rank, world, 0.1, cfg.seed, batches[0], batches=itertools.cycle(batches), passes=cfg.passes
+    )
+
+
+def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
+    import torch
+
     from sparselift.runtime import compiled, plan_ops
 
     torch.set_num_threads(1)
-    config = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
-    source = synthetic_source(config, seed=cfg.seed)
-    batches = [
-        next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
-    ]
     acc: dict[str, float] = collections.defaultdict(float)
     owners = {"PlanBase": plan_ops.PlanBase, "_GradBuckets": compiled._GradBuckets}
     saved = [(plan_ops, n, getattr(plan_ops, n)) for n in PLAN_OPS] + [
@@ -103,9 +120,7 @@ def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
         for owner, name, fn in saved:
             label = name if owner is plan_ops else f"{owner.__name__}.{name}"
             setattr(owner, name, _timed(fn, label, acc))
-        runner = SparseLiftRunner(
-            config, rank, world, 0.1, cfg.seed, batches[0], batches=itertools.cycle(batches), passes=cfg.passes
-        )
+        runner = _runner(rank, world, cfg)
         for _ in range(cfg.warmup):
             runner.progress()
         acc.clear()
@@ -139,7 +154,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselift bench ops", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte", "din"))
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--passes", default=DEFAULT_PASSES, help="the pipeline after lift-sparse (no planner)")
     p.add_argument("--steps", type=int, default=30)

@@ -12,8 +12,11 @@ without a copy. A `group` label of the fused ops stays on the fused op. The plan
 call of the generated multi-table C kernel; with `kernels="reference"` the same op runs the
 per-table reference lowering, so both stay comparable region by region.
 
-Groups smaller than `min-tables` are left alone (a fused call of one table gains nothing); they
+Groups smaller than `min-tables` are left alone (a fused call of one table gains little); they
 run the generated kernel one table at a time, and the step says so (`kernels = "generated"`). A
+table serving several feature slots (an unpooled table has one per id position) is fused even
+alone: the fused lookup writes its rows straight into the output exchange's packed buffer and
+the fused update reads them from the received one, saving a copy of every row each way. A
 table-gradient group is left alone when one of its gradients is read before the group's last
 op (the fused op takes that op's place).
 Inside `sched.parallel` lanes (from `parallelize-tables`) each lane is fused on its own.
@@ -112,7 +115,7 @@ def _fuse_block(block: Block, min_tables: int) -> None:
         if isinstance(op, LookupOp | LookupGradOp) or (isinstance(op, LookupUpdateOp) and not op.dense):
             groups.setdefault(_key(op), []).append(op)
     for ops in groups.values():
-        if len(ops) < min_tables:
+        if len(ops) < min_tables and all(len(op.slots) < 2 for op in ops):
             continue
         if isinstance(ops[0], LookupGradOp) and _read_early(ops, block):
             continue

@@ -10,6 +10,20 @@
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p lift-sparse,aggregate-comm,generate-kernels,hide-latency | filecheck %s --check-prefix=ALL
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p 'lift-sparse,parallelize-tables{groups=2}' | filecheck %s --check-prefix=PAR
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p lift-sparse,print-srsv | filecheck %s --check-prefix=SRSV
+// RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p lift-sparse,generate-kernels | filecheck %s --check-prefix=GEN
+
+// generate-kernels: one-table groups are fused when the table serves several slots (an
+// unpooled table's id positions): its rows go straight into the packed buffer. One-slot tables
+// alone stay per-table calls (min-tables = 2).
+// GEN:        sparse.fused_lookup {{.*}} tables = [#sparse.table<"item", rows = 60, dim = 8, f32, none>]
+// GEN:        sparse.fused_lookup {{.*}} tables = [#sparse.table<"cat", rows = 12, dim = 4, f32, none>]
+// GEN:        sparse.lookup {{.*}} table = #sparse.table<"user"
+// GEN:        sparse.lookup {{.*}} table = #sparse.table<"tags"
+// GEN:        } backward {
+// GEN:        sparse.lookup_update {{.*}} table = #sparse.table<"tags"
+// GEN:        sparse.lookup_update {{.*}} table = #sparse.table<"user"
+// GEN:        sparse.fused_lookup_update {{.*}} tables = [#sparse.table<"cat", {{.*}}>]
+// GEN:        sparse.fused_lookup_update {{.*}} tables = [#sparse.table<"item", {{.*}}>]
 
 // In the SRSV, unpooled tables gather one row per id (pf: ids per sample, padding excluded);
 // their rows exchanges carry a row of dim x 4 B per id position and sample (8 x 5 x 32 B).
