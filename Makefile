@@ -39,16 +39,20 @@ test: lint pytest filecheck
 # The main job, short version: DLRM on 2 local gloo ranks, compiled by SparseLift and trained
 # side by side with DLRM-Baseline and TorchRec; prints where the time goes. Two shapes: Criteo
 # Kaggle (one id per bag, dim 16: a small sparse path) and dlrm-bench (100 ids per bag, dim 64).
+# Then a sequence model (DIN: unpooled 50-item histories) against TorchRec's EmbeddingCollection.
 demo: $(STAMP)
 	mkdir -p bench/out
 	$(BIN)/sparselift bench dlrm --quick --steps 24 --rounds 4 --model dlrm-kaggle --world-size 2 \
 		--json bench/out/demo.json --plot bench/out/demo.png
 	$(BIN)/sparselift bench dlrm --quick --model dlrm-bench --world-size 2 \
 		--json bench/out/demo-bench.json --plot bench/out/demo-bench.png
-	@echo "wrote bench/out/demo.json, demo.png, demo-bench.json and demo-bench.png"
+	$(BIN)/sparselift bench seq --quick --world-size 2 \
+		--json bench/out/demo-seq.json --plot bench/out/demo-seq.png
+	@echo "wrote bench/out/demo.json, demo.png, demo-bench.json, demo-bench.png, demo-seq.json and demo-seq.png"
 	@echo "real table sizes (33.8M-row Criteo Kaggle, 8 x 1M x 64 dlrm-bench; several minutes each):"
 	@echo "  $(BIN)/sparselift bench dlrm --model dlrm-kaggle --rows-cap none --world-size 2"
 	@echo "  $(BIN)/sparselift bench dlrm --model dlrm-bench --rows-cap 1000000 --world-size 2"
+	@echo "  $(BIN)/sparselift bench seq --world-size 2   # DIN, 1M-row item and user tables"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache tests/filecheck/.lit_test_times.txt

@@ -47,6 +47,7 @@ class BufferOps:
         return out
 
     def _copy(self, descs: list[int]) -> None:
+        # Each block: destination, its row stride, source, its row stride, bytes per row, rows.
         if not descs:
             return
         lib = self._lib or self._ensure(set())
@@ -80,9 +81,7 @@ class BufferOps:
                     continue
                 x = prepared.get(m)
                 if x is None:
-                    x = members[m]
-                    x = x.reshape(x.shape[0], -1) if x.dim() else x.reshape(1, 1)
-                    x = x.to(dtype).contiguous()
+                    x = _rows_view(members[m], dtype)
                     prepared[m] = x
                 if x.shape[1] != size:
                     raise ValueError(
@@ -96,8 +95,8 @@ class BufferOps:
                 descs += [
                     buf.data_ptr() + (start + off) * esz,
                     widths[s] * esz,
-                    x.data_ptr() + row0 * size * esz,
-                    size * esz,
+                    x.data_ptr() + row0 * x.stride(0) * esz,
+                    x.stride(0) * esz,
                     size * esz,
                     batch,
                 ]
@@ -153,3 +152,14 @@ class BufferOps:
             out.append(o.reshape(-1, width))
         self._copy(descs)
         return out
+
+
+def _rows_view(member: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`member` as 2-D rows of `dtype` whose elements are contiguous within a row: the copy blocks
+    read rows at any stride, so a view with spaced rows (an unpooled lookup's per-position
+    gradient, a slice of the stacked positions' gradient) is read in place, not copied first."""
+    x = member.reshape(member.shape[0], -1) if member.dim() else member.reshape(1, 1)
+    x = x.to(dtype)
+    if (x.shape[1] > 1 and x.stride(1) != 1) or x.stride(0) < x.shape[1]:
+        x = x.contiguous()
+    return x

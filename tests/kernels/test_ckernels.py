@@ -430,6 +430,22 @@ def test_pack_unpack_match_reference(gk, dtype):
         assert a.shape == b.shape and torch.equal(a, b)
 
 
+def test_pack_reads_rows_at_any_stride_in_place(gk, monkeypatch):
+    # The gradients of an unpooled lookup's id positions: views of one [B, K, D] tensor, rows
+    # spaced K * D apart. They are read where they are: no `contiguous()` copy first.
+    batch, positions, dim = 5, 3, 4
+    grad = torch.arange(batch * positions * dim, dtype=torch.float32).reshape(batch, positions, dim)
+    members = list(grad.unbind(1)) + [torch.ones(batch, 8)[:, ::2]]  # and one with spaced columns
+    layout = [[(0, dim), (dim, dim), (2 * dim, dim), (3 * dim, 4)]]
+    copies = []
+    original = torch.Tensor.contiguous
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda t, *a, **k: copies.append(t.shape) or original(t, *a, **k))
+    got = gk.pack(members, layout, batch, torch.float32)
+    assert copies == [(batch, 4)]  # only the member whose columns are spaced
+    monkeypatch.undo()
+    assert torch.equal(got, ref.pack(members, layout, batch, torch.float32))
+
+
 def test_pack_converts_dtype_and_empty_layouts(gk):
     members = [torch.ones(2, 3, dtype=torch.float64)]
     assert torch.equal(gk.pack(members, [[(0, 3)]], 2, torch.float32), ref.pack(members, [[(0, 3)]], 2, torch.float32))
