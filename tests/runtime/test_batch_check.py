@@ -30,22 +30,25 @@ def _worker(rank, world, cache, passes):
     calls = count_calls(routing, "exchange_sizes")
     exchanges = count_calls(torch.distributed, "all_to_all_single")
     reduces = count_calls(torch.distributed, "all_reduce")
+    splits = count_calls(compiled.regions["sparse_inputs"], "forward")  # ids into features
     dense = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=0.1)
     batches = [(build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=s)[1], None) for s in range(1, 6)]
     pipeline = sparselift.TrainPipeline(compiled, dense, iter(batches), lambda out, _: F.softplus(out).mean())
-    per_step, all_to_alls, all_reduces = [], [], []
+    per_step, all_to_alls, all_reduces, inputs = [], [], [], []
     for _ in range(4):
-        before, exchanged, reduced = calls[0], exchanges[0], reduces[0]
+        before, exchanged, reduced, split = calls[0], exchanges[0], reduces[0], splits[0]
         pipeline.progress()
         per_step.append(calls[0] - before)
         all_to_alls.append(exchanges[0] - exchanged)
         all_reduces.append(reduces[0] - reduced)
+        inputs.append(splits[0] - split)
     return {
         "routes": source.count("rt.route("),
         "checked": source.count("checked="),
         "per_step": per_step,
         "all_to_alls": all_to_alls,
         "all_reduces": all_reduces,
+        "inputs": inputs,
     }
 
 
@@ -55,6 +58,9 @@ def test_a_pipelined_step_with_two_routes_agrees_once(tmp_path):
         # The first step checks its own batch and, in `start`, the next one; every later step
         # checks only the next batch (its own was agreed during the previous step).
         assert r["per_step"] == [2, 1, 1, 1]
+        # Likewise the ids are split into features once a batch: `start` did it for the batch
+        # the next forward gets (the same tensors), which reuses it.
+        assert r["inputs"] == [2, 1, 1, 1]
 
 
 def test_with_nothing_to_start_ahead_the_agreement_rides_in_the_dense_all_reduce(tmp_path):
