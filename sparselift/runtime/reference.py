@@ -127,6 +127,13 @@ def route(
         return _route_whole_features(
             features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths, concat_ids
         )
+    if features and all(f.kind == "row_wise" and len(f.ranks) == world for f in features):
+        return _route_row_wise(features, ids, offsets, weights, world, with_weights, index_dtype, lengths)
+    return _route_per_feature(features, ids, offsets, weights, rank, world, with_weights, index_dtype)
+
+
+def _route_per_feature(features, ids, offsets, weights, rank, world, with_weights, index_dtype):
+    """`route` feature by feature and destination by destination (any mix of placements)."""
     lengths_out, ids_out, w_out, splits = [], [], [], []
     per_feature_lengths = [(o[1:] - o[:-1]).to(torch.int32) for o in offsets]
     for dest in range(world):
@@ -166,6 +173,43 @@ def route(
         cat(ids_out, index_dtype),
         torch.tensor(splits, dtype=torch.int64, device=device),
         cat(w_out, torch.float32) if with_weights else None,
+    )
+
+
+def _route_row_wise(features, ids, offsets, weights, world, with_weights, index_dtype, lengths=None):
+    """`route` for a group of row-wise tables spanning all `world` ranks, all features at once:
+    each id's destination is the rank whose row range holds it, found for every id together, and
+    one stable sort by destination keeps the (feature, sample) order within each destination.
+    As `_route_per_feature` computes it, without a Python loop over features (an unpooled table
+    has a feature per id position)."""
+    device = ids[0].device
+    n_features, batch = len(features), offsets[0].numel() - 1
+    if lengths is None:
+        lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int64) for o in offsets])
+    counts = torch.tensor([i.numel() for i in ids], device=device)
+    flat = _cat_as(ids, torch.int64)
+    feature = torch.repeat_interleave(torch.arange(n_features, device=device), counts, output_size=flat.numel())
+    bag = torch.repeat_interleave(
+        torch.arange(n_features * batch, device=device), lengths.reshape(-1).long(), output_size=flat.numel()
+    )
+    lows = torch.tensor([f.row_bounds[:-1] for f in features], dtype=torch.int64, device=device)  # [F, W]
+    owners = torch.tensor([f.ranks for f in features], dtype=torch.int64, device=device)
+    span = (flat.unsqueeze(1) >= lows[feature]).sum(1) - 1  # the row range holding each id
+    dest = owners[feature, span]
+    order = torch.sort(dest, stable=True).indices
+    routed_lengths = torch.bincount(dest * (n_features * batch) + bag, minlength=world * n_features * batch)
+    routed_w = None
+    if with_weights:
+        w = [
+            weights[f.name].to(torch.float32) if f.name in weights else torch.ones(i.numel(), device=device)
+            for f, i in zip(features, ids)
+        ]
+        routed_w = torch.cat(w)[order]
+    return (
+        routed_lengths.to(torch.int32),
+        (flat - lows[feature, span])[order].to(index_dtype),
+        torch.bincount(dest, minlength=world).to(torch.int64),
+        routed_w,
     )
 
 

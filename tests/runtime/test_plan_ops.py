@@ -177,3 +177,26 @@ def test_pack_with_per_segment_batches_round_trips():
             poolings=[],
             segment_batches=SEGMENT_BATCHES,
         )
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_row_wise_route_of_all_features_at_once_is_the_per_feature_route(world, weighted):
+    # Row ranges owned in a permuted rank order, empty bags, ids on range edges, one empty feature.
+    g = torch.Generator().manual_seed(world)
+    batch, rows = 6, (10, 25, 7, 9)
+    features, ids, offsets, weights = [], [], [], {}
+    for k, r in enumerate(rows):
+        bounds = (0, *sorted(torch.randperm(r - 1, generator=g)[: world - 1].add(1).tolist()), r)
+        ranks = tuple(reversed(range(world))) if k % 2 else tuple(range(world))
+        features.append(ref.RouteFeature(f"f{k}", f"t{k}", r, "row_wise", ranks, bounds, weighted and k != 1))
+        lengths = torch.randint(0, 4, (batch,), generator=g) * (k != 2)
+        ids.append(torch.randint(0, r, (int(lengths.sum()),), generator=g))
+        offsets.append(torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+        if weighted and k != 1:
+            weights[f"f{k}"] = torch.rand(ids[-1].numel(), generator=g)
+    for rank in range(world):
+        got = ref.route(features, ids, offsets, weights, rank, world, with_weights=weighted)
+        want = ref._route_per_feature(features, ids, offsets, weights, rank, world, weighted, torch.int64)
+        for a, b in zip(got, want):
+            assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b))
