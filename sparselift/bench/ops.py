@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from sparselift.frontend.export import SHARDING_CHOICES
 from sparselift.tools.arguments import rows_cap_arg
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
@@ -67,6 +68,7 @@ class OpsConfig:
     batch_size: int = 2048
     rows_cap: int | None = 100_000
     seed: int = 0
+    sharding: str = "auto"
 
 
 def _timed(fn, name: str, acc: dict[str, float]):
@@ -89,7 +91,15 @@ def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
         source = din_source(config, seed=cfg.seed)
         din_batches = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(4)]
         return din_sparselift_runner(
-            config, rank, world, 0.1, cfg.seed, din_batches[0], batches=itertools.cycle(din_batches), passes=cfg.passes
+            config,
+            rank,
+            world,
+            0.1,
+            cfg.seed,
+            din_batches[0],
+            batches=itertools.cycle(din_batches),
+            passes=cfg.passes,
+            sharding=cfg.sharding,
         )
     from sparselift.bench.baselines import synthetic_source
     from sparselift.bench.dlrm import BenchConfig, dlrm_config
@@ -101,7 +111,15 @@ def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
         next(iter(stream.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
     ]
     return SparseLiftRunner(
-        dlrm, rank, world, 0.1, cfg.seed, batches[0], batches=itertools.cycle(batches), passes=cfg.passes
+        dlrm,
+        rank,
+        world,
+        0.1,
+        cfg.seed,
+        batches[0],
+        batches=itertools.cycle(batches),
+        passes=cfg.passes,
+        sharding=cfg.sharding,
     )
 
 
@@ -161,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000)
+    p.add_argument("--sharding", default="auto", choices=SHARDING_CHOICES)
     p.add_argument("--json", help="write the results as JSON")
     return p
 
@@ -176,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup=a.warmup,
         batch_size=a.batch_size,
         rows_cap=a.rows_cap,
+        sharding=a.sharding,
     )
     from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch

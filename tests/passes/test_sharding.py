@@ -24,6 +24,18 @@ def test_auto_mixes_row_wise_table_wise_and_data_parallel():
     plan.check(TABLES)
 
 
+def test_auto_keeps_big_mean_and_unpooled_tables_whole_but_row_wise_may_split_unpooled():
+    # A row-wise shard of an unpooled table returns a row per id position and sample (mostly
+    # zeros) from every rank; of a mean-pooled one, inexact partial means.
+    tables = [TableStats("items", rows=1_000_000, dim=64, pooling="none"), *TABLES[1:]]
+    assert auto_shard(tables, 2)["items"].kind == "table_wise"
+    mean = [TableStats("huge", rows=10_000_000, dim=64, pooling="mean"), *TABLES[1:]]
+    assert auto_shard(mean, 2)["huge"].kind == "table_wise"
+    # Asked for, row-wise shards of an unpooled table are exact (its bags hold one id at most).
+    assert uniform_plan("row_wise", tables, 2)["items"].kind == "row_wise"
+    assert uniform_plan("row_wise", mean, 2)["huge"].kind == "table_wise"
+
+
 def test_auto_world_size_one_and_determinism():
     assert all(p == TablePlacement.table_wise(0) for p in auto_shard(TABLES, 1).tables.values())
     assert auto_shard(TABLES, 3) == auto_shard(list(TABLES), 3)
