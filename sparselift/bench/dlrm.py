@@ -360,7 +360,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     for i, (_, v) in enumerate(peaks):
         ax3.annotate("?" if v is None else f"{v:.0f}", (i, v or 0.0), ha="center", va="bottom", fontsize=8)
     ax3.set_ylabel("MB per rank (max over ranks)")
-    ax3.set_title(f"Peak memory a system adds ({_rows_label(cfg['rows_cap'])})")
+    ax3.set_title(f"Peak memory a system adds\n({_rows_label(cfg['rows_cap'])})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
