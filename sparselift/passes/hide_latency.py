@@ -53,6 +53,7 @@ from sparselift.ir.coll import (
     AllToAllOp,
     AllToAllStartOp,
     HandleType,
+    Role,
     WaitOp,
 )
 from sparselift.ir.sched import DenseOp, StepOp, values_used_from_outside
@@ -60,7 +61,7 @@ from sparselift.ir.sparse import FusedLookupUpdateOp, LookupUpdateOp
 from sparselift.passes.remarks import remark
 from sparselift.passes.srsv import build_srsv, peak_inflight, step_batch
 
-BACKWARD_ROLES = GRAD_ROLES | {"sparse_grad", "dense_grad"}
+BACKWARD_ROLES = GRAD_ROLES | {Role.SPARSE_GRAD, Role.DENSE_GRAD}
 
 _Coll = AllToAllOp | AllReduceOp  # the collectives this pass splits
 _Node = Operation | tuple[str, _Coll]  # a node of the schedule: an op, or ("start" | "wait", collective)
