@@ -11,6 +11,7 @@ The backward region holds the dense adjoints: a backward `sched.dense @X` takes 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -455,12 +456,17 @@ def _id_tail(call: LookupCall) -> tuple[int, ...] | None:
             f"table '{call.table_fqn.removesuffix('.weight')}': the ids of an unpooled lookup have shape "
             f"{tuple(call.indices.meta['val'].shape)}; only the batch dimension may vary (pad the ids to [B, L])"
         )
+    if 0 in tail:
+        raise ExportError(
+            f"table '{call.table_fqn.removesuffix('.weight')}': the ids of an unpooled lookup have shape "
+            f"{tuple(call.indices.meta['val'].shape)}, with no id per sample"
+        )
     return tuple(int(d) for d in tail)
 
 
 def _positions(call: LookupCall) -> int | None:
     tail = _id_tail(call)
-    return None if tail is None else max(1, int(torch.tensor(tail, dtype=torch.int64).prod()))
+    return None if tail is None else math.prod(tail)
 
 
 def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:

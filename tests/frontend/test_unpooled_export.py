@@ -113,6 +113,16 @@ class _Scaled(nn.Module):
         return self.emb(ids).sum(1)
 
 
+class _NoIds(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.bag = nn.EmbeddingBag(10, 4)
+
+    def forward(self, ids, bag_ids, offsets):
+        return self.emb(ids).sum(1) + self.bag(bag_ids, offsets)
+
+
 def _nonzero_padding_row():
     emb = nn.Embedding(10, 4, padding_idx=3)
     with torch.no_grad():
@@ -139,8 +149,13 @@ def _nonzero_padding_row():
             (torch.arange(6).reshape(3, 2),),
             "table 'weight': its padding row 3 is not zero",
         ),
+        (
+            _NoIds(),
+            (torch.zeros(3, 0, dtype=torch.int64), torch.arange(3), torch.arange(3)),
+            "0), with no id per sample",
+        ),
     ],
-    ids=["jagged-ids", "pooled-and-unpooled", "scale-grad-by-freq", "nonzero-padding-row"],
+    ids=["jagged-ids", "pooled-and-unpooled", "scale-grad-by-freq", "nonzero-padding-row", "no-ids"],
 )
 def test_unsupported_unpooled_models_fail_clearly(model, inputs, message):
     with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(")", r"\)")):
