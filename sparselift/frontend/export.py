@@ -288,13 +288,14 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
         }
     if len(set(batches.values())) > 1:
         # A pooled feature's bags are the samples; an unpooled lookup of jagged ids has one bag per id.
-        batch = batches[next((f for f in features if not f.unpooled), features[0]).name]
-        jagged = [f for f in features if f.unpooled and batches[f.name] != batch]
-        if jagged:
+        pooled = [batches[f.name] for f in features if not f.unpooled]
+        if any(f.unpooled for f in features):
+            jagged = next(f for f in features if f.unpooled and (batches[f.name] != pooled[0] if pooled else True))
+            others = f"a batch of {pooled[0]} samples" if pooled else "the other unpooled lookups' counts"
             raise ExportError(
-                f"table '{jagged[0].table}': its unpooled lookup reads {batches[jagged[0].name]} ids for a batch of "
-                f"{batch} samples; jagged ids without pooling (e.g. a JaggedTensor's values) "
-                "are not supported yet: pad them to [B, L] and pass padding_idx"
+                f"table '{jagged.table}': its unpooled lookup reads {batches[jagged.name]} ids against {others}; "
+                "jagged ids without pooling (e.g. a JaggedTensor's values) are not supported yet: pad them to "
+                "[B, L] and pass padding_idx"
             )
         detail = ", ".join(f"'{k}' has {v}" for k, v in batches.items())
         raise ExportError(f"the batch is not consistent across features: {detail} bags")
@@ -327,6 +328,7 @@ def export(
     model_name = type(model).__name__
     traced = _trace(model, example_inputs)
     calls = _separable_lookups(traced.gm, model_name)
+    _refuse_jagged_unpooled(calls, traced.input_objects)
     regions = _regions(traced, calls)
     tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects))
     batch, feature_stats = _workload(traced, regions, features, stats)
@@ -440,6 +442,20 @@ def _separable_lookups(gm: fx.GraphModule, model_name: str) -> list[LookupCall]:
             "ids of another lookup, so the sparse path cannot be separated from the dense part"
         )
     return calls
+
+
+def _refuse_jagged_unpooled(calls: Sequence[LookupCall], input_objects) -> None:
+    """TorchRec's `EmbeddingCollection` looks up a KeyedJaggedTensor's jagged values unpooled;
+    unpooled lookups need ids of a static shape per sample (one feature per id position)."""
+    for c in calls:
+        key = _kjt_key(c, input_objects) if c.unpooled else None
+        if key is not None:
+            raise ExportError(
+                f"module '{_group_module_name([c])}', table '{c.table_fqn.removesuffix('.weight')}', feature "
+                f"'{key}': unpooled lookups of a KeyedJaggedTensor's jagged values (TorchRec's "
+                "EmbeddingCollection) are not supported yet; pad the ids to [B, L] and look them up with "
+                "nn.Embedding(padding_idx=...)"
+            )
 
 
 def _lookup_inputs(calls: Sequence[LookupCall]) -> list[fx.Node]:
