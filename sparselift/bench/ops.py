@@ -87,31 +87,23 @@ def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
     if cfg.model == "din":
         from sparselift.bench.seq_systems import din_config, din_source, din_sparselift_runner
 
-        config = din_config(cfg.rows_cap, cfg.seed)
+        config: Any = din_config(cfg.rows_cap, cfg.seed)
         source = din_source(config, seed=cfg.seed)
-        din_batches = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(4)]
-        return din_sparselift_runner(
-            config,
-            rank,
-            world,
-            0.1,
-            cfg.seed,
-            din_batches[0],
-            batches=itertools.cycle(din_batches),
-            passes=cfg.passes,
-            sharding=cfg.sharding,
-        )
-    from sparselift.bench.baselines import synthetic_source
-    from sparselift.bench.dlrm import BenchConfig, dlrm_config
-    from sparselift.bench.systems import SparseLiftRunner
+        batches = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(4)]
+        make: Any = din_sparselift_runner
+    else:
+        from sparselift.bench.baselines import synthetic_source
+        from sparselift.bench.dlrm import BenchConfig, dlrm_config
+        from sparselift.bench.systems import SparseLiftRunner
 
-    dlrm = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
-    stream = synthetic_source(dlrm, seed=cfg.seed)
-    batches = [
-        next(iter(stream.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
-    ]
-    return SparseLiftRunner(
-        dlrm,
+        config = dlrm_config(BenchConfig(model=cfg.model, rows_cap=cfg.rows_cap))
+        stream = synthetic_source(config, seed=cfg.seed)
+        batches = [
+            next(iter(stream.batches(cfg.batch_size, 1, rank=rank, world_size=world, start_step=i))) for i in range(4)
+        ]
+        make = SparseLiftRunner
+    return make(
+        config,
         rank,
         world,
         0.1,

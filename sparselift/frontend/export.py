@@ -289,8 +289,8 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
     if len(set(batches.values())) > 1:
         # A pooled feature's bags are the samples; an unpooled lookup of jagged ids has one bag per id.
         pooled = [batches[f.name] for f in features if not f.unpooled]
-        if any(f.unpooled for f in features):
-            jagged = next(f for f in features if f.unpooled and (batches[f.name] != pooled[0] if pooled else True))
+        jagged = next((f for f in features if f.unpooled and (not pooled or batches[f.name] != pooled[0])), None)
+        if jagged is not None:
             others = f"a batch of {pooled[0]} samples" if pooled else "the other unpooled lookups' counts"
             raise ExportError(
                 f"table '{jagged.table}': its unpooled lookup reads {batches[jagged.name]} ids against {others}; "

@@ -95,6 +95,19 @@ class _Jagged(nn.Module):
         return self.item(values).sum() + self.user(user, offsets).sum()
 
 
+class _UnevenPooled(nn.Module):
+    """Two pooled features of different batches, and an unpooled one agreeing with the first."""
+
+    def __init__(self):
+        super().__init__()
+        self.item = nn.Embedding(10, 4)
+        self.a = nn.EmbeddingBag(10, 4)
+        self.b = nn.EmbeddingBag(10, 4)
+
+    def forward(self, items, ids_a, offs_a, ids_b, offs_b):
+        return self.item(items).sum() + self.a(ids_a, offs_a).sum() + self.b(ids_b, offs_b).sum()
+
+
 class _MixedTable(nn.Module):
     def __init__(self):
         super().__init__()
@@ -139,6 +152,17 @@ def _nonzero_padding_row():
             "table 'item': its unpooled lookup reads 7 ids against a batch of 3 samples; jagged ids without pooling",
         ),
         (
+            _UnevenPooled(),
+            (
+                torch.arange(3),
+                torch.arange(6) % 10,
+                torch.tensor([0, 2, 4]),
+                torch.arange(6) % 10,
+                torch.tensor([0, 3]),
+            ),
+            "the batch is not consistent across features",
+        ),
+        (
             _MixedTable(),
             (torch.arange(6).reshape(3, 2), torch.tensor([0, 2, 4])),
             "table 'table' is read with both unpooled lookups (nn.Embedding) and mean pooling",
@@ -155,7 +179,7 @@ def _nonzero_padding_row():
             "0), with no id per sample",
         ),
     ],
-    ids=["jagged-ids", "pooled-and-unpooled", "scale-grad-by-freq", "nonzero-padding-row", "no-ids"],
+    ids=["jagged-ids", "uneven-pooled", "pooled-and-unpooled", "scale-grad-by-freq", "nonzero-padding-row", "no-ids"],
 )
 def test_unsupported_unpooled_models_fail_clearly(model, inputs, message):
     with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(")", r"\)")):
