@@ -496,7 +496,12 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
     sparse_in_inputs = [p for p in placeholders if p in prep]
     layout = [
         CallInputs(
-            c.offsets is not None, c.per_sample_weights is not None, c.include_last_offset, c.padding_idx, _positions(c)
+            c.offsets is not None,
+            c.per_sample_weights is not None,
+            c.include_last_offset,
+            c.padding_idx,
+            _positions(c),
+            c.table_fqn.removesuffix(".weight"),
         )
         for c in calls
     ]

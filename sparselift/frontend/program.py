@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,12 @@ class CallInputs:
     include_last_offset: bool
     padding_idx: int | None = None
     positions: int | None = None
+    table: str = ""  # for errors
+
+    @property
+    def outputs(self) -> int:
+        """How many tensors its features add to `SparseInputs`' flat result."""
+        return 2 * self.positions if self.positions is not None else 2 + self.has_weights
 
 
 def drop_padding(
@@ -43,9 +50,14 @@ def drop_padding(
     return ids[keep], offsets, None if weights is None else weights[keep]
 
 
-def position_features(ids: torch.Tensor, positions: int, padding_idx: int | None) -> list[tuple]:
+def position_features(ids: torch.Tensor, positions: int, padding_idx: int | None, table: str = "") -> list[tuple]:
     """An unpooled call's ids `[B, *tail]` as `positions` features of one-id bags (position-major):
     feature `p`'s bag `b` holds `ids[b, p]`, or nothing where that is `padding_idx`."""
+    if ids.dim() == 0 or math.prod(ids.shape[1:]) != positions:
+        raise ValueError(
+            f"table '{table}': unpooled ids of shape {tuple(ids.shape)}, but the model was compiled for "
+            f"{positions} ids per sample"
+        )
     by_position = ids.reshape(ids.shape[0], positions).t()
     batch = by_position.shape[1]
     if padding_idx is None:
@@ -80,7 +92,7 @@ class SparseInputs(nn.Module):
             offsets = flat.pop(0) if call.has_offsets else None
             weights = flat.pop(0) if call.has_weights else None
             if call.positions is not None:
-                out += position_features(ids, call.positions, call.padding_idx)
+                out += position_features(ids, call.positions, call.padding_idx, call.table)
                 continue
             if ids.dim() == 2:  # [B, n] ids: one bag per row
                 b, n = ids.shape

@@ -114,6 +114,7 @@ class PlanBase:
         self._routing: Agreement | None = None  # what the ranks agreed on the batch being routed now
         self._agreed_ahead: Agreement | RidingAgreement | None = None  # ... on the batch `start` began
         self._last_sparse_inputs: tuple | None = None  # (inputs, their versions, features): `_sparse_inputs`
+        self._inputs_error: Exception | None = None  # a failed `_sparse_inputs`, for the batch check to agree on
         self.handle = next(_HANDLES)
         _PLANS[self.handle] = self
 
@@ -149,10 +150,20 @@ class PlanBase:
         if reusable and last is not None and last[1] == versions and len(last[0]) == len(args):
             if all(a is b for a, b in zip(last[0], args)):
                 return last[2]
-        out = region(*args)
+        try:
+            out = region(*args)
+        except Exception as e:  # noqa: BLE001 - raised on every rank by the step's batch check
+            # Raising here, on this rank alone, would leave the others in the batch agreement.
+            self._inputs_error, self._last_sparse_inputs = e, None
+            return tuple(torch.zeros(1, dtype=torch.int64) for _ in range(sum(c.outputs for c in region.calls)))
         flat = tuple(x for triple in out for x in triple if x is not None)
         self._last_sparse_inputs = (args, versions, flat) if reusable else None
         return flat
+
+    def take_inputs_error(self) -> Exception | None:
+        """The error of this batch's `sparse_inputs`, if it failed (and forget it)."""
+        error, self._inputs_error = self._inputs_error, None
+        return error
 
     def check_batch(self, routes: Sequence[RouteInputs], ahead: bool = False, ride: bool = False) -> None:
         """Check this batch and agree on every rank's batch size, once per step (`routing`).
@@ -165,11 +176,11 @@ class PlanBase:
             self._routing = agreed.resolve(self) if isinstance(agreed, RidingAgreement) else agreed
             return
         if ahead and ride and self.world > 1:
-            riding = RidingAgreement(LocalCheck(self, routes), self.rank, self.world)
+            riding = RidingAgreement(LocalCheck(self, routes, self.take_inputs_error()), self.rank, self.world)
             self.riders.append(([riding.slots], riding.receive))
             self._agreed_ahead = riding
             return
-        self._routing = check_batch(self, routes)
+        self._routing = check_batch(self, routes, self.take_inputs_error())
         if ahead:
             self._agreed_ahead = self._routing
 

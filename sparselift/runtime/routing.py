@@ -114,12 +114,14 @@ class LocalCheck:
     over the ids of its own (a separate range check took 5 ms a step at dlrm-bench's 0.8M ids).
     The routes' results are kept for the checked routes (`route(..., checked=k)`)."""
 
-    def __init__(self, plan: Any, routes: Sequence[RouteInputs]):
+    def __init__(self, plan: Any, routes: Sequence[RouteInputs], error: Exception | None = None):
         first_offsets = routes[0][2][0]
-        self.own, self.device = first_offsets.numel() - 1, first_offsets.device
-        self.error: Exception | None = None
+        self.own, self.device = max(first_offsets.numel() - 1, 0), first_offsets.device
+        self.error: Exception | None = error  # already failed (the batch's `sparse_inputs`)
         self.one_id_mask = 0
         self.routed: list[tuple] = []
+        if error is not None:
+            return
         try:
             for k, (spec, ids, offsets, weights, index_dtype) in enumerate(routes):
                 _check_weights(spec, ids, weights)
@@ -138,11 +140,12 @@ class LocalCheck:
         return agreed
 
 
-def check_batch(plan: Any, routes: Sequence[RouteInputs]) -> Agreement:
+def check_batch(plan: Any, routes: Sequence[RouteInputs], error: Exception | None = None) -> Agreement:
     """Check every route's features against this rank's batch (the first route's), then agree
     on the batch sizes, the outcome and which routes' bags all hold one id with every rank: one
-    collective for the whole step."""
-    return LocalCheck(plan, routes).agree(plan)
+    collective for the whole step. `error`: the batch already failed here (its features could not
+    be computed); every rank raises it."""
+    return LocalCheck(plan, routes, error).agree(plan)
 
 
 class RidingAgreement:
@@ -197,10 +200,11 @@ def route(
     small all-to-all)."""
     if checked is not None:
         return plan.checked_route(checked)
-    error, routed = None, None
+    error, routed = plan.take_inputs_error(), None
     try:
-        _check_weights(spec, ids, weights)
-        routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=True)
+        if error is None:
+            _check_weights(spec, ids, weights)
+            routed = _route(plan, spec, ids, offsets, weights, index_dtype, check_ids=True)
     except Exception as e:  # noqa: BLE001 - raised by `agree`, on every rank
         error = e
     agreed = agree(plan, offsets[0].numel() - 1, error, offsets[0].device)

@@ -202,3 +202,29 @@ def test_one_process_raises_the_error_itself():
         with same_outcome(None, 1):
             raise original
     assert info.value is original and str(info.value) == "bad ids"
+
+
+def _train_with_a_short_history(rank, world, cache):
+    from parity_models import sequence_model  # tests/runtime is on sys.path
+
+    model, inputs = sequence_model(batch_size=4)
+    options = sparselift.CompileOptions(cache_dir=cache, plan="none")
+    compiled = sparselift.compile(model, inputs, sharding="table_wise", options=options)
+    before = {k: v.clone() for k, v in compiled.tables.items()}
+    short = (inputs[0][:, :2], *inputs[1:]) if rank == 1 else inputs  # 2 history ids, compiled for 4
+    out = {"short": _outcome(_step, compiled, short)}
+    out["unchanged"] = all(torch.equal(t, before[k]) for k, t in compiled.tables.items())
+    compiled(*inputs).sum().backward()  # the group still works
+    out["trained"] = any(not torch.equal(t, before[k]) for k, t in compiled.tables.items())
+    return out
+
+
+def test_features_that_cannot_be_computed_on_one_rank_fail_every_rank(tmp_path):
+    # The ids become features before the batch check; a failure there, on one rank, used to leave
+    # the other ranks waiting in the batch agreement until the group's timeout.
+    ranks = sparselift.launch(_train_with_a_short_history, 2, str(tmp_path), timeout_s=TIMEOUT_S)
+    outcomes = [r["short"] for r in ranks]
+    message = "rank 1: table 'item': unpooled ids of shape (4, 2), but the model was compiled for 4 ids per sample"
+    assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
+    assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
+    assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)
