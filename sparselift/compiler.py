@@ -89,9 +89,9 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
         return build_compiled(*args, **kwargs)
 
 
-def lift_pass(optimizer: SGD | RowWiseAdagrad) -> LiftSparse:
+def lift_pass(optimizer: SGD | RowWiseAdagrad, rows: str = "jagged") -> LiftSparse:
     """The `lift-sparse` pass for `optimizer` (the fused update it lowers to)."""
-    return LiftSparse(optimizer=optimizer.kind, lr=float(optimizer.lr), eps=float(optimizer.eps))
+    return LiftSparse(optimizer=optimizer.kind, lr=float(optimizer.lr), eps=float(optimizer.eps), rows=rows)
 
 
 def build_compiled(
@@ -214,7 +214,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     # The compiled model keeps its options: not the hook, which may be a bound method of the
     # model (`model.table_init`) and would keep the whole model alive after the user drops it.
     options = attrs.evolve(options, table_init=None)
-    lift = lift_pass(optimizer)
+    lift = lift_pass(optimizer, options.rows)
 
     if options.passes or options.plan == "none":
         return _build_on_every_rank(

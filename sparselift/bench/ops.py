@@ -44,6 +44,10 @@ PLAN_OPS = (
     "lookup_grad",
     "pack_ids",
     "unpack_ids",
+    "gather_rows",
+    "expand_rows",
+    "compact_rows",
+    "rows_update",
 )
 METHODS = (
     ("PlanBase", "dense"),

@@ -43,6 +43,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.target import Target
 
+from sparselift.codegen.plan_rows import ROWS_EMITTERS
 from sparselift.codegen.plan_segments import EmitError, Segment, find_segments, split_stages
 from sparselift.codegen.table_facts import PLAN_MODULE_IMPORTS, describe_tables, render_tables
 from sparselift.ir.coll import (
@@ -818,6 +819,7 @@ _EMITTERS: dict[type[Operation], Callable[..., list[str]]] = {
     ReduceScatterOp: _Emitter.emit_reduce_scatter,
     AllReduceOp: _Emitter.emit_all_reduce,
     AllReduceStartOp: _Emitter.emit_all_reduce,
+    **ROWS_EMITTERS,
 }
 
 

@@ -32,7 +32,7 @@ from sparselift.ir.sparse_attrs import FeatureAttr, PlacementAttr, TableAttr
 STEP = "sched.step"
 ROUTE = "sparse.route"
 EBC = "sparse.embedding_bag_collection"
-TABLE_OPS = ("sparse.lookup", "sparse.lookup_update", "sparse.lookup_grad")
+TABLE_OPS = ("sparse.lookup", "sparse.lookup_update", "sparse.lookup_grad", "sparse.gather_rows", "sparse.rows_update")
 FUSED_OPS = ("sparse.fused_lookup", "sparse.fused_lookup_update", "sparse.fused_lookup_grad")
 
 

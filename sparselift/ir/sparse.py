@@ -11,8 +11,9 @@ from) rank `s` of the collective's group. A `#sparse.layout` says, per segment, 
 member lives, in elements per sample (static) or as a jagged run of run-time length (`?`).
 
 This module holds the opaque collection, the route and the per-table ops, and the one `Sparse`
-dialect; it re-exports the attributes (`sparse_attrs`), the buffer ops (`sparse_buffers`) and
-the fused table ops (`sparse_fused`), so `from sparselift.ir.sparse import ...` reaches them all.
+dialect; it re-exports the attributes (`sparse_attrs`), the buffer ops (`sparse_buffers`), the
+fused table ops (`sparse_fused`) and the jagged rows ops (`sparse_rows`), so
+`from sparselift.ir.sparse import ...` reaches them all.
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ from sparselift.ir.sparse_fused import (
     FusedLookupOp,
     FusedLookupUpdateOp,
     FusedTableOp,
+)
+from sparselift.ir.sparse_rows import (
+    ROWS_OPS,
+    CompactRowsOp,
+    ExpandRowsOp,
+    GatherRowsOp,
+    RowSplitsOp,
+    RowsUpdateOp,
 )
 
 
@@ -491,6 +500,11 @@ Sparse = Dialect(
         FusedLookupOp,
         FusedLookupUpdateOp,
         FusedLookupGradOp,
+        GatherRowsOp,
+        RowSplitsOp,
+        ExpandRowsOp,
+        CompactRowsOp,
+        RowsUpdateOp,
     ],
     [TableAttr, FeatureAttr, PlacementAttr, OptimizerAttr, LayoutAttr],
 )
@@ -525,6 +539,12 @@ __all__ = [
     "FusedLookupUpdateOp",
     "FusedLookupGradOp",
     "FUSED_TABLE_OPS",
+    "GatherRowsOp",
+    "RowSplitsOp",
+    "ExpandRowsOp",
+    "CompactRowsOp",
+    "RowsUpdateOp",
+    "ROWS_OPS",
     "str_array",
     "strs",
 ]

@@ -48,14 +48,18 @@ from xdsl.ir import Attribute, Operation
 from sparselift.ir.coll import AllReduceOp, AllReduceStartOp
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import (
+    CompactRowsOp,
+    ExpandRowsOp,
     FusedLookupGradOp,
     FusedLookupUpdateOp,
     FusedTableOp,
+    GatherRowsOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
     PackOp,
     RouteOp,
+    RowsUpdateOp,
     UnpackOp,
 )
 from sparselift.ir.sparse_attrs import PlacementAttr, TableAttr
@@ -69,6 +73,7 @@ from sparselift.passes.srsv import (
     _table_entry,
     _table_features,
     attr_int,
+    elem_bytes,
 )
 
 CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "reference")
@@ -348,6 +353,19 @@ def _table_op_terms(op: LookupOp | LookupUpdateOp | LookupGradOp, t: TableEntry,
     return sparse_update(p, t.bytes_gathered, t.lookups_per_rank)
 
 
+def _rows_terms(op: GatherRowsOp | RowsUpdateOp | ExpandRowsOp | CompactRowsOp, view: SRSV, p: HardwareProfile):
+    """The jagged rows ops: a gather or update of one row per id (one torch call, or one kernel),
+    and a scatter into (or out of) the padded per-feature values on the samples' side."""
+    if isinstance(op, GatherRowsOp):
+        t = view.table(op.table.name_str)
+        return attrs.evolve(lookup(p, t.bytes_gathered, t.lookups_per_rank), reference=0.0)
+    if isinstance(op, RowsUpdateOp):
+        t = view.table(op.table.name_str)
+        return attrs.evolve(sparse_update(p, t.bytes_gathered, t.lookups_per_rank), reference=0.0)
+    width = op.dim.value.data * len(op.members) * view.batch
+    return copy_op(p, 2 * width * elem_bytes(op.rows.type))  # the padded values written (read) and the rows
+
+
 def op_terms(
     op: Operation,
     view: SRSV,
@@ -366,6 +384,8 @@ def op_terms(
         step = _step_of(op)
         # Per-table ops of a step with generated kernels are one kernel call each: no torch passes.
         return attrs.evolve(terms, reference=0.0) if step is not None and step.generated_kernels else terms
+    if isinstance(op, GatherRowsOp | RowsUpdateOp | ExpandRowsOp | CompactRowsOp):
+        return _rows_terms(op, view, p)
     if isinstance(op, COLLECTIVE_OPS):
         return collective(view.collective(op), p)
     if isinstance(op, PackOp | UnpackOp):

@@ -14,6 +14,9 @@ Per sharding group (world size W > 1):
   (`sparse.lookup_grad`), all-reduces the group's gradients in one `coll.all_reduce` and applies
   them (`sparse.lookup_update` in its dense-gradient form).
 
+Unpooled tables' rows travel padded (a row per id position) or, with `rows=jagged`, one per id
+where `compact-rows` applies (what the compiler lowers by default: `CompileOptions.rows`).
+
 World size 1 emits no collective at all. Afterwards no opaque op is left and every table is
 looked up once and updated once per step; the pass checks both.
 """
@@ -60,6 +63,7 @@ from sparselift.ir.sparse import (
     TableAttr,
     UnpackOp,
 )
+from sparselift.passes.compact_rows import CompactRows
 
 _OpT = TypeVar("_OpT", bound=Operation)
 
@@ -521,8 +525,13 @@ class LiftSparse(ModulePass):
     optimizer: str = "sgd"
     lr: float = 0.01
     eps: float = 1e-8
+    # How unpooled tables' rows travel: "padded", a row per id position (empty ones included);
+    # "jagged", a row per id where `compact-rows` can and it pays (its checks, its remarks).
+    rows: str = "padded"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.rows not in ("padded", "jagged"):
+            raise PassFailedException(f"lift-sparse: rows must be 'padded' or 'jagged', got '{self.rows}'")
         optimizer = OptimizerAttr(self.optimizer, self.lr, self.eps if self.optimizer == "rowwise_adagrad" else 0.0)
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             for ebc in [o for o in step.forward.block.ops if isinstance(o, EmbeddingBagCollectionOp)]:
@@ -530,6 +539,8 @@ class LiftSparse(ModulePass):
                 _GroupLifter(step, ebc, optimizer).lift()
         _fold_local_regroups(op)
         verify_lifted(op)
+        if self.rows == "jagged":
+            CompactRows().apply(ctx, op)
 
     @staticmethod
     def _check_supported(step: StepOp, ebc: EmbeddingBagCollectionOp) -> None:

@@ -36,6 +36,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from sparselift.ir.coll import AllToAllOp, RoleAttr
 from sparselift.ir.sched import StepOp, YieldOp
 from sparselift.ir.sparse import (
+    ExpandRowsOp,
     FusedTableOp,
     LookupGradOp,
     LookupOp,
@@ -43,6 +44,7 @@ from sparselift.ir.sparse import (
     PackIdsOp,
     PlacementAttr,
     RouteOp,
+    RowSplitsOp,
     UnpackIdsOp,
 )
 from sparselift.passes.remarks import Refusal, remark
@@ -164,9 +166,15 @@ def _readers(value: SSAValue, saved_args: dict[SSAValue, list[SSAValue]]) -> lis
     return ops
 
 
+# Ops that read a route's own lengths or split sizes (compact-rows' rows exchanges follow them).
+ROUTE_READERS = (RowSplitsOp, ExpandRowsOp)
+
+
 def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) -> Refusal | None:
     if g.indices.results[1].uses:
         return Refusal("split-sizes", "input exchanges not merged: the received split sizes of this group are read")
+    if any(isinstance(u.operation, ROUTE_READERS) for v in (g.route.lengths, g.route.splits) for u in v.uses):
+        return Refusal("split-sizes", "input exchanges not merged: compact-rows sizes its rows by this route's ids")
     if not accepted:
         return _shift_refusal(g, [0] * world, world, saved_args)
     first = accepted[0]

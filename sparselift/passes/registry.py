@@ -28,6 +28,12 @@ def _aggregate_comm() -> type[ModulePass]:
     return AggregateComm
 
 
+def _compact_rows() -> type[ModulePass]:
+    from sparselift.passes.compact_rows import CompactRows
+
+    return CompactRows
+
+
 def _generate_kernels() -> type[ModulePass]:
     from sparselift.passes.generate_kernels import GenerateKernels
 
@@ -79,6 +85,7 @@ def _dce() -> type[ModulePass]:
 SPARSELIFT_PASSES: dict[str, PassFactory] = {
     "lift-sparse": _lift_sparse,
     "aggregate-comm": _aggregate_comm,
+    "compact-rows": _compact_rows,
     "generate-kernels": _generate_kernels,
     "parallelize-tables": _parallelize_tables,
     "hide-latency": _hide_latency,

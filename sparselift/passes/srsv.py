@@ -64,8 +64,10 @@ from sparselift.ir.coll import (
 )
 from sparselift.ir.sched import CostAttr, DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
+    CompactRowsOp,
     FeatureAttr,
     FusedTableOp,
+    GatherRowsOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -74,18 +76,20 @@ from sparselift.ir.sparse import (
     PlacementAttr,
     PlacementKind,
     RouteOp,
+    RowsUpdateOp,
     TableAttr,
     UnpackOp,
 )
+from sparselift.passes.srsv_rows import rows_elems
 
 COLLECTIVE_OPS = (AllToAllOp, AllToAllStartOp, AllReduceOp, AllReduceStartOp, ReduceScatterOp)
 """Ops that every rank of their group must issue, in the same order."""
 
-TABLE_OPS = (LookupOp, LookupUpdateOp, LookupGradOp)
+TABLE_OPS = (LookupOp, LookupUpdateOp, LookupGradOp, GatherRowsOp, RowsUpdateOp)
 
 # The same two sets as types, for annotations.
 CollectiveOp = AllToAllOp | AllToAllStartOp | AllReduceOp | AllReduceStartOp | ReduceScatterOp
-TableOp = LookupOp | LookupUpdateOp | LookupGradOp
+TableOp = LookupOp | LookupUpdateOp | LookupGradOp | GatherRowsOp | RowsUpdateOp
 
 
 # --------------------------------------------------------------------------------------
@@ -388,7 +392,7 @@ def tables_of(ops: Iterable[Operation]) -> dict[str, TableAttr]:
     per-table lookups, updates and gradients, and fused table ops (all their tables)."""
     tables: dict[str, TableAttr] = {}
     for op in ops:
-        if isinstance(op, LookupOp | LookupUpdateOp | LookupGradOp):
+        if isinstance(op, TABLE_OPS):
             tables.setdefault(op.table.name_str, op.table)
         elif isinstance(op, FusedTableOp):
             for t in op.tables.data:
@@ -469,6 +473,8 @@ class Sizer:
             if value is op.indices or value in op.routed_weights:
                 return ids
             return None  # the splits themselves
+        if isinstance(op, GatherRowsOp | CompactRowsOp):
+            return rows_elems(value, self.elems)
         if isinstance(op, PackIdsOp) and value is op.buffer:
             length_elems, id_elems = self.elems(op.lengths), self.elems(op.indices)
             if length_elems is None or id_elems is None:

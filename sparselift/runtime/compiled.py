@@ -48,6 +48,10 @@ class CompileOptions:
     kernels: str = attrs.field(default="generated", validator=attrs.validators.in_(("reference", "generated")))
     cache_dir: str | None = None  # default: $SPARSELIFT_CACHE_DIR or ~/.cache/sparselift
     benchmark: bool = False  # record per-stage times (sparse/other x fwd/bwd); off: no timing at all
+    # Unpooled tables' rows (nn.Embedding): "jagged" exchanges a row per id, sized at run time,
+    # where compact-rows applies and a tenth or more of the id positions are empty (padding);
+    # "padded", a row per id position (the rows exchange of fixed size).
+    rows: str = attrs.field(default="jagged", validator=attrs.validators.in_(("jagged", "padded")))
     # Extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax): an explicit
     # pipeline, so no planning.
     passes: str = ""

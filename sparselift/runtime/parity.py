@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -132,6 +134,7 @@ def compiled_worker(
     passes: str = "",
     device: str = "cpu",
     sizes=None,
+    rows: str = "jagged",
 ) -> dict[str, Any]:
     """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
@@ -147,7 +150,9 @@ def compiled_worker(
         example,
         sharding=sharding,
         sparse_optimizer=opt,
-        options=sparselift.CompileOptions(grad_reduction="mean", kernels=kernels, passes=passes, plan="none"),
+        options=sparselift.CompileOptions(
+            grad_reduction="mean", kernels=kernels, passes=passes, plan="none", rows=rows
+        ),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
     batches = _to(device, local_batches(model_name, world, steps, batch, rows_cap, seed, sizes))
@@ -172,7 +177,8 @@ def compiled_worker(
         dense_opt.step()
     state = compiled.state_dict()
     tables = {info.param: state[info.param] for info in compiled.table_facts}
-    return _to("cpu", {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables)})
+    ops = sorted(set(re.findall(r"\b(?:sparse|coll|sched)\.[a-z_]+", compiled.plan.ir_text)))
+    return _to("cpu", {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables), "ops": ops})
 
 
 def check_parity(
@@ -191,13 +197,17 @@ def check_parity(
     device: str = "cpu",
     backend: str | None = None,
     sizes=None,
+    rows: str = "jagged",
+    expect_ops: Sequence[str] = (),
 ) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
     `device="cuda"` trains the compiled side on the GPU; with `backend` (say "nccl") the ranks
     join a process group even when `world` is 1, so the plan's collectives run too. `sizes`
     (`sizes[step][rank]`, then `steps = len(sizes)`) gives each rank's local batch at each step;
-    the model is compiled on an example batch of `batch` samples either way.
+    the model is compiled on an example batch of `batch` samples either way. `rows` is
+    `CompileOptions.rows` (how unpooled tables' rows travel); `expect_ops` are op names the
+    compiled plan must hold (that the lowering under test is the one that ran).
     """
     from sparselift.runtime.distributed import launch
 
@@ -222,6 +232,7 @@ def check_parity(
                 passes,
                 device,
                 sizes,
+                rows,
             )
         ]
     else:
@@ -240,6 +251,7 @@ def check_parity(
             passes,
             device,
             sizes,
+            rows,
             backend=backend or "gloo",
             timeout_s=120,
         )
@@ -247,6 +259,8 @@ def check_parity(
         model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"], sizes=sizes
     )
     for rank, res in enumerate(results):
+        missing = [name for name in expect_ops if name not in res["ops"]]
+        assert not missing, f"rank {rank}'s plan has no {', '.join(missing)} (it has {', '.join(res['ops'])})"
         assert len(res["outputs"]) == steps, f"rank {rank} ran {len(res['outputs'])} of {steps} steps"
         for step, (got, want) in enumerate(zip(res["outputs"], ref["outputs"])):
             torch.testing.assert_close(

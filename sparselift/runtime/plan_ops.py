@@ -45,6 +45,7 @@ from sparselift.runtime.routing import (
     route,
     saved_batch_sizes,
 )
+from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits, rows_update
 
 __all__ = [
     "PlanBase",
@@ -73,6 +74,11 @@ __all__ = [
     "reduce_scatter",
     "all_reduce",
     "parallel",
+    "gather_rows",
+    "row_splits",
+    "expand_rows",
+    "compact_rows",
+    "rows_update",
 ]
 
 _PLANS: dict[int, PlanBase] = {}

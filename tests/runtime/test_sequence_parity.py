@@ -30,7 +30,15 @@ def test_sequence_model_matches_single_process(world, sharding, optimizer):
 
 
 def test_uneven_and_empty_batches_match_single_process():
-    check_parity(SEQUENCE, 2, sharding="table_wise", optimizer=SGD, rows_cap=200, sizes=[[8, 5], [3, 0], [6, 6]])
+    check_parity(
+        SEQUENCE,
+        2,
+        sharding="table_wise",
+        optimizer=SGD,
+        rows_cap=200,
+        sizes=[[8, 5], [3, 0], [6, 6]],
+        expect_ops=("sparse.gather_rows",),
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,4 +61,58 @@ def test_optimized_sequence_model_matches_single_process(world, sharding, passes
         rows_cap=200,
         passes=passes,
         pipeline=pipeline,
+    )
+
+
+JAGGED = ("sparse.gather_rows", "sparse.expand_rows", "sparse.compact_rows", "sparse.rows_update")
+
+
+@pytest.mark.parametrize(
+    "world, optimizer, passes",
+    [
+        pytest.param(2, SGD, "", id="ws2-sgd"),
+        pytest.param(3, ADAGRAD, "", id="ws3-adagrad"),
+        pytest.param(3, SGD, ALL_FOUR, id="ws3-all-four"),
+    ],
+)
+def test_rows_one_per_id_match_single_process(world, optimizer, passes):
+    """The default lowering sends an unpooled table's rows one per id (compact-rows), sized at
+    run time: the plans hold the jagged rows ops, and train as single-process training does."""
+    check_parity(
+        SEQUENCE,
+        world,
+        sharding="table_wise",
+        optimizer=optimizer,
+        steps=3,
+        batch=8,
+        rows_cap=200,
+        passes=passes,
+        expect_ops=JAGGED,
+    )
+
+
+@pytest.mark.parametrize(
+    "world, sharding, optimizer, passes, sizes",
+    [
+        pytest.param(2, "table_wise", SGD, "", None, id="ws2-sgd"),
+        pytest.param(3, "table_wise", ADAGRAD, "", None, id="ws3-adagrad"),
+        pytest.param(2, "table_wise", ADAGRAD, "", [[8, 5], [3, 0], [6, 6]], id="ws2-uneven"),
+        pytest.param(2, "table_wise", ADAGRAD, ALL_FOUR, None, id="ws2-all-four"),
+    ],
+)
+def test_padded_rows_match_single_process(world, sharding, optimizer, passes, sizes):
+    """The rows exchanged one per id position (`CompileOptions(rows="padded")`); the tests above
+    run the default, a row per id (compact-rows)."""
+    check_parity(
+        SEQUENCE,
+        world,
+        sharding=sharding,
+        optimizer=optimizer,
+        steps=3,
+        batch=8,
+        rows_cap=200,
+        passes=passes,
+        sizes=sizes,
+        rows="padded",
+        expect_ops=("sparse.lookup_update",) if not passes else ("sparse.fused_lookup_update",),
     )

@@ -1,0 +1,246 @@
+"""The `sparse` dialect's jagged rows ops: an unpooled table's rows exchanged one per id, not one
+per id position.
+
+An unpooled table's features are bags of at most one id (one feature per id position, padding
+dropped). A padded rows exchange (`sparse.lookup` + `sparse.pack` / `sparse.unpack`) carries a
+row for every bag, empty or not; these ops carry only the ids' rows, sized at run time by the ids
+each rank routed:
+
+- `sparse.gather_rows`, on every rank of the group (a rank that owns no table of it received no
+  ids): the received ids' rows back to back, in the order the ids arrived (source-major, then
+  feature-major, then sample), and how many elements go back to each source;
+- `sparse.row_splits`: per-peer id counts (a route's `splits`) as element counts of rows of
+  `dim` (what a rank receives back, and sends as gradients);
+- `sparse.expand_rows`, on the samples' side: the received rows as one `[batch, dim]` value per
+  feature, zeros where a bag is empty, the members placed as the padded exchange's
+  `sparse.unpack` layout places them (segment `s`: the features owner `s` serves);
+- `sparse.compact_rows`: the reverse, for the gradients: the rows of the non-empty bags, in the
+  order the ids were sent;
+- `sparse.rows_update`: the table's update from per-id gradients (one row per received id, in
+  received order), per occurrence, as `sparse.lookup_update` applies one-id bags.
+
+`compact-rows` (passes/compact_rows.py) rewrites a padded rows exchange into these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, IntegerType, TensorType
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from sparselift.ir._checks import check_float_1d, check_ids, check_int_1d
+from sparselift.ir._refs import check_group_label, check_table_ref, enclosing_world_size
+from sparselift.ir._syntax import DYNAMIC, dim, tensor_type
+from sparselift.ir.sparse_attrs import LayoutAttr, OptimizerAttr, PlacementAttr, PlacementKind, TableAttr
+
+
+def _check_table(op: GatherRowsOp | RowsUpdateOp) -> TableAttr:
+    """An unpooled, table-wise table, its placement, and its rows' element type."""
+    table = op.table
+    what = f"{op.name} of table '{table.name_str}'"
+    if op.placement.table.data != table.name_str:
+        raise VerifyException(f"{what}: placement is for table '{op.placement.table.data}'")
+    op.placement.verify_for_table(table)
+    world = enclosing_world_size(op)
+    if world is not None:
+        op.placement.verify_ranks(world)
+    if not table.is_unpooled:
+        raise VerifyException(f"{what}: the table is {table.pooling.data}-pooled; only unpooled rows go one per id")
+    if op.placement.kind.data != PlacementKind.TABLE_WISE:
+        raise VerifyException(
+            f"{what}: placement {op.placement.kind.data} (one owner per table is what returns each id's row whole)"
+        )
+    slots = list(op.slots.get_values())
+    if not slots or len(set(slots)) != len(slots) or min(slots) < 0:
+        raise VerifyException(f"{what}: slots {slots} must be distinct, non-negative and not empty")
+    return table
+
+
+def _check_rows(value: SSAValue, table: TableAttr, what: str) -> None:
+    t = check_float_1d(value, what)
+    if t.element_type != table.dtype:
+        raise VerifyException(f"{what} has dtype {t.element_type} but table '{table.name_str}' has {table.dtype}")
+
+
+def _check_splits(value: SSAValue, world: int | None, what: str) -> None:
+    t = check_int_1d(value, what)
+    if world is not None and dim(t, 0) not in (DYNAMIC, world):
+        raise VerifyException(f"{what} needs one entry per rank ({world}), got {t}")
+
+
+@irdl_op_definition
+class GatherRowsOp(IRDLOperation):
+    """The received ids' rows, one per id, back to back; `splits[s]`: the elements of source `s`'s."""
+
+    name = "sparse.gather_rows"
+
+    lengths = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    rows = result_def(TensorType)
+    splits = result_def(TensorType)
+
+    table = prop_def(TableAttr)
+    placement = prop_def(PlacementAttr)
+    slots = prop_def(DenseArrayBase[I64])
+
+    assembly_format = (
+        "$lengths `,` $indices `table` `=` qualified($table) `placement` `=` qualified($placement) "
+        "`slots` `=` $slots attr-dict `:` type($lengths) `,` type($indices) `->` type($rows) `,` type($splits)"
+    )
+
+    def verify_(self) -> None:
+        table = _check_table(self)
+        what = f"{self.name} of table '{table.name_str}'"
+        check_ids(self.lengths, self.indices, None, what)
+        _check_rows(self.rows, table, f"rows of {what}")
+        _check_splits(self.splits, enclosing_world_size(self), f"splits of {what}")
+        check_table_ref(self, what, table, self.placement, list(self.slots.get_values()), False, self.lengths)
+        check_group_label(self)
+
+
+@irdl_op_definition
+class RowSplitsOp(IRDLOperation):
+    """Per-peer id counts as element counts of rows of `dim` (`counts[p] * dim`)."""
+
+    name = "sparse.row_splits"
+
+    counts = operand_def(TensorType)
+    splits = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = "$counts `dim` `=` $dim attr-dict `:` type($counts) `->` type($splits)"
+
+    def verify_(self) -> None:
+        if self.dim.value.data < 1:
+            raise VerifyException(f"{self.name}: dim must be positive, got {self.dim.value.data}")
+        world = enclosing_world_size(self)
+        _check_splits(self.counts, world, f"counts of {self.name}")
+        _check_splits(self.splits, world, f"splits of {self.name}")
+        check_group_label(self)
+
+
+def _check_row_members(op_name: str, layout: LayoutAttr, members: Sequence[SSAValue], rows: SSAValue, width: int):
+    """Members `[bags, dim]` of the rows' dtype, each placed in a segment as one feature of `dim`
+    elements per sample (or absent there); a static layout."""
+    if layout.num_members.data != len(members):
+        raise VerifyException(
+            f"{op_name}: layout describes {layout.num_members.data} members but the op has {len(members)}"
+        )
+    rt = check_float_1d(rows, f"rows of {op_name}")
+    for i, m in enumerate(members):
+        mt = tensor_type(m, f"{op_name} member {i}")
+        if len(mt.get_shape()) != 2 or dim(mt, 1) not in (DYNAMIC, width):
+            raise VerifyException(f"{op_name}: member {i} must be [bags, {width}], got {mt}")
+        if mt.element_type != rt.element_type:
+            raise VerifyException(f"{op_name}: member {i} has dtype {mt.element_type}, the rows {rt.element_type}")
+    for s, seg in enumerate(layout.segments):  # the layout itself checks for gaps and overlaps
+        for i, (off, size) in enumerate(seg):
+            if off == DYNAMIC or size == DYNAMIC:
+                raise VerifyException(f"{op_name}: member {i} is jagged in segment {s}; rows members are static")
+            if size not in (0, width) or off % width:
+                raise VerifyException(
+                    f"{op_name}: member {i} is {off} : {size} in segment {s}; a feature's row is one slot of {width}"
+                )
+
+
+@irdl_op_definition
+class ExpandRowsOp(IRDLOperation):
+    """Received rows (one per id sent) into one `[batch, dim]` value per feature; `lengths`
+    are the route's (bags of at most one id, segment `s` holding the features sent to `s`)."""
+
+    name = "sparse.expand_rows"
+
+    rows = operand_def(TensorType)
+    lengths = operand_def(TensorType)
+    members = var_result_def(TensorType)
+    layout = prop_def(LayoutAttr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$rows `,` $lengths `layout` `=` qualified($layout) `dim` `=` $dim attr-dict "
+        "`:` type($rows) `,` type($lengths) `->` type($members)"
+    )
+
+    def verify_(self) -> None:
+        check_int_1d(self.lengths, f"lengths of {self.name}")
+        _check_row_members(self.name, self.layout, self.members, self.rows, self.dim.value.data)
+        check_group_label(self)
+
+
+@irdl_op_definition
+class CompactRowsOp(IRDLOperation):
+    """The rows of the non-empty bags of `members` (laid out as `layout`), back to back in the
+    order the route sent their ids: `sparse.expand_rows` in reverse."""
+
+    name = "sparse.compact_rows"
+
+    lengths = operand_def(TensorType)
+    members = var_operand_def(TensorType)
+    rows = result_def(TensorType)
+    layout = prop_def(LayoutAttr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$lengths `,` $members `layout` `=` qualified($layout) `dim` `=` $dim attr-dict "
+        "`:` type($lengths) `,` type($members) `->` type($rows)"
+    )
+
+    def verify_(self) -> None:
+        check_int_1d(self.lengths, f"lengths of {self.name}")
+        _check_row_members(self.name, self.layout, self.members, self.rows, self.dim.value.data)
+        check_group_label(self)
+
+
+@irdl_op_definition
+class RowsUpdateOp(IRDLOperation):
+    """The table's optimizer update from per-id gradients: row `i` of `grad` is the gradient of
+    received id `i` (per occurrence, in received order)."""
+
+    name = "sparse.rows_update"
+
+    indices = operand_def(TensorType)
+    grad = operand_def(TensorType)
+
+    table = prop_def(TableAttr)
+    placement = prop_def(PlacementAttr)
+    slots = prop_def(DenseArrayBase[I64])
+    optimizer = prop_def(OptimizerAttr)
+
+    assembly_format = (
+        "$indices `grad` $grad `table` `=` qualified($table) `placement` `=` qualified($placement) "
+        "`slots` `=` $slots `optimizer` `=` qualified($optimizer) attr-dict `:` type($indices) `,` type($grad)"
+    )
+
+    def verify_(self) -> None:
+        table = _check_table(self)
+        what = f"{self.name} of table '{table.name_str}'"
+        it = check_int_1d(self.indices, f"indices of {what}")
+        if it.element_type not in (IntegerType(32), IntegerType(64)):
+            raise VerifyException(f"indices of {what} must be i32 or i64, got {it.element_type}")
+        _check_rows(self.grad, table, f"gradient of {what}")
+        check_table_ref(self, what, table, self.placement, list(self.slots.get_values()), False, None)
+        check_group_label(self)
+
+
+ROWS_OPS = (GatherRowsOp, RowSplitsOp, ExpandRowsOp, CompactRowsOp, RowsUpdateOp)
+
+__all__ = ["GatherRowsOp", "RowSplitsOp", "ExpandRowsOp", "CompactRowsOp", "RowsUpdateOp", "ROWS_OPS"]

@@ -1,0 +1,130 @@
+"""The jagged rows ops of a generated plan module (`sparselift/ir/sparse_rows.py`): an unpooled
+table's rows exchanged one per id.
+
+`plan_ops` re-exports them (a plan module calls them as `rt.<name>`). Features here are bags
+of at most one id; a route's lengths list, per destination segment, the features that rank
+serves (feature-major, this rank's samples), and the rows travel in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from sparselift.runtime import reference as ref
+
+
+def _slot_blocks(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> list[tuple[int, int]]:
+    """Per member: its (start row, segment's first row) in the padded `[bags, dim]` geometry of
+    a route's lengths (segment after segment, each its features' bags feature-major)."""
+    blocks: list[tuple[int, int] | None] = [None] * (len(layout[0]) if layout else 0)
+    base = 0
+    for seg in layout:
+        present = [(m, off) for m, (off, size) in enumerate(seg) if size]
+        for m, off in present:
+            if blocks[m] is not None:
+                raise ValueError(f"rows member {m} is in several segments; its rows would be partial")
+            blocks[m] = (base + (off // dim) * batch, base)
+        base += len(present) * batch
+    if any(b is None for b in blocks):
+        raise ValueError("a rows member is in no segment of the layout")
+    return blocks  # type: ignore[return-value]  # every entry checked above
+
+
+def _one_id_bags(lengths: torch.Tensor, what: str) -> torch.Tensor:
+    """The mask of non-empty bags; a bag of more ids than one is not an unpooled lookup's."""
+    if lengths.numel() and int(lengths.max()) > 1:
+        raise ValueError(f"{what}: a bag holds {int(lengths.max())} ids; unpooled rows travel one per id")
+    return lengths.bool()
+
+
+def gather_rows(
+    plan: Any,
+    table: str,
+    lengths: torch.Tensor,
+    indices: torch.Tensor,
+    *,
+    dim: int,
+    dtype: torch.dtype,
+    features_per_segment: int,
+    segment_batches: Sequence[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The received ids' rows, back to back in received order, and the elements per source.
+
+    A rank that owns no part of the group receives no ids (and reads no table)."""
+    per_source = [features_per_segment * int(b) for b in segment_batches]
+    if lengths.numel() != sum(per_source):
+        raise ValueError(f"gather_rows of table '{table}': {lengths.numel()} lengths, expected {sum(per_source)}")
+    counts = torch.stack([seg.sum(dtype=torch.int64) for seg in lengths.split(per_source)])
+    if indices.numel() == 0:
+        return torch.empty(0, dtype=dtype, device=indices.device), counts * dim
+    rows = torch.index_select(plan.tables[table], 0, indices)
+    return rows.reshape(-1), counts * dim
+
+
+def row_splits(plan: Any, counts: torch.Tensor, *, dim: int) -> torch.Tensor:
+    """Per-peer id counts as elements of rows of `dim`."""
+    return counts.to(torch.int64) * dim
+
+
+def expand_rows(
+    plan: Any, rows: torch.Tensor, lengths: torch.Tensor, layout, *, dim: int, batch: int
+) -> list[torch.Tensor]:
+    """One `[batch, dim]` value per member: the received row of each non-empty bag, zeros for the
+    empty ones (views into one padded buffer)."""
+    batch = int(batch)
+    filled = _one_id_bags(lengths, "expand_rows").nonzero().squeeze(1)
+    if rows.numel() != filled.numel() * dim:
+        raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
+    padded = rows.new_zeros(lengths.numel(), dim).index_copy_(0, filled, rows.view(-1, dim))
+    return [padded[start : start + batch] for start, _ in _slot_blocks(layout, dim, batch)]
+
+
+def compact_rows(
+    plan: Any, lengths: torch.Tensor, members: Sequence[torch.Tensor], layout, *, dim: int, batch: int
+) -> torch.Tensor:
+    """The non-empty bags' rows of `members`, in the order their ids were sent."""
+    batch = int(batch)
+    if not members:
+        raise ValueError("compact_rows: no members")
+    filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
+    blocks = _slot_blocks(layout, dim, batch)
+    order = sorted(range(len(members)), key=lambda m: blocks[m][0])
+    # One copy into the padded geometry, then one gather: faster than a masked select per member.
+    padded = torch.cat([members[m].reshape(batch, dim) for m in order])
+    if padded.shape[0] != lengths.numel():
+        raise ValueError(f"compact_rows: {padded.shape[0]} bags in the members, {lengths.numel()} lengths")
+    return padded.index_select(0, filled).reshape(-1)
+
+
+def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor, *, optimizer, lr, eps) -> None:
+    """The table's update from one gradient row per received id: the one-id bags of
+    `lookup_update`, applied by the same kernel (or the reference)."""
+    n = indices.numel()
+    if n == 0:
+        return
+    weights = plan.tables[table]
+    if grad.numel() != n * weights.shape[1]:
+        raise ValueError(f"rows_update of table '{table}': {grad.numel()} gradient elements for {n} ids")
+    kernels = plan.kernels if plan.kernels is not None and hasattr(plan.kernels, "lookup_update") else ref
+    kernels.lookup_update(
+        weights,
+        plan.states.get(table),
+        torch.ones(n, dtype=torch.int32, device=indices.device),
+        indices,
+        None,
+        grad.view(n, -1),
+        (0,),
+        1,
+        n,
+        "sum",
+        optimizer,
+        lr,
+        eps,
+        plan.grad_scale,
+    )
+
+
+__all__ = ["gather_rows", "row_splits", "expand_rows", "compact_rows", "rows_update"]
