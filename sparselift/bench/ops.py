@@ -48,6 +48,9 @@ PLAN_OPS = (
     "expand_rows",
     "compact_rows",
     "rows_update",
+    "unique_ids",
+    "take_rows",
+    "sum_rows",
 )
 METHODS = (
     ("PlanBase", "dense"),

@@ -13,7 +13,17 @@ from typing import Protocol, cast
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
-from sparselift.ir.sparse import CompactRowsOp, ExpandRowsOp, GatherRowsOp, LayoutAttr, RowSplitsOp, RowsUpdateOp
+from sparselift.ir.sparse import (
+    CompactRowsOp,
+    ExpandRowsOp,
+    GatherRowsOp,
+    LayoutAttr,
+    RowSplitsOp,
+    RowsUpdateOp,
+    SumRowsOp,
+    TakeRowsOp,
+    UniqueIdsOp,
+)
 
 
 class _Emitter(Protocol):
@@ -78,6 +88,24 @@ def emit_rows_update(em: _Emitter, op: RowsUpdateOp) -> list[str]:
     )
 
 
+def emit_unique_ids(em: _Emitter, op: UniqueIdsOp) -> list[str]:
+    targets = ", ".join(em.targets([op.unique, op.counts, op.inverse]))
+    return [f"{targets} = rt.unique_ids(self, {em.name(op.indices)}, {em.name(op.splits)})"]
+
+
+def emit_take_rows(em: _Emitter, op: TakeRowsOp) -> list[str]:
+    return [
+        f"{em.name(op.result)} = rt.take_rows(self, {em.name(op.rows)}, {em.name(op.inverse)}, dim={op.dim.value.data})"
+    ]
+
+
+def emit_sum_rows(em: _Emitter, op: SumRowsOp) -> list[str]:
+    return [
+        f"{em.name(op.result)} = rt.sum_rows(self, {em.name(op.rows)}, {em.name(op.inverse)}, "
+        f"{em.name(op.counts)}, dim={op.dim.value.data})"
+    ]
+
+
 # Each emitter takes an op of its key's type (see plan_module._EMITTERS).
 ROWS_EMITTERS: dict[type[Operation], Callable[..., list[str]]] = {
     GatherRowsOp: emit_gather_rows,
@@ -85,6 +113,9 @@ ROWS_EMITTERS: dict[type[Operation], Callable[..., list[str]]] = {
     ExpandRowsOp: emit_expand_rows,
     CompactRowsOp: emit_compact_rows,
     RowsUpdateOp: emit_rows_update,
+    UniqueIdsOp: emit_unique_ids,
+    TakeRowsOp: emit_take_rows,
+    SumRowsOp: emit_sum_rows,
 }
 
 __all__ = ["ROWS_EMITTERS"]

@@ -99,6 +99,9 @@ from sparselift.ir.sparse_rows import (
     GatherRowsOp,
     RowSplitsOp,
     RowsUpdateOp,
+    SumRowsOp,
+    TakeRowsOp,
+    UniqueIdsOp,
 )
 
 
@@ -505,6 +508,9 @@ Sparse = Dialect(
         ExpandRowsOp,
         CompactRowsOp,
         RowsUpdateOp,
+        UniqueIdsOp,
+        TakeRowsOp,
+        SumRowsOp,
     ],
     [TableAttr, FeatureAttr, PlacementAttr, OptimizerAttr, LayoutAttr],
 )
@@ -544,6 +550,9 @@ __all__ = [
     "ExpandRowsOp",
     "CompactRowsOp",
     "RowsUpdateOp",
+    "UniqueIdsOp",
+    "TakeRowsOp",
+    "SumRowsOp",
     "ROWS_OPS",
     "str_array",
     "strs",

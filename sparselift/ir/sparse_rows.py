@@ -20,6 +20,13 @@ each rank routed:
   received order), per occurrence, as `sparse.lookup_update` applies one-id bags.
 
 `compact-rows` (passes/compact_rows.py) rewrites a padded rows exchange into these.
+`dedup-ids` (passes/dedup_ids.py) then sends each distinct id once per destination:
+
+- `sparse.unique_ids`: a route's ids without the repeats of each destination segment, how many
+  each segment keeps, and where each routed id went;
+- `sparse.take_rows`: the distinct ids' rows back to one row per routed id (before the expand);
+- `sparse.sum_rows`: the routed ids' gradient rows summed into one per distinct id (after the
+  compaction).
 """
 
 from __future__ import annotations
@@ -241,6 +248,113 @@ class RowsUpdateOp(IRDLOperation):
         check_group_label(self)
 
 
-ROWS_OPS = (GatherRowsOp, RowSplitsOp, ExpandRowsOp, CompactRowsOp, RowsUpdateOp)
+@irdl_op_definition
+class UniqueIdsOp(IRDLOperation):
+    """A route's ids, each destination segment's repeats removed (`dedup-ids`): `unique` holds
+    segment `p`'s distinct ids (sorted) after segment `p - 1`'s, `counts[p]` how many, and
+    `inverse[i]` where routed id `i` went in `unique`."""
 
-__all__ = ["GatherRowsOp", "RowSplitsOp", "ExpandRowsOp", "CompactRowsOp", "RowsUpdateOp", "ROWS_OPS"]
+    name = "sparse.unique_ids"
+
+    indices = operand_def(TensorType)
+    splits = operand_def(TensorType)
+    unique = result_def(TensorType)
+    counts = result_def(TensorType)
+    inverse = result_def(TensorType)
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$indices `,` $splits attr-dict `:` type($indices) `,` type($splits) `->` "
+        "type($unique) `,` type($counts) `,` type($inverse)"
+    )
+
+    def verify_(self) -> None:
+        world = enclosing_world_size(self)
+        it = check_int_1d(self.indices, f"indices of {self.name}")
+        if self.unique.type != it:
+            raise VerifyException(f"{self.name}: unique ids have type {self.unique.type}, the ids {it}")
+        _check_splits(self.splits, world, f"splits of {self.name}")
+        _check_splits(self.counts, world, f"counts of {self.name}")
+        check_int_1d(self.inverse, f"inverse of {self.name}")
+        check_group_label(self)
+
+
+class _RowsByInverse(IRDLOperation):
+    """Rows of `dim` elements back to back, moved through an `inverse` of `sparse.unique_ids`."""
+
+    rows = operand_def(TensorType)
+    inverse = operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+
+    def verify_(self) -> None:
+        if self.dim.value.data < 1:
+            raise VerifyException(f"{self.name}: dim must be positive, got {self.dim.value.data}")
+        rt = check_float_1d(self.rows, f"rows of {self.name}")
+        if self.result.type != rt:
+            raise VerifyException(f"{self.name}: the result has type {self.result.type}, the rows {rt}")
+        check_int_1d(self.inverse, f"inverse of {self.name}")
+        check_group_label(self)
+
+
+@irdl_op_definition
+class TakeRowsOp(_RowsByInverse):
+    """One row per routed id from one row per distinct id: `result[i] = rows[inverse[i]]`."""
+
+    name = "sparse.take_rows"
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$rows `,` $inverse `dim` `=` $dim attr-dict `:` type($rows) `,` type($inverse) `->` type($result)"
+    )
+
+
+@irdl_op_definition
+class SumRowsOp(_RowsByInverse):
+    """One row per distinct id from one row per routed id, summed: `result[inverse[i]] += rows[i]`;
+    `counts` (of `sparse.unique_ids`) size the result."""
+
+    name = "sparse.sum_rows"
+
+    rows = operand_def(TensorType)
+    inverse = operand_def(TensorType)
+    counts = operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$rows `,` $inverse `,` $counts `dim` `=` $dim attr-dict `:` type($rows) `,` type($inverse) `,` "
+        "type($counts) `->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        super().verify_()
+        _check_splits(self.counts, enclosing_world_size(self), f"counts of {self.name}")
+
+
+ROWS_OPS = (
+    GatherRowsOp,
+    RowSplitsOp,
+    ExpandRowsOp,
+    CompactRowsOp,
+    RowsUpdateOp,
+    UniqueIdsOp,
+    TakeRowsOp,
+    SumRowsOp,
+)
+
+__all__ = [
+    "GatherRowsOp",
+    "RowSplitsOp",
+    "ExpandRowsOp",
+    "CompactRowsOp",
+    "RowsUpdateOp",
+    "UniqueIdsOp",
+    "TakeRowsOp",
+    "SumRowsOp",
+    "ROWS_OPS",
+]

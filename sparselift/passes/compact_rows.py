@@ -203,7 +203,7 @@ def _dynamic_exchange(like: AllToAllOp, inputs: list[SSAValue], send: SSAValue, 
     return _labelled(op, like.attributes.get("group"))  # type: ignore[return-value]
 
 
-def _save(step: StepOp, values: list[SSAValue]) -> list[BlockArgument]:
+def save_for_backward(step: StepOp, values: list[SSAValue]) -> list[BlockArgument]:
     """Thread forward values to backward as saved values; their backward block arguments."""
     fwd_yield = step.forward.block.last_op
     assert isinstance(fwd_yield, YieldOp)  # a verified step's forward region ends with its yield
@@ -256,7 +256,9 @@ def _rewrite(step: StepOp, p: _Padded) -> None:
 
     indices = p.update.indices
     assert indices is not None  # _match_backward took an update that reads ids
-    route_lengths, send_splits, recv_splits = _save(step, [p.route.lengths, gather.results[1], received.results[0]])
+    route_lengths, send_splits, recv_splits = save_for_backward(
+        step, [p.route.lengths, gather.results[1], received.results[0]]
+    )
     compact = before(
         p.grad_exchange,
         CompactRowsOp.create(
@@ -282,10 +284,10 @@ def _rewrite(step: StepOp, p: _Padded) -> None:
     )
     for op in (p.update, p.grad_unpack, p.grad_exchange, p.grad_pack):
         Rewriter.erase_op(op)
-    _drop_unused_saved(step)
+    drop_unused_saved(step)
 
 
-def _drop_unused_saved(step: StepOp) -> None:
+def drop_unused_saved(step: StepOp) -> None:
     """Saved values no backward op reads any more (the padded update's lengths)."""
     fwd_yield = step.forward.block.last_op
     assert isinstance(fwd_yield, YieldOp)
@@ -301,4 +303,4 @@ def _drop_unused_saved(step: StepOp) -> None:
     Rewriter.replace_op(fwd_yield, YieldOp(*(values[i] for i in keep)))
 
 
-__all__ = ["CompactRows"]
+__all__ = ["CompactRows", "save_for_backward", "drop_unused_saved"]

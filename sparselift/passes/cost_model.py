@@ -60,6 +60,8 @@ from sparselift.ir.sparse import (
     PackOp,
     RouteOp,
     RowsUpdateOp,
+    SumRowsOp,
+    TakeRowsOp,
     UnpackOp,
 )
 from sparselift.ir.sparse_attrs import PlacementAttr, TableAttr
@@ -386,6 +388,8 @@ def op_terms(
         return attrs.evolve(terms, reference=0.0) if step is not None and step.generated_kernels else terms
     if isinstance(op, GatherRowsOp | RowsUpdateOp | ExpandRowsOp | CompactRowsOp):
         return _rows_terms(op, view, p)
+    if isinstance(op, TakeRowsOp | SumRowsOp):  # one pass over the rows (the sort of unique_ids: free)
+        return copy_op(p, 2 * (sizer.value_bytes(op.rows) or 0.0))
     if isinstance(op, COLLECTIVE_OPS):
         return collective(view.collective(op), p)
     if isinstance(op, PackOp | UnpackOp):

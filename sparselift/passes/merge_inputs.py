@@ -45,6 +45,7 @@ from sparselift.ir.sparse import (
     PlacementAttr,
     RouteOp,
     RowSplitsOp,
+    UniqueIdsOp,
     UnpackIdsOp,
 )
 from sparselift.passes.remarks import Refusal, remark
@@ -167,7 +168,7 @@ def _readers(value: SSAValue, saved_args: dict[SSAValue, list[SSAValue]]) -> lis
 
 
 # Ops that read a route's own lengths or split sizes (compact-rows' rows exchanges follow them).
-ROUTE_READERS = (RowSplitsOp, ExpandRowsOp)
+ROUTE_READERS = (RowSplitsOp, ExpandRowsOp, UniqueIdsOp)
 
 
 def _refusal(g: _Exchanged, accepted: list[_Exchanged], world: int, saved_args) -> Refusal | None:

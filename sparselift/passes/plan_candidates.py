@@ -5,6 +5,7 @@ A plan is a typed `Pipeline` (`sparselift.passes.pipeline`): the pass objects ap
 
 | family          | pass                                                             |
 |-----------------|------------------------------------------------------------------|
+| deduplication   | `DedupIds()` (unpooled ids sent once per destination)            |
 | aggregation     | `AggregateComm(roles=(r1, r2), max_bytes=CAP)`                   |
 | parallelism     | `ParallelizeTables(groups=G, max_workspace_bytes=CAP)`           |
 | codegen         | `GenerateKernels()` (absent: reference kernels)                  |
@@ -26,6 +27,7 @@ import attrs
 from xdsl.passes import ModulePass
 
 from sparselift.passes.aggregate_comm import MERGEABLE_ROLES, AggregateComm
+from sparselift.passes.dedup_ids import DedupIds
 from sparselift.passes.generate_kernels import GenerateKernels
 from sparselift.passes.hide_latency import HideLatency
 from sparselift.passes.parallelize_tables import ParallelizeTables
@@ -34,13 +36,14 @@ from sparselift.passes.profiles import HardwareProfile, load_profile
 from sparselift.passes.registry import plan_passes
 from sparselift.passes.srsv import table_names
 
-FAMILIES = ("codegen", "aggregation", "parallelism", "latency-hiding")
+FAMILIES = ("codegen", "deduplication", "aggregation", "parallelism", "latency-hiding")
 """The optimization families. The planner decides the first one first: code generation (it
 changes every later measurement the most, e.g. 6x on dlrm-bench, so the subtler families are
 measured on fast, steadier steps). The others follow by predicted gain on the incumbent
 (`plan_search.search`); this order breaks ties and places families with no predicted gain."""
 
 PASS_OF: dict[str, type[ModulePass]] = {
+    "deduplication": DedupIds,  # first: it rewrites the jagged rows path the others schedule
     "aggregation": AggregateComm,
     "parallelism": ParallelizeTables,
     "codegen": GenerateKernels,
@@ -250,6 +253,8 @@ def enumerate_candidates(module, options: PlanOptions | None = None, incumbent: 
             _parallelism(len(table_names(module.walk())), options, add)
         elif family == "codegen":
             _codegen(options, add)
+        elif family == "deduplication":
+            add("distinct ids", DedupIds())
         else:
             _latency_hiding(options, add)
     return out

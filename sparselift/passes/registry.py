@@ -34,6 +34,12 @@ def _compact_rows() -> type[ModulePass]:
     return CompactRows
 
 
+def _dedup_ids() -> type[ModulePass]:
+    from sparselift.passes.dedup_ids import DedupIds
+
+    return DedupIds
+
+
 def _generate_kernels() -> type[ModulePass]:
     from sparselift.passes.generate_kernels import GenerateKernels
 
@@ -86,6 +92,7 @@ SPARSELIFT_PASSES: dict[str, PassFactory] = {
     "lift-sparse": _lift_sparse,
     "aggregate-comm": _aggregate_comm,
     "compact-rows": _compact_rows,
+    "dedup-ids": _dedup_ids,
     "generate-kernels": _generate_kernels,
     "parallelize-tables": _parallelize_tables,
     "hide-latency": _hide_latency,

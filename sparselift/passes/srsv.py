@@ -64,7 +64,6 @@ from sparselift.ir.coll import (
 )
 from sparselift.ir.sched import CostAttr, DenseOp, ParallelOp, StepOp, YieldOp
 from sparselift.ir.sparse import (
-    CompactRowsOp,
     FeatureAttr,
     FusedTableOp,
     GatherRowsOp,
@@ -473,8 +472,8 @@ class Sizer:
             if value is op.indices or value in op.routed_weights:
                 return ids
             return None  # the splits themselves
-        if isinstance(op, GatherRowsOp | CompactRowsOp):
-            return rows_elems(value, self.elems)
+        if (rows := rows_elems(value, self.elems)) is not None:  # the jagged rows ops (srsv_rows.py)
+            return rows
         if isinstance(op, PackIdsOp) and value is op.buffer:
             length_elems, id_elems = self.elems(op.lengths), self.elems(op.indices)
             if length_elems is None or id_elems is None:

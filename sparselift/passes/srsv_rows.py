@@ -3,7 +3,8 @@ per sample their row buffers carry, from the route whose ids they follow.
 
 A gathered row buffer returns, to each rank, a row per id that rank sent (the route's ids matrix,
 transposed); a compacted gradient buffer sends a row per id the other way. Both are estimates
-from the export's pooling factors, like the ids exchange's.
+from the export's pooling factors, like the ids exchange's; with `dedup-ids` they are upper
+bounds (how often ids repeat is not known before run time).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from sparselift.ir.coll import AllToAllOp, AllToAllStartOp, WaitOp
 from sparselift.ir.sched import StepOp, YieldOp
-from sparselift.ir.sparse import CompactRowsOp, GatherRowsOp, RouteOp
+from sparselift.ir.sparse import CompactRowsOp, GatherRowsOp, RouteOp, UniqueIdsOp
 
 Elems = list[list[float]]
 
@@ -47,6 +48,8 @@ def rows_elems(value: SSAValue, elems: Callable[[SSAValue], Elems | None]) -> El
     """`m[s][p]` of a gathered or compacted row buffer (elements per sample rank `s` sends `p`),
     given the sizer's `elems` of the route's ids; None for any other value."""
     op = value.owner
+    if isinstance(op, UniqueIdsOp) and value is op.unique:
+        return elems(op.indices)  # at most the routed ids (the repeats are data, not shape)
     if not isinstance(op, GatherRowsOp | CompactRowsOp) or value is not op.rows:
         return None
     route = route_of_lengths(op.lengths)

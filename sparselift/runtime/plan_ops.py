@@ -45,7 +45,16 @@ from sparselift.runtime.routing import (
     route,
     saved_batch_sizes,
 )
-from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits, rows_update
+from sparselift.runtime.rows import (
+    compact_rows,
+    expand_rows,
+    gather_rows,
+    row_splits,
+    rows_update,
+    sum_rows,
+    take_rows,
+    unique_ids,
+)
 
 __all__ = [
     "PlanBase",
@@ -79,6 +88,9 @@ __all__ = [
     "expand_rows",
     "compact_rows",
     "rows_update",
+    "unique_ids",
+    "take_rows",
+    "sum_rows",
 ]
 
 _PLANS: dict[int, PlanBase] = {}

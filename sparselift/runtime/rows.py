@@ -127,4 +127,38 @@ def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor
     )
 
 
-__all__ = ["gather_rows", "row_splits", "expand_rows", "compact_rows", "rows_update"]
+def unique_ids(plan: Any, indices: torch.Tensor, splits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each destination segment's distinct ids (sorted, segment after segment), how many each
+    keeps, and where each routed id went: one sort over (segment, id) keys."""
+    world = splits.numel()
+    if indices.numel() == 0:
+        return indices, torch.zeros(world, dtype=torch.int64, device=indices.device), indices.to(torch.int64)
+    ids = indices.to(torch.int64)
+    span = int(ids.max()) + 1
+    segment = torch.repeat_interleave(torch.arange(world, device=ids.device), splits.to(torch.int64))
+    keys, inverse = torch.unique(segment * span + ids, return_inverse=True)
+    counts = torch.bincount(keys // span, minlength=world)
+    return (keys % span).to(indices.dtype), counts, inverse
+
+
+def take_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, *, dim: int) -> torch.Tensor:
+    """One row per routed id from one per distinct id."""
+    return rows.view(-1, dim).index_select(0, inverse).reshape(-1)
+
+
+def sum_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, counts: torch.Tensor, *, dim: int) -> torch.Tensor:
+    """One row per distinct id: the sum of its routed ids' rows (in routed order)."""
+    out = rows.new_zeros(int(counts.sum()), dim)
+    return out.index_add_(0, inverse, rows.view(-1, dim)).reshape(-1)
+
+
+__all__ = [
+    "gather_rows",
+    "row_splits",
+    "expand_rows",
+    "compact_rows",
+    "rows_update",
+    "unique_ids",
+    "take_rows",
+    "sum_rows",
+]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits
+from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits, sum_rows, take_rows, unique_ids
 
 B, D, L = 7, 4, 5
 
@@ -60,3 +60,21 @@ def test_gather_sizes_each_source_by_its_ids():
     assert torch.equal(rows.view(-1, 4), Plan.tables["item"][ids])
     assert splits.tolist() == [4 * 4, 2 * 4]
     assert row_splits(None, torch.tensor([3, 0]), dim=8).tolist() == [24, 0]
+
+
+def test_distinct_ids_per_destination_round_trip():
+    ids = torch.tensor([5, 2, 5, 9, 2, 2, 7, 7], dtype=torch.int32)
+    splits = torch.tensor([5, 3])  # destination 0: 5, 2, 5, 9, 2; destination 1: 2, 7, 7
+    distinct, counts, inverse = unique_ids(None, ids, splits)
+    assert distinct.tolist() == [2, 5, 9, 2, 7] and distinct.dtype == torch.int32
+    assert counts.tolist() == [3, 2]
+    assert torch.equal(distinct[inverse], ids)  # each routed id finds itself, within its segment
+    assert inverse.tolist()[5:] == [3, 4, 4]
+    rows = torch.arange(5 * D, dtype=torch.float32)  # one row per distinct id
+    spread = take_rows(None, rows, inverse, dim=D).view(-1, D)
+    assert torch.equal(spread, rows.view(-1, D)[inverse])
+    summed = sum_rows(None, spread.reshape(-1), inverse, counts, dim=D).view(-1, D)
+    times = torch.bincount(inverse, minlength=5).float()[:, None]
+    assert torch.equal(summed, rows.view(-1, D) * times)
+    empty, none, no_inverse = unique_ids(None, ids[:0], torch.tensor([0, 0]))
+    assert empty.numel() == 0 and none.tolist() == [0, 0] and no_inverse.numel() == 0

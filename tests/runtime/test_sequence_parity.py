@@ -70,7 +70,7 @@ JAGGED = ("sparse.gather_rows", "sparse.expand_rows", "sparse.compact_rows", "sp
 @pytest.mark.parametrize(
     "world, optimizer, passes",
     [
-        pytest.param(2, SGD, "", id="ws2-sgd"),
+        # (2 ranks, and uneven batches: the tests above, which lower this way too.)
         pytest.param(3, ADAGRAD, "", id="ws3-adagrad"),
         pytest.param(3, SGD, ALL_FOUR, id="ws3-all-four"),
     ],
@@ -95,7 +95,6 @@ def test_rows_one_per_id_match_single_process(world, optimizer, passes):
     "world, sharding, optimizer, passes, sizes",
     [
         pytest.param(2, "table_wise", SGD, "", None, id="ws2-sgd"),
-        pytest.param(3, "table_wise", ADAGRAD, "", None, id="ws3-adagrad"),
         pytest.param(2, "table_wise", ADAGRAD, "", [[8, 5], [3, 0], [6, 6]], id="ws2-uneven"),
         pytest.param(2, "table_wise", ADAGRAD, ALL_FOUR, None, id="ws2-all-four"),
     ],
@@ -115,4 +114,30 @@ def test_padded_rows_match_single_process(world, sharding, optimizer, passes, si
         sizes=sizes,
         rows="padded",
         expect_ops=("sparse.lookup_update",) if not passes else ("sparse.fused_lookup_update",),
+    )
+
+
+@pytest.mark.parametrize(
+    "world, optimizer, passes, sizes",
+    [
+        pytest.param(2, SGD, "dedup-ids", None, id="ws2-sgd"),
+        pytest.param(3, ADAGRAD, "dedup-ids", None, id="ws3-adagrad"),
+        pytest.param(2, ADAGRAD, "dedup-ids", [[8, 5], [3, 0], [6, 6]], id="ws2-uneven"),
+        pytest.param(2, SGD, f"dedup-ids,{ALL_FOUR}", None, id="ws2-all-four"),
+    ],
+)
+def test_distinct_ids_match_single_process(world, optimizer, passes, sizes):
+    """Each distinct id sent once per destination (dedup-ids): the summed gradient of an id's
+    occurrences updates it (SGD equal up to rounding), as single-process training does."""
+    check_parity(
+        SEQUENCE,
+        world,
+        sharding="table_wise",
+        optimizer=optimizer,
+        steps=3,
+        batch=8,
+        rows_cap=200,
+        passes=passes,
+        sizes=sizes,
+        expect_ops=("sparse.unique_ids", "sparse.take_rows", "sparse.sum_rows"),
     )

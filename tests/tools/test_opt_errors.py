@@ -18,8 +18,8 @@ INPUTS = Path(__file__).resolve().parents[1] / "filecheck" / "inputs"
 TWO_TOWER = str(INPUTS / "two-tower-ws2.mlir")
 KAGGLE = str(INPUTS / "dlrm-kaggle-ws2.mlir")
 KNOWN = (
-    "lift-sparse, aggregate-comm, compact-rows, generate-kernels, parallelize-tables, hide-latency, print-srsv, "
-    "annotate-cost, plan-sparse, canonicalize, cse, dce"
+    "lift-sparse, aggregate-comm, compact-rows, dedup-ids, generate-kernels, parallelize-tables, hide-latency, "
+    "print-srsv, annotate-cost, plan-sparse, canonicalize, cse, dce"
 )
 
 

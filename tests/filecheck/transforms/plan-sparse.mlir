@@ -31,4 +31,4 @@
 // CAP-COUNT-2: coll.all_to_all {{.*}} role #coll.role<output_pooled>
 
 // MISSING:     plan-sparse: decisions {{.*}}.missing: cannot read it
-// BADFAMILY:   plan-sparse: unknown optimization 'sharding'; known: codegen, aggregation, parallelism, latency-hiding
+// BADFAMILY:   plan-sparse: unknown optimization 'sharding'; known: codegen, deduplication, aggregation, parallelism, latency-hiding

@@ -1,5 +1,5 @@
-// RUN: sparselift-opt %s | sparselift-opt | filecheck %s
-// RUN: sparselift-opt %s --print-op-generic | sparselift-opt | filecheck %s
+// RUN: sparselift-opt %s --split-input-file | sparselift-opt --split-input-file | filecheck %s
+// RUN: sparselift-opt %s --split-input-file --print-op-generic | sparselift-opt --split-input-file | filecheck %s
 
 // The jagged rows path of one unpooled, table-wise table (`item` on rank 0, two id positions)
 // on 2 ranks: the owner gathers the received ids' rows, the exchange is sized by the route's
@@ -29,5 +29,24 @@ sched.step @rows world_size = 2 outputs = 2 {
   %c = sparse.compact_rows %sl, %g0, %g1 layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 0, 0 : 0]]> dim = 4 {group = "g"} : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
   %gr, %gs = coll.all_to_all %c on #coll.group<[0, 1]> role #coll.role<grad_rows> send_splits(%sb : tensor<2xi64>) recv_splits(%ss : tensor<2xi64>) {group = "g"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
   sparse.rows_update %si grad %gr table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> {group = "g"} : tensor<?xi64>, tensor<?xf32>
+  sched.yield
+}
+
+// -----
+
+// dedup-ids' ops: each destination's distinct ids, the rows spread back to one per routed id,
+// the gradients summed into one per distinct id.
+// CHECK-LABEL: sched.step @distinct world_size = 2 outputs = 1 {
+// CHECK:         %u, %n, %inv = sparse.unique_ids %ix, %sp {group = "g"} : tensor<?xi64>, tensor<2xi64> -> tensor<?xi64>, tensor<2xi64>, tensor<?xi64>
+// CHECK-NEXT:    %all = sparse.take_rows %rows, %inv dim = 4 {group = "g"} : tensor<?xf32>, tensor<?xi64> -> tensor<?xf32>
+// CHECK:         %sum = sparse.sum_rows %c, %si, %sn dim = 4 {group = "g"} : tensor<?xf32>, tensor<?xi64>, tensor<2xi64> -> tensor<?xf32>
+sched.step @distinct world_size = 2 outputs = 1 {
+^bb0(%ix: tensor<?xi64>, %sp: tensor<2xi64>, %rows: tensor<?xf32>):
+  %u, %n, %inv = sparse.unique_ids %ix, %sp {group = "g"} : tensor<?xi64>, tensor<2xi64> -> tensor<?xi64>, tensor<2xi64>, tensor<?xi64>
+  %all = sparse.take_rows %rows, %inv dim = 4 {group = "g"} : tensor<?xf32>, tensor<?xi64> -> tensor<?xf32>
+  sched.yield %all, %inv, %n : tensor<?xf32>, tensor<?xi64>, tensor<2xi64>
+} backward {
+^bb1(%c: tensor<?xf32>, %si: tensor<?xi64>, %sn: tensor<2xi64>):
+  %sum = sparse.sum_rows %c, %si, %sn dim = 4 {group = "g"} : tensor<?xf32>, tensor<?xi64>, tensor<2xi64> -> tensor<?xf32>
   sched.yield
 }

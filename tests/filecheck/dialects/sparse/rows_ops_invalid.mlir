@@ -132,3 +132,36 @@ func.func @update_ids(%i: tensor<?xi16>, %g: tensor<?xf32>) {
   sparse.rows_update %i grad %g table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi16>, tensor<?xf32>
   func.return
 }
+
+// -----
+
+// The distinct ids have the routed ids' type.
+// CHECK: sparse.unique_ids: unique ids have type tensor<?xi32>, the ids tensor<?xi64>
+func.func @unique_type(%i: tensor<?xi64>, %s: tensor<2xi64>) {
+  %u, %n, %inv = sparse.unique_ids %i, %s : tensor<?xi64>, tensor<2xi64> -> tensor<?xi32>, tensor<2xi64>, tensor<?xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: sparse.take_rows: the result has type tensor<?xf16>, the rows tensor<?xf32>
+func.func @take_type(%r: tensor<?xf32>, %inv: tensor<?xi64>) {
+  %t = sparse.take_rows %r, %inv dim = 4 : tensor<?xf32>, tensor<?xi64> -> tensor<?xf16>
+  func.return
+}
+
+// -----
+
+// CHECK: sparse.sum_rows: dim must be positive, got 0
+func.func @sum_dim(%r: tensor<?xf32>, %inv: tensor<?xi64>, %n: tensor<2xi64>) {
+  %t = sparse.sum_rows %r, %inv, %n dim = 0 : tensor<?xf32>, tensor<?xi64>, tensor<2xi64> -> tensor<?xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: inverse of sparse.sum_rows must be a 1-D integer tensor, got tensor<?xf32>
+func.func @sum_inverse(%r: tensor<?xf32>, %inv: tensor<?xf32>, %n: tensor<2xi64>) {
+  %t = sparse.sum_rows %r, %inv, %n dim = 4 : tensor<?xf32>, tensor<?xf32>, tensor<2xi64> -> tensor<?xf32>
+  func.return
+}
