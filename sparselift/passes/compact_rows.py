@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, IntegerAttr, Mo
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
 
 from sparselift.ir.coll import AllToAllOp, RoleAttr
 from sparselift.ir.sched import StepOp, YieldOp
@@ -83,6 +84,8 @@ class CompactRows(ModulePass):
     min_empty_share: float = 0.1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not 0.0 <= self.min_empty_share <= 1.0:
+            raise PassFailedException(f"compact-rows: min-empty-share is a share of bags, got {self.min_empty_share:g}")
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             if step.world_size.data < 2:
                 continue  # no exchange to compact
@@ -106,7 +109,7 @@ class CompactRows(ModulePass):
         if empty < self.min_empty_share:
             return Refusal(
                 "empty-share",
-                f"not compacted: {empty:.0%} of table '{table}''s bags are empty, under min-empty-share "
+                f"not compacted: {empty:.0%} of the bags of table '{table}' are empty, under min-empty-share "
                 f"{self.min_empty_share:g}",
             )
         return None
@@ -161,7 +164,7 @@ def _match(step: StepOp, exchange: AllToAllOp) -> _Padded | Refusal:
 def _match_backward(step: StepOp, lookup: LookupOp) -> tuple[PackOp, AllToAllOp, UnpackOp, LookupUpdateOp] | Refusal:
     table = lookup.table.name_str
     updates = [o for o in step.backward.block.ops if isinstance(o, LookupUpdateOp) and o.table.name_str == table]
-    refusal = Refusal("shape", f"not compacted: table '{table}''s update does not read a grad_rows exchange")
+    refusal = Refusal("shape", f"not compacted: the update of table '{table}' does not read a grad_rows exchange")
     if len(updates) != 1 or updates[0].indices is None:
         return refusal
     update = updates[0]

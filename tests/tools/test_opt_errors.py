@@ -79,6 +79,11 @@ def test_bad_option_value_names_pass_option_and_type():
     )
 
 
+def test_out_of_range_share_names_the_pass_and_option():
+    run = opt(TWO_TOWER, "-p", "lift-sparse,compact-rows{min-empty-share=1.5}")
+    assert_one_error(run, "sparselift-opt: error: compact-rows: min-empty-share is a share of bags, got 1.5")
+
+
 @pytest.mark.parametrize("spelling", ["max-workspace-bytes", "max_workspace_bytes"])
 def test_bad_option_value_names_the_option_hyphenated(spelling):
     run = opt(TWO_TOWER, "-p", f"lift-sparse,parallelize-tables{{{spelling}=lots}}")

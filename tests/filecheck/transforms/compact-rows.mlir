@@ -31,7 +31,7 @@
 // padded exchange stays, with the remark.
 // SHARE-LABEL: sched.step @table_wise
 // SHARE:       sparse.lookup {{.*}} table = #sparse.table<"item"
-// SHARE:       coll.all_to_all {{.*}} role #coll.role<output_rows> splits #coll.splits<{{\[\[}}16, 16], [0, 0]]> {group = "item/table_wise", remark = #sched.remark<"compact-rows", "empty-share", "not compacted: 12% of table 'item''s bags are empty, under min-empty-share 0.5">}
+// SHARE:       coll.all_to_all {{.*}} role #coll.role<output_rows> splits #coll.splits<{{\[\[}}16, 16], [0, 0]]> {group = "item/table_wise", remark = #sched.remark<"compact-rows", "empty-share", "not compacted: 12% of the bags of table 'item' are empty, under min-empty-share 0.5">}
 // SHARE-NOT:   sparse.gather_rows
 
 // After generate-kernels the lookups are fused: compact-rows runs on the lifted per-table ops
