@@ -11,6 +11,7 @@ calibration budget's clock. Tests give it a fake `measure` instead of a builder.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from sparselift.passes.pipeline import Pipeline, find_pass, pipeline_text
 from sparselift.passes.plan_candidates import PlacementChoice
 from sparselift.plan_record import Measurement
 from sparselift.runtime.agree import same_outcome
+from sparselift.runtime.allocator import release_freed_memory
 from sparselift.runtime.compiled import CompileOptions
 from sparselift.runtime.tables import LocalTables, TouchedRows
 
@@ -138,14 +140,17 @@ class PlanTimer:
         self._warm.clear()
 
     def release(self) -> None:
-        """Drop every candidate's buffers and kernels and the other placements' shards: the rank's
-        own storage is back as it was before calibration."""
+        """Drop every candidate's buffers and kernels and the other placements' shards, and give
+        the freed memory back to the OS: the rank's own storage is back as it was before
+        calibration."""
         self._models.clear()
         self._warm.clear()
         self._touched.clear()
         own = id(self.program)
         self._locals = {own: self._locals[own]} if own in self._locals else {}
         self.placements.clear()
+        gc.collect()  # the candidates' plans may sit in reference cycles (autograd, closures)
+        release_freed_memory()  # else glibc keeps calibration's high-water mark resident
 
     # -- collective helpers ------------------------------------------------------------------
     def max(self, values: Sequence[float]) -> list[float]:
