@@ -37,9 +37,8 @@ def main(plan: str) -> None:
         model, example, sharding="auto", sparse_optimizer=sparselift.optim.SGD(lr=0.01), options=options
     )
     gc.collect()
-    print(
-        f"plan={plan}: after compile {_mb((rss_bytes() or 0) - start)} MB resident, peak {_mb((peak_rss_bytes() or 0) - start)}"
-    )
+    resident, peak = _mb((rss_bytes() or 0) - start), _mb((peak_rss_bytes() or 0) - start)
+    print(f"plan={plan}: after compile {resident} MB resident, peak {peak}")
     compiled(*example).float().mean().backward()
     gc.collect()
     print(f"after a step {_mb((rss_bytes() or 0) - start)} MB")
