@@ -134,8 +134,8 @@ def _match(step: StepOp, exchange: AllToAllOp) -> _Padded | Refusal:
     if len(lookups) != 1:
         return Refusal("tables", f"not compacted: {len(lookups)} lookups fill the rows exchange; it takes one table")
     lookup = lookups.pop()
-    if not isinstance(lookup, LookupOp):
-        return Refusal("shape", "not compacted: the rows are not a sparse.lookup's")
+    if not isinstance(lookup, LookupOp) or any(u.operation not in packs for u in lookup.pooled.uses):
+        return Refusal("shape", "not compacted: the rows are not a sparse.lookup's, read by the packs alone")
     if lookup.placement.kind.data != PlacementKind.TABLE_WISE:
         return Refusal(
             "placement",

@@ -38,7 +38,7 @@
 // (the compiler lowers with `lift-sparse{rows=jagged}`), so it leaves this one with the remark.
 // FUSED-LABEL: sched.step @table_wise
 // FUSED:       sparse.fused_lookup
-// FUSED:       coll.all_to_all {{.*}} role #coll.role<output_rows> {{.*}} remark = #sched.remark<"compact-rows", "shape", "not compacted: the rows are not a sparse.lookup's">
+// FUSED:       coll.all_to_all {{.*}} role #coll.role<output_rows> {{.*}} remark = #sched.remark<"compact-rows", "shape", "not compacted: the rows are not a sparse.lookup's, read by the packs alone">
 // FUSED-NOT:   sparse.gather_rows
 sched.step @table_wise world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
