@@ -49,9 +49,10 @@ def _load_module(path: Path, name: str):
     return module
 
 
-def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_seed: int = 0):
-    """Rank 0 decides (workload statistics and placement from its example inputs) and broadcasts;
-    the other ranks export with those decisions, so every rank builds the same plan.
+def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_seed: int = 0, max_lengths=None):
+    """Rank 0 decides (workload statistics, placement and the longest jagged bags from its
+    example inputs) and broadcasts; the other ranks export with those decisions, so every rank
+    builds the same plan.
 
     A refusal on any rank (rank 0's export, or another rank's) is raised on every rank: the
     others would otherwise wait for the broadcast, or the next collective, until the timeout."""
@@ -59,18 +60,21 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
     program = None
     with same_outcome(pg, world):
         if world == 1 or dist.get_rank(pg) == 0:
-            program = export(model, example_inputs, world_size=world, sharding=sharding, init_seed=init_seed)
+            program = export(
+                model, example_inputs, world_size=world, sharding=sharding, init_seed=init_seed, max_lengths=max_lengths
+            )
             payload = [
                 (
                     sharding_plan(program.module).to_json(),
                     {f.name: f.pooling_factor for f in describe_features(program.module)},
+                    program.max_lengths,
                 )
             ]
     if world > 1:
         dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
     with same_outcome(pg, world):  # rank 0 takes part too: it must hear of the others' refusals
         if program is None:
-            plan_json, stats = payload[0]
+            plan_json, stats, chosen_lengths = payload[0]
             program = export(
                 model,
                 example_inputs,
@@ -78,6 +82,7 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
                 sharding=ShardingPlan.from_json(plan_json),
                 stats=stats,
                 init_seed=init_seed,
+                max_lengths=chosen_lengths,
             )
     return program
 
@@ -146,6 +151,7 @@ class CompilerCandidateBuilder:
     process_group: Any
     optimizer: SGD | RowWiseAdagrad
     take: Callable[[Any], LocalTables] | None  # program -> this rank's shards of its placement
+    max_lengths: dict[str, int] | None = None  # the longest jagged bags the first export chose
 
     def take_shards(self, program) -> LocalTables:
         if self.take is None:
@@ -166,7 +172,9 @@ class CompilerCandidateBuilder:
         )
 
     def export(self, sharding):
-        return _export_same_on_every_rank(self.model, self.example_inputs, self.world, sharding, self.process_group)
+        return _export_same_on_every_rank(
+            self.model, self.example_inputs, self.world, sharding, self.process_group, max_lengths=self.max_lengths
+        )
 
 
 def compile(  # noqa: A001 - the public API mirrors torch.compile
@@ -194,7 +202,9 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     world = dist.get_world_size(process_group) if distributed else 1
     rank = dist.get_rank(process_group) if distributed else 0
     seed = _init_seed(model, options, world, process_group)
-    program = _export_same_on_every_rank(model, example_inputs, world, sharding, process_group, seed)
+    program = _export_same_on_every_rank(
+        model, example_inputs, world, sharding, process_group, seed, dict(options.max_lengths or {})
+    )
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
     inits = table_initializers(model, facts, options.table_init, seed)
@@ -285,7 +295,14 @@ def _compile_planned(
 ) -> CompiledModel:
     """The planner's plan (reused or planned now, `resolve_plan`), built on every rank."""
     builder = CompilerCandidateBuilder(
-        model, example_inputs, rank=rank, world=world, process_group=process_group, optimizer=optimizer, take=take
+        model,
+        example_inputs,
+        rank=rank,
+        world=world,
+        process_group=process_group,
+        optimizer=optimizer,
+        take=take,
+        max_lengths=program.max_lengths,
     )
     outcome = resolve_plan(
         program,

@@ -48,8 +48,9 @@ from sparselift.frontend.graph import (
     output_nodes,
     user_inputs,
 )
+from sparselift.frontend.jagged import JaggedIds, check_max_lengths, jagged_ids, kjt_feature
 from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, is_fake, materialize_dense
-from sparselift.frontend.program import CallInputs, SparseInputs, SparseProgram, UnpooledViews
+from sparselift.frontend.program import CallInputs, SparseInputs, SparseProgram, UnpooledViews, ViewCall
 from sparselift.frontend.quiet import debug, export_failure, quietly
 from sparselift.ir.sched import DenseOp, StepOp, YieldOp
 from sparselift.ir.sparse import EmbeddingBagCollectionOp, FeatureAttr, PlacementAttr, TableAttr
@@ -146,23 +147,8 @@ def _path_name(path) -> str:
 
 def _kjt_key(call: LookupCall, input_objects: dict[fx.Node, tuple[Any, Any]]) -> str | None:
     """For TorchRec, `ids = split_with_sizes(kjt._values)[k]`: the feature is `kjt.keys()[k]`."""
-    node = call.indices
-    if node.op != "call_function" or node.target.__name__ != "getitem":
-        return None
-    split, k = node.args
-    if not isinstance(split, fx.Node) or "split" not in str(split.target):
-        return None
-    source = split.args[0]
-    if source not in input_objects:
-        return None
-    path, root = input_objects[source]
-    if not path or pytree.keystr(path[-1:]) != "._values":
-        return None
-    obj = root
-    for key in path[:-1]:
-        obj = key.get(obj)
-    keys = getattr(obj, "keys", None)
-    return keys()[k] if callable(keys) else None
+    feature = kjt_feature(call.indices, input_objects)
+    return None if feature is None else feature.key
 
 
 def _group_module_name(calls: Sequence[LookupCall]) -> str:
@@ -294,8 +280,8 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
             others = f"a batch of {pooled[0]} samples" if pooled else "the other unpooled lookups' counts"
             raise ExportError(
                 f"table '{jagged.table}': its unpooled lookup reads {batches[jagged.name]} ids against {others}; "
-                "jagged ids without pooling (e.g. a JaggedTensor's values) are not supported yet: pad them to "
-                "[B, L] and pass padding_idx"
+                "jagged ids without pooling are supported as a KeyedJaggedTensor's values (TorchRec's "
+                "EmbeddingCollection); otherwise pad them to [B, L] and pass padding_idx"
             )
         detail = ", ".join(f"'{k}' has {v}" for k, v in batches.items())
         raise ExportError(f"the batch is not consistent across features: {detail} bags")
@@ -310,6 +296,7 @@ def export(
     sharding: str | ShardingPlan = "auto",
     stats: tuple | Mapping[str, float] | None = None,
     init_seed: int = 0,
+    max_lengths: Mapping[str, int] | None = None,
 ) -> SparseProgram:
     """Export `model` and import it as a `sched.step` with one opaque EBC per sharding group.
 
@@ -319,6 +306,10 @@ def export(
     Parameters on the meta device are exported from their shapes; dense modules among them are
     materialized with `reset_parameters()` under `init_seed` (`sparselift.frontend.meta`), the
     tables stay on meta for each rank to materialize its shard.
+
+    `max_lengths`: per KeyedJaggedTensor key that a TorchRec `EmbeddingCollection` looks up
+    unpooled, the longest bag the model is compiled for (default: the example's longest); a
+    batch with a longer one is refused (`sparselift.frontend.jagged`).
     """
     if world_size < 1:
         raise ExportError(f"world_size must be at least 1, got {world_size}")
@@ -328,9 +319,9 @@ def export(
     model_name = type(model).__name__
     traced = _trace(model, example_inputs)
     calls = _separable_lookups(traced.gm, model_name)
-    _refuse_jagged_unpooled(calls, traced.input_objects)
-    regions = _regions(traced, calls)
-    tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects))
+    jagged = _jagged_calls(calls, traced.input_objects, max_lengths)
+    regions = _regions(traced, calls, jagged)
+    tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects), jagged)
     batch, feature_stats = _workload(traced, regions, features, stats)
     plan = _resolve_sharding(sharding, _table_stats(tables, features, feature_stats), world_size)
     module = ModuleOp([_build_step(traced, regions, tables, features, plan, feature_stats, batch, model_name)])
@@ -356,6 +347,7 @@ def export(
         tensor_inputs=[i for i, v in enumerate(traced.flat_values) if isinstance(v, torch.Tensor)],
         in_spec=pytree.tree_flatten((example_inputs, {}))[1],
         out_spec=traced.gm._out_spec if hasattr(traced.gm, "_out_spec") else None,
+        max_lengths={j.key: j.max_length for j, _ in jagged.values()},
     )
 
 
@@ -407,6 +399,7 @@ class _Regions:
     pre_inputs: list[fx.Node]
     pre_outputs: list[fx.Node]
     post_leading: list[fx.Node]  # dense_post's operands before the features' looked-up values
+    view_inputs: list[fx.Node]  # then the KJTs' lengths its jagged values are rebuilt with
     outputs: list[fx.Node]
 
 
@@ -444,28 +437,37 @@ def _separable_lookups(gm: fx.GraphModule, model_name: str) -> list[LookupCall]:
     return calls
 
 
-def _refuse_jagged_unpooled(calls: Sequence[LookupCall], input_objects) -> None:
-    """TorchRec's `EmbeddingCollection` looks up a KeyedJaggedTensor's jagged values unpooled;
-    unpooled lookups need ids of a static shape per sample (one feature per id position)."""
+_Jagged = tuple[JaggedIds, fx.Node]  # an unpooled lookup of a KJT key's values, and the KJT's lengths input
+
+
+def _jagged_calls(
+    calls: Sequence[LookupCall], input_objects, max_lengths: Mapping[str, int] | None
+) -> dict[fx.Node, _Jagged]:
+    """The unpooled lookups of a KeyedJaggedTensor's jagged values (TorchRec's
+    `EmbeddingCollection`), by call node."""
+    jagged: dict[fx.Node, _Jagged] = {}
     for c in calls:
-        key = _kjt_key(c, input_objects) if c.unpooled else None
-        if key is not None:
-            raise ExportError(
-                f"module '{_group_module_name([c])}', table '{c.table_fqn.removesuffix('.weight')}', feature "
-                f"'{key}': unpooled lookups of a KeyedJaggedTensor's jagged values (TorchRec's "
-                "EmbeddingCollection) are not supported yet; pad the ids to [B, L] and look them up with "
-                "nn.Embedding(padding_idx=...)"
-            )
+        feature = kjt_feature(c.indices, input_objects) if c.unpooled else None
+        if feature is None:
+            continue
+        ids = jagged_ids(feature, c.table_fqn.removesuffix(".weight"), _group_module_name([c]), max_lengths)
+        assert feature.lengths is not None  # jagged_ids checked
+        jagged[c.node] = (ids, feature.lengths)
+    check_max_lengths(max_lengths, {k: j for k, (j, _) in jagged.items()})
+    return jagged
 
 
 def _lookup_inputs(calls: Sequence[LookupCall]) -> list[fx.Node]:
     return [n for c in calls for n in (c.indices, c.offsets, c.per_sample_weights) if n is not None]
 
 
-def _id_tail(call: LookupCall) -> tuple[int, ...] | None:
-    """An unpooled call's ids shape after the batch (`()` for `[B]` ids); None for a pooled call."""
+def _id_tail(call: LookupCall, jagged: Mapping[fx.Node, _Jagged]) -> tuple[int, ...] | None:
+    """An unpooled call's ids shape after the batch (`()` for `[B]` ids, `(L,)` for a KJT key's
+    jagged ids of at most L per sample); None for a pooled call."""
     if not call.unpooled:
         return None
+    if call.node in jagged:
+        return (jagged[call.node][0].max_length,)
     tail = call.indices.meta["val"].shape[1:]
     if not all(isinstance(d, int) for d in tail):
         raise ExportError(
@@ -480,18 +482,19 @@ def _id_tail(call: LookupCall) -> tuple[int, ...] | None:
     return tuple(int(d) for d in tail)
 
 
-def _positions(call: LookupCall) -> int | None:
-    tail = _id_tail(call)
+def _positions(call: LookupCall, jagged: Mapping[fx.Node, _Jagged]) -> int | None:
+    tail = _id_tail(call, jagged)
     return None if tail is None else math.prod(tail)
 
 
-def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
+def _regions(traced: _Traced, calls: Sequence[LookupCall], jagged: Mapping[fx.Node, _Jagged]) -> _Regions:
     """The torch regions: `sparse_inputs` (each feature's ids/offsets/weights from the model
     inputs), `dense_pre` (what the dense part computes before the lookups, if anything) and
     `dense_post` (the outputs from the looked-up values; `UnpooledViews` around it when a call is
     unpooled)."""
     gm, placeholders = traced.gm, traced.placeholders
-    prep_targets = _lookup_inputs(calls)
+    # Per call its inputs, then (a KJT key's jagged ids) the KJT's lengths.
+    prep_targets = [n for c in calls for n in _lookup_inputs([c]) + ([jagged[c.node][1]] if c.node in jagged else [])]
     prep = ancestors(prep_targets)
     sparse_in_inputs = [p for p in placeholders if p in prep]
     layout = [
@@ -500,8 +503,9 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
             c.per_sample_weights is not None,
             c.include_last_offset,
             c.padding_idx,
-            _positions(c),
+            _positions(c, jagged),
             c.table_fqn.removesuffix(".weight"),
+            jagged[c.node][0] if c.node in jagged else None,
         )
         for c in calls
     ]
@@ -522,14 +526,23 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall]) -> _Regions:
         modules["dense_pre"] = extract(gm, pre_inputs, pre_outputs, "dense_pre")
     post_leading = pre_outputs + post_inputs_direct
     post = extract(gm, post_leading + pooled_nodes, outputs, "dense_post")
+    view_inputs = list(dict.fromkeys(lengths for _, lengths in jagged.values()))
     if any(c.unpooled for c in calls):
-        post = UnpooledViews(post, len(post_leading), [(_positions(c) or 1, _id_tail(c)) for c in calls])
+        views = [_view_call(c, jagged, view_inputs) for c in calls]
+        post = UnpooledViews(post, len(post_leading), views, extras=len(view_inputs))
     modules["dense_post"] = post
-    return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_leading, outputs)
+    return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_leading, view_inputs, outputs)
+
+
+def _view_call(call: LookupCall, jagged: Mapping[fx.Node, _Jagged], view_inputs: Sequence[fx.Node]) -> ViewCall:
+    if call.node not in jagged:
+        return ViewCall(_positions(call, jagged) or 1, _id_tail(call, jagged))
+    ids, lengths = jagged[call.node]
+    return ViewCall(ids.max_length, (ids.max_length,), ids, view_inputs.index(lengths))
 
 
 def _tables_and_features(
-    gm: fx.GraphModule, calls: Sequence[LookupCall], feature_names: Sequence[str]
+    gm: fx.GraphModule, calls: Sequence[LookupCall], feature_names: Sequence[str], jagged: Mapping[fx.Node, _Jagged]
 ) -> tuple[dict[str, _Table], list[_Feature]]:
     """The tables (in the order the lookups first read them) and the features: one per pooled
     call, one per id position of an unpooled call (`name[p]`, in call order)."""
@@ -557,7 +570,7 @@ def _tables_and_features(
             raise ExportError(f"table '{tname}' is read by two embedding modules, '{info.module}' and '{module}'")
         if c.unpooled and c.padding_idx is not None:
             _check_padding_row(tname, param, c.padding_idx)
-        positions = _positions(c)
+        positions = _positions(c, jagged)
         if positions is None:
             features.append(_Feature(name, tname, module, c.per_sample_weights is not None))
         else:
@@ -676,7 +689,7 @@ def _build_step(
     post_op = _dense_op(
         "dense_post",
         "forward",
-        [value_of[n] for n in regions.post_leading] + [pooled_of[f.name] for f in features],
+        [value_of[n] for n in regions.post_leading + regions.view_inputs] + [pooled_of[f.name] for f in features],
         [tensor_type(n.meta["val"], f"model output '{n.name}'") for n in regions.outputs],
         post_flops,
     )
@@ -743,13 +756,17 @@ def _add_collections(
     sparse_values,
 ) -> dict[str, SSAValue]:
     """One opaque EBC per sharding group (module, placement kind, dtype, and the ranks of a
-    row-wise table), features in model order; each feature's pooled value."""
+    row-wise table; an unpooled table alone), features in model order; each feature's pooled
+    value."""
     groups: dict[tuple, list[_Feature]] = {}
     for f in features:
         p = plan[f.table]
         key = (
             f.module,
             f.unpooled,  # a group's exchanges carry pooled vectors or unpooled rows, not both
+            # An unpooled table is a group of its own (an EmbeddingCollection holds several):
+            # its rows then travel one per id (compact-rows takes one table).
+            f.table if f.unpooled else "",
             str(p.kind),
             str(tables[f.table].dtype).removeprefix("torch."),
             p.ranks if p.kind == PlacementKind.ROW_WISE else (),
@@ -757,7 +774,7 @@ def _add_collections(
         groups.setdefault(key, []).append(f)
     pooled_of: dict[str, SSAValue] = {}
     names_taken: set[str] = set()
-    for (module, unpooled, kind, dtype, ranks), gfeatures in groups.items():
+    for (module, unpooled, table, kind, dtype, ranks), gfeatures in groups.items():
         gtables = [tables[t] for t in dict.fromkeys(f.table for f in gfeatures)]
         ebc = EmbeddingBagCollectionOp(
             module,
@@ -772,6 +789,8 @@ def _add_collections(
             [_placement_attr(t.name, plan[t.name]) for t in gtables],
         )
         name = f"{module}/{kind}"
+        if unpooled and sum(k[0] == module and k[1] and k[3] == kind for k in groups) > 1:
+            name = f"{name}/{table.rsplit('.', 1)[-1]}"  # a collection's tables: one group each
         for suffix in ("unpooled" if unpooled else "pooled", dtype, "ranks" + "_".join(map(str, ranks))):
             if name in names_taken:
                 name = f"{name}/{suffix}"

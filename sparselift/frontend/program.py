@@ -13,6 +13,8 @@ from torch import fx, nn
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
+from sparselift.frontend.jagged import JaggedIds, jagged_position_features, jagged_values
+
 
 @attrs.frozen
 class CallInputs:
@@ -21,6 +23,8 @@ class CallInputs:
     `positions`: None for a pooled call (one feature); for an unpooled call (`nn.Embedding` on ids
     of shape `[B, *tail]`), the number of id positions per sample, `prod(tail)`: one feature per
     position, whose bags hold that position's id, or nothing where it is `padding_idx`.
+    `jagged`: the ids are a KeyedJaggedTensor key's values (`sparselift.frontend.jagged`), up to
+    `positions` per sample; the region gives the KJT's lengths right after them.
     """
 
     has_offsets: bool
@@ -29,6 +33,7 @@ class CallInputs:
     padding_idx: int | None = None
     positions: int | None = None
     table: str = ""  # for errors
+    jagged: JaggedIds | None = None
 
     @property
     def outputs(self) -> int:
@@ -91,6 +96,9 @@ class SparseInputs(nn.Module):
             ids = flat.pop(0)
             offsets = flat.pop(0) if call.has_offsets else None
             weights = flat.pop(0) if call.has_weights else None
+            if call.jagged is not None:
+                out += jagged_position_features(ids, flat.pop(0), call.jagged, call.padding_idx, call.table)
+                continue
             if call.positions is not None:
                 out += position_features(ids, call.positions, call.padding_idx, call.table)
                 continue
@@ -107,29 +115,49 @@ class SparseInputs(nn.Module):
         return out
 
 
+@attrs.frozen
+class ViewCall:
+    """How `UnpooledViews` rebuilds one lookup call's result from its features' values.
+
+    `features`: how many; `tail`: an unpooled call's ids shape after the batch (None: pooled,
+    passed through); `jagged` with `lengths` (the index of the KJT's lengths among the view
+    operands): the rows go back into the key's jagged values."""
+
+    features: int
+    tail: tuple[int, ...] | None = None
+    jagged: JaggedIds | None = None
+    lengths: int = 0
+
+
 class UnpooledViews(nn.Module):
     """The `dense_post` region, given per-feature values: the rows of an unpooled call's position
-    features are stacked back into the call's result, `[B, *tail, dim]`.
+    features are stacked back into the call's result, `[B, *tail, dim]`, or for a KJT key's
+    jagged values (`EmbeddingCollection`) into `[sum(lengths), dim]`.
 
-    `calls`: per lookup call the number of its features and, for an unpooled call, the `tail`
-    of its ids' shape; the first `leading` operands (dense values and inputs) pass through."""
+    Operands: the first `leading` (dense values and inputs) pass through to the region; the
+    next `extras` (the KJTs' lengths) only serve the views; then the features' values."""
 
-    def __init__(self, region: fx.GraphModule, leading: int, calls: Sequence[tuple[int, tuple[int, ...] | None]]):
+    def __init__(self, region: fx.GraphModule, leading: int, calls: Sequence[ViewCall], extras: int = 0):
         super().__init__()
         self.region = region
         self.leading = leading
+        self.extras = extras
         self.calls = list(calls)
 
     def forward(self, *operands: Any) -> Any:
         args = list(operands[: self.leading])
-        values = iter(operands[self.leading :])
-        for n_features, tail in self.calls:
-            rows = [next(values) for _ in range(n_features)]
-            if tail is None:
+        lengths = operands[self.leading : self.leading + self.extras]
+        values = iter(operands[self.leading + self.extras :])
+        for call in self.calls:
+            rows = [next(values) for _ in range(call.features)]
+            if call.tail is None:
                 args += rows
+                continue
+            stacked = torch.stack(rows, 1) if len(rows) > 1 else rows[0].unsqueeze(1)
+            if call.jagged is not None:
+                args.append(jagged_values(stacked, lengths[call.lengths], call.jagged))
             else:
-                stacked = torch.stack(rows, 1) if len(rows) > 1 else rows[0].unsqueeze(1)
-                args.append(stacked.view(stacked.shape[0], *tail, stacked.shape[-1]))
+                args.append(stacked.view(stacked.shape[0], *call.tail, stacked.shape[-1]))
         return self.region(*args)
 
 
@@ -149,6 +177,9 @@ class SparseProgram:
     tensor_inputs: list[int]  # flat input index of each forward block argument
     in_spec: Any
     out_spec: Any
+    # Per KJT key looked up unpooled (EmbeddingCollection): the longest bag it is compiled for;
+    # the other ranks export with rank 0's (`sparselift.compiler`).
+    max_lengths: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def text(self) -> str:

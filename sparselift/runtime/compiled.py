@@ -80,6 +80,10 @@ class CompileOptions:
     init_seed: int | None = None
     # CPU table shards of at least this many bytes live on transparent huge pages (fewer TLB
     # misses for random rows; runtime/huge_pages.py); None: plain pages.
+    # Per KeyedJaggedTensor key an EmbeddingCollection looks up (unpooled): the longest bag the
+    # model is compiled for; None (or a key left out): the example inputs' longest. A batch with
+    # a longer bag is refused, on every rank.
+    max_lengths: dict[str, int] | None = None
     huge_page_min_bytes: int | None = attrs.field(
         default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
     )

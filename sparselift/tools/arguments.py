@@ -18,4 +18,13 @@ def rows_cap_arg(text: str) -> int | None:
     return value
 
 
-__all__ = ["rows_cap_arg"]
+def max_length_arg(text: str) -> tuple[str, int]:
+    """`--max-length KEY=N`: the longest bag of KeyedJaggedTensor key KEY an EmbeddingCollection
+    looks up (`sparselift.export`'s `max_lengths`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected KEY=N with N a positive integer, got '{text}'")
+    return key, int(value)
+
+
+__all__ = ["max_length_arg", "rows_cap_arg"]

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sparselift.tools.arguments import rows_cap_arg
+from sparselift.tools.arguments import max_length_arg, rows_cap_arg
 from sparselift.tools.errors import TRACEBACK_FLAG, TRACEBACK_HELP, report, traceback_requested
 
 MODEL_NAMES = ("dlrm-kaggle", "dlrm-terabyte", "dlrm-bench", "two-tower", "torchrec-ebc", "din")
@@ -69,7 +69,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SystemExit("sparselift export: give --model NAME or path/to/file.py:factory")
     try:
         model, inputs = _load_model(spec, args.rows_cap, args.batch_size, args.seed)
-        program = export(model, inputs, world_size=args.world_size, sharding=_sharding(args.sharding))
+        program = export(
+            model,
+            inputs,
+            world_size=args.world_size,
+            sharding=_sharding(args.sharding),
+            max_lengths=dict(args.max_length) or None,
+        )
     except (ExportError, ValueError, FileNotFoundError, AttributeError, TypeError) as e:
         return _error("sparselift export", e)
     if args.output:
@@ -250,6 +256,14 @@ def _add_export_parser(sub: argparse._SubParsersAction, common: argparse.Argumen
     )
     ex.add_argument("--batch-size", type=int, default=128, help="example batch per rank")
     ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument(
+        "--max-length",
+        type=max_length_arg,
+        action="append",
+        default=[],
+        metavar="KEY=N",
+        help="the longest bag of KeyedJaggedTensor key KEY an EmbeddingCollection looks up (default: the example's)",
+    )
     ex.add_argument("-o", "--output", help="write the IR here instead of stdout")
     ex.add_argument("--plan-json", help="also write the sharding plan as JSON")
     ex.add_argument("-v", "--verbose", action="store_true", help="print the sharding plan to stderr")

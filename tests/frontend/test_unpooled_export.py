@@ -184,24 +184,3 @@ def _nonzero_padding_row():
 def test_unsupported_unpooled_models_fail_clearly(model, inputs, message):
     with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(")", r"\)")):
         export(model, inputs, world_size=2)
-
-
-def test_a_torchrec_embedding_collection_is_refused_naming_the_feature():
-    from torchrec import EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
-
-    class WithCollection(nn.Module):
-        def __init__(self):
-            super().__init__()
-            config = EmbeddingConfig(name="item", embedding_dim=8, num_embeddings=100, feature_names=["hist", "target"])
-            self.ec = EmbeddingCollection(tables=[config], device=torch.device("cpu"))
-
-        def forward(self, kjt):
-            out = self.ec(kjt)
-            return out["hist"].to_padded_dense(5).sum(1) + out["target"].values()
-
-    kjt = KeyedJaggedTensor.from_lengths_sync(
-        keys=["hist", "target"], values=torch.randint(0, 100, (12,)), lengths=torch.tensor([3, 2, 4, 1, 1, 1])
-    )
-    message = "module 'ec', table 'ec.embeddings.item', feature 'hist': unpooled lookups of a KeyedJaggedTensor's"
-    with pytest.raises(ExportError, match=message):
-        export(WithCollection(), (kjt,), world_size=2)

@@ -124,3 +124,56 @@ def sequence_model(rows_cap=None, batch_size=8, seed=0):
     if n:
         tags[0] = 1
     return model, (hist, hist_cat, target, user_ids, user_offsets, tags)
+
+
+class CollectionModel(nn.Module):
+    """TorchRec's `EmbeddingCollection` (unpooled lookups of a KeyedJaggedTensor's jagged
+    values) beside a pooled `nn.EmbeddingBag`, DIN-like: an item table read by the history and
+    the target (two keys of one table), a category table read by the history's categories."""
+
+    def __init__(self, items=60, cats=12, users=40, history=4):
+        from torchrec import EmbeddingCollection, EmbeddingConfig
+
+        super().__init__()
+        tables = [
+            EmbeddingConfig(name="item", embedding_dim=8, num_embeddings=items, feature_names=["hist", "target"]),
+            EmbeddingConfig(name="cat", embedding_dim=8, num_embeddings=cats, feature_names=["hist_cat"]),
+        ]
+        self.ec = EmbeddingCollection(tables=tables, device=torch.device("cpu"))
+        self.user = nn.EmbeddingBag(users, 6, mode="sum")
+        self.score = nn.Linear(16, 1)
+        self.top = nn.Linear(8 + 8 + 8 + 6, 1)
+        self.history = history
+
+    def forward(self, kjt, user_ids, user_offsets):
+        out = self.ec(kjt)
+        hist = out["hist"]
+        h = torch.cat([hist.to_padded_dense(self.history), out["hist_cat"].to_padded_dense(self.history)], dim=-1)
+        mask = (torch.arange(self.history) < hist.lengths().unsqueeze(1)).unsqueeze(-1).to(h.dtype)
+        attention = torch.sigmoid(self.score(h)) * mask  # [B, L, 1]
+        interest = (attention * h[..., :8]).sum(1)
+        categories = h[..., 8:].sum(1)  # unmasked: past the history, to_padded_dense gives zeros
+        target = out["target"].values()  # one id per sample: [B, 8]
+        return self.top(torch.cat([interest, categories, target, self.user(user_ids, user_offsets)], dim=1))
+
+
+def collection_model(rows_cap=None, batch_size=8, seed=0):
+    """`CollectionModel` and a batch: a KeyedJaggedTensor of histories of 0-4 items (their
+    categories alongside) and one target each, and pooled user bags."""
+    from torchrec import KeyedJaggedTensor
+
+    torch.manual_seed(0)  # same weights whatever the data seed
+    model = CollectionModel()
+    g = torch.Generator().manual_seed(seed)
+    n = batch_size
+    lengths = torch.randint(0, model.history + 1, (n,), generator=g)
+    hist = torch.randint(0, 60, (int(lengths.sum()),), generator=g)
+    target = torch.randint(0, 60, (n,), generator=g)
+    kjt = KeyedJaggedTensor(
+        keys=["hist", "target", "hist_cat"],
+        values=torch.cat([hist, target, hist % 12]),
+        lengths=torch.cat([lengths, torch.ones(n, dtype=torch.int64), lengths]),
+    )
+    user_lengths = torch.randint(1, 3, (n,), generator=g)
+    user_ids = torch.randint(0, model.user.num_embeddings, (int(user_lengths.sum()),), generator=g)
+    return model, (kjt, user_ids, user_lengths.cumsum(0) - user_lengths)

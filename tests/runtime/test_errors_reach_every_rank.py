@@ -228,3 +228,39 @@ def test_features_that_cannot_be_computed_on_one_rank_fail_every_rank(tmp_path):
     assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
     assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
     assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)
+
+
+def _train_with_a_long_history(rank, world, cache):
+    from parity_models import collection_model  # tests/runtime is on sys.path
+    from torchrec import KeyedJaggedTensor
+
+    model, inputs = collection_model(batch_size=4)
+    options = sparselift.CompileOptions(cache_dir=cache, plan="none", max_lengths={"hist": 4})
+    compiled = sparselift.compile(model, inputs, sharding="table_wise", options=options)
+    before = {k: v.clone() for k, v in compiled.tables.items()}
+    kjt = inputs[0]
+    if rank == 1:  # sample 0's history holds 5 items, compiled for at most 4
+        hist_lengths = torch.tensor([5, 1, 2, 0])
+        hist = torch.arange(8) % 60
+        kjt = KeyedJaggedTensor(
+            keys=kjt.keys(),
+            values=torch.cat([hist, torch.arange(4), hist % 12]),
+            lengths=torch.cat([hist_lengths, torch.ones(4, dtype=torch.int64), hist_lengths]),
+        )
+    out = {"long": _outcome(_step, compiled, (kjt, *inputs[1:]))}
+    out["unchanged"] = all(torch.equal(t, before[k]) for k, t in compiled.tables.items())
+    compiled(*inputs).sum().backward()  # the group still works
+    out["trained"] = any(not torch.equal(t, before[k]) for k, t in compiled.tables.items())
+    return out
+
+
+def test_a_jagged_bag_longer_than_compiled_for_on_one_rank_fails_every_rank(tmp_path):
+    ranks = sparselift.launch(_train_with_a_long_history, 2, str(tmp_path), timeout_s=TIMEOUT_S)
+    outcomes = [r["long"] for r in ranks]
+    message = (
+        "rank 1: table 'ec.embeddings.item', feature 'hist': a sample holds 5 ids, more than the 4 the model was "
+        "compiled for; compile with max_lengths={'hist': 5} (or more)"
+    )
+    assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
+    assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
+    assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)

@@ -20,6 +20,8 @@ from sparselift.tools.cli import MODEL_NAMES
 BIN = Path(sys.executable).parent
 SPARSELIFT = str(BIN / "sparselift")
 SPARSELIFT_OPT = str(BIN / "sparselift-opt")
+# TorchRec's EmbeddingCollection (jagged histories looked up unpooled), from the parity tests.
+COLLECTION = f"{Path(__file__).parents[1] / 'runtime' / 'parity_models.py'}:collection_model"
 
 # Three tables sized so that `auto` at world size 2 uses every placement kind: `big` is larger
 # than one rank's share (row_wise), `mid` is table_wise, `small` is under 64 KiB (data_parallel).
@@ -121,6 +123,9 @@ def cli(tmp_path_factory) -> tuple[Path, dict[str, Run]]:
         "max-pooling": _export("max_model.py:factory", "--world-size", "2"),
         "bad-sharding": _export("--model", "two-tower", "--world-size", "2", "--sharding", "diagonal"),
         "bad-plan": _export("--model", "two-tower", "--world-size", "2", "--sharding", "bad_plan.json"),
+        "collection": _export(COLLECTION, "--world-size", "2", "--batch-size", "8", "--max-length", "hist=6"),
+        "collection-short": _export(COLLECTION, "--world-size", "2", "--batch-size", "8", "--max-length", "hist=2"),
+        "bad-max-length": _export(COLLECTION, "--world-size", "2", "--max-length", "hist"),
     }
     runs = _run_batch(first, tmp)
     second = {
@@ -197,6 +202,12 @@ def test_plan_for_another_world_size_is_rejected(cli):
             "file; 'diagonal' is neither",
         ),
         ("bad-plan", "--sharding bad_plan.json is not a valid sharding plan: missing key 'tables'"),
+        (
+            "collection-short",
+            "module 'ec', table 'ec.embeddings.item', feature 'hist': max_lengths['hist'] is 2, but the example "
+            "inputs hold a bag of 4 ids",
+        ),
+        ("bad-max-length", "argument --max-length: expected KEY=N with N a positive integer, got 'hist'"),
     ],
 )
 def test_errors_exit_non_zero_with_a_clear_message(cli, key, message):
@@ -205,6 +216,13 @@ def test_errors_exit_non_zero_with_a_clear_message(cli, key, message):
     assert run.stdout == ""
     assert message in " ".join(run.stderr.split()), run.stderr[-3000:]
     assert "Traceback" not in run.stderr
+
+
+def test_max_length_sets_a_jagged_keys_positions(cli):
+    run = cli[1]["collection"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert '#sparse.feature<"hist[5]" -> "ec.embeddings.item", pooling_factor = 0.0>' in run.stdout
+    assert '"hist[6]"' not in run.stdout
 
 
 def test_help_lists_the_builtin_models():
