@@ -134,7 +134,7 @@ def measure_systems(
     # calibration steps at real size varied by hundreds of ms and it kept plans it would
     # otherwise confirm. The dense-only floor first: the process's one-time costs (allocator,
     # autograd, gloo buffers) land in the floor's memory, not in the first system's.
-    order = {"dense_only": 0, "sparselift": 1}
+    order = {"dense_only": 0, "sparselift": 1, "sparselift_ec": 1}
     for name in sorted(names, key=lambda n: order.get(n, 2)):
         added = AddedMemory().start()
         start = time.perf_counter()
@@ -152,7 +152,7 @@ def measure_systems(
         runner = runners[name]
         if name == "baseline":
             return runner.step(globals_[i], runner.local_rows(global_bs))
-        if name in ("torchrec", "sparselift"):  # both train through their pipelines
+        if name == "torchrec" or name.startswith("sparselift"):  # they train through their pipelines
             return runner.progress()
         return runner.step(locals_[i])
 
@@ -193,6 +193,7 @@ def measure_systems(
         "losses": losses,
         "torchrec_pipeline": getattr(runners.get("torchrec"), "pipeline", None),
         "sparselift_plan": getattr(runners.get("sparselift"), "plan_summary", None),
+        "sparselift_ec_plan": getattr(runners.get("sparselift_ec"), "plan_summary", None),
     }
 
 
@@ -250,12 +251,10 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]], labels: Mapping[
     for s in systems.values():
         s["exposed_sparse_ms"] = s["step_ms_median"] - dense["step_ms_median"]
     ratios: dict[str, float] = {}
-    if "sparselift" in systems:
+    for ours in (s for s in ("sparselift", "sparselift_ec") if s in systems):
         for peer in ("baseline", "torchrec"):
             if peer in systems:
-                ratios[f"sparselift_vs_{peer}"] = (
-                    systems[peer]["step_ms_median"] / systems["sparselift"]["step_ms_median"]
-                )
+                ratios[f"{ours}_vs_{peer}"] = systems[peer]["step_ms_median"] / systems[ours]["step_ms_median"]
     if "torchrec" in systems:
         ratios["ceiling_vs_torchrec"] = systems["torchrec"]["step_ms_median"] / dense["step_ms_median"]
     return {
@@ -266,6 +265,7 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]], labels: Mapping[
         "config": attrs.asdict(cfg),
         "torchrec_pipeline": per_rank[0].get("torchrec_pipeline"),
         "sparselift_plan": per_rank[0].get("sparselift_plan"),
+        "sparselift_ec_plan": per_rank[0].get("sparselift_ec_plan"),
         "machine": machine_info(),
     }
 
@@ -297,20 +297,21 @@ def machine_info() -> dict[str, Any]:
 
 def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
     cfg = result["config"]
+    rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
+    width = max(17, *(len(s["label"]) + 2 for _, s in rows))
     lines = [
         f"{title}: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
         f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
         "",
-        f"{'system':<17}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
+        f"{'system':<{width}}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
         + "".join(f"{c:>11}" for c in COLUMNS)
         + f"{'exposed':>10}{'peak MB/rank':>14}",
     ]
-    rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
     for _, s in rows:
         b = s["breakdown"]
         exposed = s.get("exposed_sparse_ms")
         lines.append(
-            f"{s['label']:<17}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
+            f"{s['label']:<{width}}{s['step_ms_median']:>10.1f}{s['step_ms_p25']:>9.1f}{s['step_ms_p75']:>9.1f}"
             f"{s['samples_per_s']:>11.0f}"
             + "".join(f"{b[c]:>11.1f}" for c in COLUMNS)
             + (f"{exposed:>10.1f}" if exposed is not None else f"{'(floor)':>10}")
@@ -318,7 +319,7 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
         )
     lines.append("")
     for k, v in result["ratios"].items():
-        lines.append(f"{k:<28}{v:6.3f}x")
+        lines.append(f"{k:<31}{v:6.3f}x")
     setup = ", ".join(f"{s['label']} {s['setup_s']:.1f}s/{s['warmup_s']:.1f}s" for s in result["systems"].values())
     lines.append(f"setup/warmup (excluded from timing): {setup}")
     lines.append(
@@ -327,14 +328,21 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
     )
     if result.get("torchrec_pipeline"):
         lines.append(f"TorchRec pipeline: {result['torchrec_pipeline']}")
-    if result.get("sparselift_plan"):
-        plan = result["sparselift_plan"]
+    for key, label in (("sparselift_plan", "SparseLift"), ("sparselift_ec_plan", "SparseLift (TorchRec model)")):
+        plan = result.get(key)
+        if not plan:
+            continue
         lines.append(
-            f"SparseLift plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
+            f"{label} plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
             "(in its setup time, excluded from the timed steps)"
         )
         lines += [f"  {d}" for d in plan.get("decisions", [])]
     return "\n".join(lines)
+
+
+def _bar_label(label: str) -> str:
+    """A system's label under a bar: its qualifier on a line of its own, so labels do not overlap."""
+    return label.replace(" (", "\n(")
 
 
 def plot(result: dict[str, Any], path: str) -> None:
@@ -358,12 +366,12 @@ def plot(result: dict[str, Any], path: str) -> None:
     bottom = [0.0] * len(items)
     for c in COLUMNS:
         vals = [s["breakdown"][c] for _, s in items]
-        ax2.bar([s["label"] for _, s in items], vals, bottom=bottom, label=c)
+        ax2.bar([_bar_label(s["label"]) for _, s in items], vals, bottom=bottom, label=c)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax2.set_ylabel("ms per step (median per stage)")
     ax2.set_title("Where the time goes")
     ax2.legend(fontsize=8)
-    peaks = [(s["label"], s.get("peak_rss_mb")) for s in result["systems"].values()]
+    peaks = [(_bar_label(s["label"]), s.get("peak_rss_mb")) for s in result["systems"].values()]
     ax3.bar([n for n, _ in peaks], [v or 0.0 for _, v in peaks], color="0.45")
     for i, (_, v) in enumerate(peaks):
         ax3.annotate("?" if v is None else f"{v:.0f}", (i, v or 0.0), ha="center", va="bottom", fontsize=8)
@@ -386,11 +394,15 @@ def add_arguments(
     models: Sequence[str] = ("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"),
     batch_size: int = 2048,
     rows_cap: int | None = 100_000,
+    extra_systems: Sequence[str] = (),
 ) -> None:
-    """The benchmark's flags (`bench seq` passes its model and defaults)."""
+    """The benchmark's flags (`bench seq` passes its model and defaults, and the systems it
+    offers beside `SYSTEMS`, run only when named)."""
     p.add_argument("--model", default=models[0], choices=models)
     p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: baseline,torchrec,sparselift")
+    known = ",".join((*SYSTEMS, *extra_systems))
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, some of: {known}")
+    p.set_defaults(known_systems=(*SYSTEMS, *extra_systems))
     p.add_argument("--steps", type=int, default=12, help="timed steps per system")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=3)
@@ -421,9 +433,10 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         threads=a.threads,
         kernels=a.kernels,
     )
-    unknown = [s for s in cfg.systems if s not in SYSTEMS]
+    known = getattr(a, "known_systems", SYSTEMS)
+    unknown = [s for s in cfg.systems if s not in known]
     if unknown:
-        raise SystemExit(f"unknown system(s) {', '.join(unknown)}; use some of {', '.join(SYSTEMS)}")
+        raise SystemExit(f"unknown system(s) {', '.join(unknown)}; use some of {', '.join(known)}")
     if a.quick:
         # The benchmark's batch, not a smaller one: at a few hundred rows per rank every system's
         # step is mostly fixed per-step costs and the comparison says little about training.

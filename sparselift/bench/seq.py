@@ -10,7 +10,9 @@ one run on the same data (:mod:`sparselift.data.din_synthetic`) and the same see
   sparse gradients, an all-to-all of the looked-up vectors; :mod:`sparselift.bench.seq_systems`);
 * TorchRec: sharded EmbeddingCollections (item, category) plus an EmbeddingBagCollection (user),
   fused SGD, TrainPipelineSparseDist (:mod:`sparselift.bench.seq_torchrec`);
-* SparseLift: DIN compiled by ``sparselift.compile``, trained through its TrainPipeline.
+* SparseLift: DIN compiled by ``sparselift.compile``, trained through its TrainPipeline;
+* SparseLift (TorchRec model), when named in ``--systems``: the same, compiling DIN as written
+  with the TorchRec peer's collections (``sparselift_ec``; KJT inputs, jagged histories).
 
 Everything else is `bench dlrm`'s (:mod:`sparselift.bench.dlrm`): interleaved rounds, warmup and
 setup excluded from timing, the dense-only floor (the same attention and MLPs with the
@@ -38,8 +40,12 @@ LABELS = {
     "baseline": "PyTorch-Baseline",
     "torchrec": "TorchRec",
     "sparselift": "SparseLift",
+    "sparselift_ec": "SparseLift (TorchRec model)",
     "dense_only": "dense-only",
 }
+# Run only when named (`--systems ...,sparselift_ec`): SparseLift compiling DIN as written with
+# TorchRec's collections, the very modules the TorchRec peer shards.
+EXTRA_SYSTEMS = ("sparselift_ec",)
 TITLE = "Sequence-model benchmark (DIN)"
 format_seq_table = functools.partial(format_table, title=TITLE)
 
@@ -67,9 +73,15 @@ def _build_runner(name: str, cfg: BenchConfig, config: Any, rank: int, world: in
         return systems.din_sparselift_runner(
             config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels, batches=itertools.cycle(locals_)
         )
+    if name == "sparselift_ec":
+        from sparselift.bench.seq_torchrec import din_ec_sparselift_runner
+
+        return din_ec_sparselift_runner(
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels, batches=itertools.cycle(locals_)
+        )
     if name == "dense_only":
         return systems.DINDenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
-    raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
+    raise ValueError(f"unknown system '{name}'; use {', '.join((*SYSTEMS, *EXTRA_SYSTEMS))}")
 
 
 def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
@@ -98,7 +110,17 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     doc = __doc__.split("\n")[0]
-    return cli_main(argv, "seq", doc, run, format_seq_table, models=("din",), batch_size=1024, rows_cap=None)
+    return cli_main(
+        argv,
+        "seq",
+        doc,
+        run,
+        format_seq_table,
+        models=("din",),
+        batch_size=1024,
+        rows_cap=None,
+        extra_systems=EXTRA_SYSTEMS,
+    )
 
 
 if __name__ == "__main__":

@@ -28,11 +28,21 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from torchrec.streamable import Pipelineable
 
 from sparselift.bench.baselines import _TorchRecTrainer, _world_group, check_pipeline
+from sparselift.bench.systems import CompiledRunner
 from sparselift.bench.timing import StageTimer
 from sparselift.data.din_synthetic import KJT_FEATURES, DINBatch
 from sparselift.models.din import DIN, DINConfig, DINDense
 
-__all__ = ["DINTorchRecRunner", "TorchRecDIN", "TorchRecDINBatch", "din_collections", "to_torchrec_din"]
+__all__ = [
+    "DINOnCollections",
+    "DINTorchRecRunner",
+    "TorchRecDIN",
+    "TorchRecDINBatch",
+    "din_collections",
+    "din_ec_sparselift_runner",
+    "kjt_inputs",
+    "to_torchrec_din",
+]
 
 STATE_KEYS = {
     "item": "ec_item.embeddings.item.weight",
@@ -87,6 +97,56 @@ def din_collections(config: DINConfig, device: torch.device) -> dict[str, nn.Mod
     }
 
 
+def padded_history(item: dict[str, Any], cat: dict[str, Any], length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The collections' JaggedTensors as DIN's dense part takes them: the history padded to
+    `[B, length, D]`, its mask, and the target."""
+    hist_item, lengths = item["hist_item"], item["hist_item"].lengths()
+    hist = torch.cat([hist_item.to_padded_dense(length), cat["hist_cat"].to_padded_dense(length)], dim=-1)
+    target = torch.cat([item["target_item"].values(), cat["target_cat"].values()], dim=1)
+    mask = torch.arange(length, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    return hist, mask, target
+
+
+class DINOnCollections(nn.Module):
+    """DIN on unsharded TorchRec collections, as a user writes it:
+    ``forward(item_kjt, cat_kjt, user_kjt) -> logits [B]``. What `bench seq`'s "sparselift_ec"
+    system compiles with `sparselift.compile` (the TorchRec peer shards the same modules)."""
+
+    def __init__(self, ec_item: nn.Module, ec_cat: nn.Module, ebc: nn.Module, dense: DINDense, length: int) -> None:
+        super().__init__()
+        self.ec_item, self.ec_cat, self.ebc, self.dense = ec_item, ec_cat, ebc, dense
+        self.max_history = length
+
+    def forward(self, item: KeyedJaggedTensor, cat: KeyedJaggedTensor, user: KeyedJaggedTensor) -> Tensor:
+        hist, mask, target = padded_history(self.ec_item(item), self.ec_cat(cat), self.max_history)
+        return self.dense(hist, mask, target, self.ebc(user)["user"])
+
+
+def kjt_inputs(batch: DINBatch) -> tuple[KeyedJaggedTensor, ...]:
+    """`DINOnCollections`' forward arguments for a batch: one KJT per table."""
+    kjts = batch.to_kjts()
+    return kjts["item"], kjts["cat"], kjts["user"]
+
+
+def din_ec_sparselift_runner(
+    config: DINConfig, rank: int, world: int, lr: float, seed: int, example: DINBatch, **options: Any
+) -> CompiledRunner:
+    """SparseLift on DIN written with TorchRec's collections (`DINOnCollections`), built on the
+    meta device, every table filled with `DIN.init_table`'s values (the other systems' too);
+    compiled for histories of up to `config.max_history` items. `options`: `CompiledRunner`'s."""
+    _world_group(world)
+    din = DIN(attrs.evolve(config, seed=seed), device="meta")
+    tables = din_collections(config, torch.device("meta"))
+    model = DINOnCollections(**tables, dense=din.dense, length=config.max_history)
+    by_ir_name = {key.removesuffix(".weight"): name for name, key in STATE_KEYS.items()}
+
+    def table_init(table: str, shard: Tensor, row_offset: int) -> None:
+        din.init_table(by_ir_name[table], shard, row_offset)
+
+    lengths = {"hist_item": config.max_history, "hist_cat": config.max_history}
+    return CompiledRunner(model, example, kjt_inputs, lr, table_init=table_init, max_lengths=lengths, **options)
+
+
 class TorchRecDIN(nn.Module):
     """DIN on TorchRec collections; ``forward(batch) -> (loss, (loss, logits))``. Symbolically
     traceable (TrainPipelineSparseDist rewrites it)."""
@@ -105,14 +165,10 @@ class TorchRecDIN(nn.Module):
         item = self.ec_item(batch.item)  # each sharded module's output exchange is in flight ...
         cat = self.ec_cat(batch.cat)
         user = self.ebc(batch.user)["user"]  # ... until its result is read
-        length = self.max_history
-        hist_item, lengths = item["hist_item"], item["hist_item"].lengths()
-        hist = torch.cat([hist_item.to_padded_dense(length), cat["hist_cat"].to_padded_dense(length)], dim=-1)
-        target = torch.cat([item["target_item"].values(), cat["target_cat"].values()], dim=1)
+        hist, mask, target = padded_history(item, cat, self.max_history)
         if timer is not None:
             timer.switch("other_fwd")
             self.last_pooled = [hist, target, user]
-        mask = torch.arange(length, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
         logits = self.dense(hist, mask, target, user)
         if timer is not None:
             timer.pop()

@@ -48,8 +48,10 @@ class CompiledRunner:
         sharding: str = "auto",
         batches: Iterable[Any] | None = None,
         passes: str | None = None,
+        max_lengths: dict[str, int] | None = None,
     ) -> None:
-        """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides."""
+        """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides.
+        `max_lengths`: `CompileOptions.max_lengths` (a TorchRec EmbeddingCollection's keys)."""
         import sparselift
 
         self._inputs_of = inputs_of
@@ -68,6 +70,7 @@ class CompiledRunner:
                 passes=passes or "",
                 plan="none" if passes is not None else "replan",
                 table_init=table_init,
+                max_lengths=max_lengths,
             ),
         )
         self.compile_s = time.perf_counter() - start

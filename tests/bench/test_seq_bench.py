@@ -111,7 +111,7 @@ def test_din_and_torchrec_forward_agree_on_one_rank():
 
 def _worker(rank: int, world: int) -> dict:
     from sparselift.bench.baselines import quiet_torchrec_setup
-    from sparselift.bench.seq_torchrec import DINTorchRecRunner
+    from sparselift.bench.seq_torchrec import DINTorchRecRunner, din_ec_sparselift_runner
 
     torch.set_num_threads(1)
     src = din_source(CONFIG, seed=SEED)
@@ -132,6 +132,12 @@ def _worker(rank: int, world: int) -> dict:
     out["torchrec_losses"] = [tr.progress() for _ in range(2)]
     out["torchrec_fwd2"] = tr.forward(lbs[2])
     out["torchrec_pipeline"] = tr.pipeline
+    # SparseLift compiling DIN as written with TorchRec's collections (KJT inputs).
+    ec = din_ec_sparselift_runner(CONFIG, rank, world, LR, SEED, lbs[0], batches=iter(lbs[:2]), passes="")
+    out["sparselift_ec_fwd0"] = ec.forward(lbs[0])
+    out["sparselift_ec_losses"] = [ec.progress() for _ in range(2)]
+    out["sparselift_ec_fwd2"] = ec.forward(lbs[2])
+    out["sparselift_ec_gathers_rows"] = "sparse.gather_rows" in ec.compiled.plan.ir_text
     dense = DINDenseOnlyRunner(CONFIG, rank, world, LR, SEED)
     out["dense_losses"] = [dense.step(lbs[0]) for _ in range(2)]
     return out
@@ -162,7 +168,7 @@ def reference() -> dict:
     return {"fwd0": fwd0, "fwd2": fwd2, "losses": losses}
 
 
-@pytest.mark.parametrize("system", ["baseline", "torchrec"])
+@pytest.mark.parametrize("system", ["baseline", "torchrec", "sparselift_ec"])
 def test_system_trains_as_single_process_din(ranks, reference, system):
     for rank, r in enumerate(ranks):
         rows = slice(rank * B, (rank + 1) * B)
@@ -170,6 +176,10 @@ def test_system_trains_as_single_process_din(ranks, reference, system):
         torch.testing.assert_close(r[f"{system}_fwd2"].reshape(-1), reference["fwd2"][rows], atol=ATOL, rtol=0)
     mean = [sum(r[f"{system}_losses"][i] for r in ranks) / WORLD for i in range(2)]
     assert mean == pytest.approx(reference["losses"], abs=1e-6)
+
+
+def test_sparselift_on_the_torchrec_model_sends_history_rows_one_per_id(ranks):
+    assert all(r["sparselift_ec_gathers_rows"] for r in ranks)
 
 
 def test_torchrec_runs_train_pipeline_sparse_dist_and_stages_are_timed(ranks):
