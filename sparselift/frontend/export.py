@@ -48,7 +48,7 @@ from sparselift.frontend.graph import (
     output_nodes,
     user_inputs,
 )
-from sparselift.frontend.jagged import JaggedIds, check_max_lengths, jagged_ids, kjt_feature
+from sparselift.frontend.jagged import JaggedIds, check_max_lengths, fold_padding, jagged_ids, kjt_feature
 from sparselift.frontend.meta import fake_meta_parameters, has_meta_parameters, is_fake, materialize_dense
 from sparselift.frontend.program import CallInputs, SparseInputs, SparseProgram, UnpooledViews, ViewCall
 from sparselift.frontend.quiet import debug, export_failure, quietly
@@ -493,6 +493,8 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall], jagged: Mapping[fx.No
     `dense_post` (the outputs from the looked-up values; `UnpooledViews` around it when a call is
     unpooled)."""
     gm, placeholders = traced.gm, traced.placeholders
+    # A key's values padded right away by its own lengths are given padded (no jagged values).
+    folded = {node for node, (ids, lengths) in jagged.items() if fold_padding(gm, node, lengths, ids)}
     # Per call its inputs, then (a KJT key's jagged ids) the KJT's lengths.
     prep_targets = [n for c in calls for n in _lookup_inputs([c]) + ([jagged[c.node][1]] if c.node in jagged else [])]
     prep = ancestors(prep_targets)
@@ -526,19 +528,22 @@ def _regions(traced: _Traced, calls: Sequence[LookupCall], jagged: Mapping[fx.No
         modules["dense_pre"] = extract(gm, pre_inputs, pre_outputs, "dense_pre")
     post_leading = pre_outputs + post_inputs_direct
     post = extract(gm, post_leading + pooled_nodes, outputs, "dense_post")
-    view_inputs = list(dict.fromkeys(lengths for _, lengths in jagged.values()))
+    view_inputs = list(dict.fromkeys(lengths for node, (_, lengths) in jagged.items() if node not in folded))
     if any(c.unpooled for c in calls):
-        views = [_view_call(c, jagged, view_inputs) for c in calls]
+        views = [_view_call(c, jagged, view_inputs, folded) for c in calls]
         post = UnpooledViews(post, len(post_leading), views, extras=len(view_inputs))
     modules["dense_post"] = post
     return _Regions(modules, sparse_in_inputs, pre_inputs, pre_outputs, post_leading, view_inputs, outputs)
 
 
-def _view_call(call: LookupCall, jagged: Mapping[fx.Node, _Jagged], view_inputs: Sequence[fx.Node]) -> ViewCall:
+def _view_call(
+    call: LookupCall, jagged: Mapping[fx.Node, _Jagged], view_inputs: Sequence[fx.Node], folded: set[fx.Node]
+) -> ViewCall:
     if call.node not in jagged:
         return ViewCall(_positions(call, jagged) or 1, _id_tail(call, jagged))
     ids, lengths = jagged[call.node]
-    return ViewCall(ids.max_length, (ids.max_length,), ids, view_inputs.index(lengths))
+    padded = call.node in folded
+    return ViewCall(ids.max_length, (ids.max_length,), ids, view_inputs.index(lengths) if not padded else 0, padded)
 
 
 def _tables_and_features(

@@ -144,6 +144,70 @@ def jagged_position_features(
     return [(i, o, None) for i, o in zip(by_position.split(counts.tolist()), offsets)]
 
 
+# Ops a lookup's values pass through unchanged in shape on their way to the padding: a dtype
+# cast (`EmbeddingCollection` calls `.float()`) and export's metadata asserts.
+_PASS_THROUGH = {torch.ops.aten.to.dtype, torch.ops.aten._assert_tensor_metadata.default}
+
+
+def fold_padding(gm: fx.GraphModule, lookup: fx.Node, lengths: fx.Node, jagged: JaggedIds) -> bool:
+    """Rewrite `jagged_to_padded_dense(values, [offsets of this key], [L'])` (what
+    `JaggedTensor.to_padded_dense` exports to) so that it reads the positions' rows `[B, L, dim]`
+    directly (`fit_positions`): the jagged values are never built, nor padded again. Only when
+    that padding is all that reads the values (through a dtype cast) and its offsets are the
+    cumulative lengths of this very key; otherwise nothing changes. True if it rewrote."""
+    chain, node = [lookup], lookup
+    while True:
+        readers = [u for u in node.users if u.target is not torch.ops.aten._assert_tensor_metadata.default]
+        if len(readers) != 1:
+            return False
+        node = readers[0]
+        if node.target not in _PASS_THROUGH:
+            break
+        chain.append(node)
+    pad_op = getattr(getattr(torch.ops, "fbgemm", None), "jagged_to_padded_dense", None)
+    if pad_op is None or node.target is not pad_op.default or not _pads_by_own_offsets(node, lengths, jagged):
+        return False
+    (length,) = node.args[2]
+    with gm.graph.inserting_before(node):
+        fitted = gm.graph.call_function(fit_positions, (chain[-1], int(length)))
+    fitted.meta = dict(node.meta)
+    node.replace_all_uses_with(fitted)
+    gm.graph.erase_node(node)
+    return True
+
+
+def _pads_by_own_offsets(pad: fx.Node, lengths: fx.Node, jagged: JaggedIds) -> bool:
+    """`pad` is `jagged_to_padded_dense(x, [complete_cumsum(unbind(lengths.view(K, B))[k])], [L'])`
+    with zero padding, `k` and `K` this key's index and the KJT's key count."""
+    padding = pad.args[3] if len(pad.args) > 3 else pad.kwargs.get("padding_value", 0.0)
+    offsets, sizes = pad.args[1], pad.args[2]
+    if padding != 0 or len(offsets) != 1 or len(sizes) != 1 or not isinstance(sizes[0], int):
+        return False
+    cumsum = offsets[0]
+    fbgemm = torch.ops.fbgemm
+    if cumsum.target is not fbgemm.asynchronous_complete_cumsum.default:
+        return False
+    getitem = cumsum.args[0]
+    if getattr(getitem.target, "__name__", "") != "getitem" or getitem.args[1] != jagged.index:
+        return False
+    unbind = getitem.args[0]
+    if unbind.target is not torch.ops.aten.unbind.int or (len(unbind.args) > 1 and unbind.args[1] != 0):
+        return False
+    view = unbind.args[0]
+    return bool(
+        view.target is torch.ops.aten.view.default and view.args[0] is lengths and view.args[1][0] == jagged.keys
+    )
+
+
+def fit_positions(rows: torch.Tensor, length: int) -> torch.Tensor:
+    """Positions' rows `[B, L, dim]` (zeros past each sample's history) as a `[B, length, dim]`
+    padding of the jagged values: cut, or padded with zeros."""
+    have = rows.shape[1]
+    if have >= length:
+        return rows[:, :length]
+    return torch.nn.functional.pad(rows, (0, 0, 0, length - have))
+
+
 def jagged_values(rows: torch.Tensor, lengths: torch.Tensor, jagged: JaggedIds) -> torch.Tensor:
     """The positions' rows `[B, L, dim]` back as the key's jagged values `[sum(lengths), dim]`,
     sample after sample (an `EmbeddingCollection`'s `JaggedTensor` values)."""
@@ -152,4 +216,13 @@ def jagged_values(rows: torch.Tensor, lengths: torch.Tensor, jagged: JaggedIds) 
     return rows[filled]
 
 
-__all__ = ["JaggedIds", "KJTFeature", "check_max_lengths", "jagged_ids", "jagged_position_features", "jagged_values"]
+__all__ = [
+    "JaggedIds",
+    "KJTFeature",
+    "check_max_lengths",
+    "fit_positions",
+    "fold_padding",
+    "jagged_ids",
+    "jagged_position_features",
+    "jagged_values",
+]

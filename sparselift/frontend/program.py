@@ -121,12 +121,14 @@ class ViewCall:
 
     `features`: how many; `tail`: an unpooled call's ids shape after the batch (None: pooled,
     passed through); `jagged` with `lengths` (the index of the KJT's lengths among the view
-    operands): the rows go back into the key's jagged values."""
+    operands): the rows go back into the key's jagged values, unless `padded` (the region pads
+    them right away, and was rewritten to take the positions' rows, `jagged.fold_padding`)."""
 
     features: int
     tail: tuple[int, ...] | None = None
     jagged: JaggedIds | None = None
     lengths: int = 0
+    padded: bool = False
 
 
 class UnpooledViews(nn.Module):
@@ -154,8 +156,10 @@ class UnpooledViews(nn.Module):
                 args += rows
                 continue
             stacked = torch.stack(rows, 1) if len(rows) > 1 else rows[0].unsqueeze(1)
-            if call.jagged is not None:
+            if call.jagged is not None and not call.padded:
                 args.append(jagged_values(stacked, lengths[call.lengths], call.jagged))
+            elif call.jagged is not None:
+                args.append(stacked)
             else:
                 args.append(stacked.view(stacked.shape[0], *call.tail, stacked.shape[-1]))
         return self.region(*args)

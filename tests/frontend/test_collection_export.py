@@ -61,11 +61,18 @@ def test_max_lengths_sets_the_positions_and_is_checked():
         export(model, inputs, world_size=2, max_lengths={"histroy": 6})
 
 
-def test_the_regions_compute_the_model_on_batches_of_other_lengths():
+@pytest.mark.parametrize("max_lengths", [None, {"hist": 5, "hist_cat": 5}], ids=["example-3", "set-5"])
+def test_the_regions_compute_the_model_on_batches_of_other_lengths(max_lengths):
+    # The model pads its histories to 4: the categories' padding reads the positions' rows
+    # (padded from 3, or cut from 5); the items' values are rebuilt jagged (they have two readers).
     model, (_, user_ids, user_offsets) = collection_model(batch_size=4)
     inputs = (_kjt([3, 0, 1, 2]), user_ids, user_offsets)
-    program = export(model, inputs, world_size=1, max_lengths={"hist": 5, "hist_cat": 5})
-    for batch in (inputs, (_kjt([5, 2, 0, 4], seed=1), user_ids, user_offsets)):
+    program = export(model, inputs, world_size=1, max_lengths=max_lengths)
+    positions = 5 if max_lengths else 3
+    views = [(v.features, v.padded) for v in program.regions["dense_post"].calls if v.jagged is not None]
+    assert views == [(positions, False), (1, False), (positions, True)]
+    later = [(_kjt([5, 2, 0, 4], seed=1), user_ids, user_offsets)] if max_lengths else []
+    for batch in [inputs, *later]:
         with torch.no_grad():
             (got,) = run_regions(program, model, batch)
             torch.testing.assert_close(got, model(*batch))

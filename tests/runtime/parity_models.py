@@ -151,7 +151,9 @@ class CollectionModel(nn.Module):
         h = torch.cat([hist.to_padded_dense(self.history), out["hist_cat"].to_padded_dense(self.history)], dim=-1)
         mask = (torch.arange(self.history) < hist.lengths().unsqueeze(1)).unsqueeze(-1).to(h.dtype)
         attention = torch.sigmoid(self.score(h)) * mask  # [B, L, 1]
-        interest = (attention * h[..., :8]).sum(1)
+        # The history's values are also read as they are (a batch-wide sum), so its padding is
+        # not folded into the lookup (the categories' is): both ways back to jagged are trained.
+        interest = (attention * h[..., :8]).sum(1) + 0.01 * hist.values().sum(0, keepdim=True)
         categories = h[..., 8:].sum(1)  # unmasked: past the history, to_padded_dense gives zeros
         target = out["target"].values()  # one id per sample: [B, 8]
         return self.top(torch.cat([interest, categories, target, self.user(user_ids, user_offsets)], dim=1))
