@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q --durations=10
+	$(BIN)/pytest -q --durations=25
 
 filecheck: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -q tests/filecheck

@@ -15,7 +15,7 @@ import torch
 
 import sparselift
 from sparselift.bench.memory import peak_rss_bytes, reset_peak, rss_bytes
-from sparselift.bench.seq_systems import _din, din_config, din_inputs
+from sparselift.bench.seq_systems import din_config, din_inputs, meta_din
 from sparselift.data.din_synthetic import DINSynthetic
 from sparselift.runtime.allocator import release_freed_memory
 
@@ -30,7 +30,7 @@ def main(plan: str) -> None:
     gc.collect()
     reset_peak()
     start = rss_bytes() or 0
-    model = _din(config, 0)
+    model = meta_din(config, 0)
     example = din_inputs(DINSynthetic.for_model(config, seed=0).samples(0, 1024))
     options = sparselift.CompileOptions(plan=plan, table_init=model.table_init)
     compiled = sparselift.compile(

@@ -94,8 +94,10 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
         return build_compiled(*args, **kwargs)
 
 
-def lift_pass(optimizer: SGD | RowWiseAdagrad, rows: str = "jagged") -> LiftSparse:
-    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to)."""
+def lift_pass(optimizer: SGD | RowWiseAdagrad, rows: str | None = None) -> LiftSparse:
+    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to); `rows`:
+    `CompileOptions.rows` (None: its default)."""
+    rows = CompileOptions().rows if rows is None else rows
     return LiftSparse(optimizer=optimizer.kind, lr=float(optimizer.lr), eps=float(optimizer.eps), rows=rows)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from sparselift.frontend.export import SHARDING_CHOICES
+from sparselift.runtime import rows
 from sparselift.tools.arguments import rows_cap_arg
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
@@ -44,13 +45,7 @@ PLAN_OPS = (
     "lookup_grad",
     "pack_ids",
     "unpack_ids",
-    "gather_rows",
-    "expand_rows",
-    "compact_rows",
-    "rows_update",
-    "unique_ids",
-    "take_rows",
-    "sum_rows",
+    *rows.__all__,  # the jagged rows ops
 )
 METHODS = (
     ("PlanBase", "dense"),

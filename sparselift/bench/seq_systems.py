@@ -63,7 +63,7 @@ def din_inputs(batch: DINBatch) -> tuple[Tensor, ...]:
     return batch.inputs()
 
 
-def _din(config: DINConfig, seed: int, sparse: bool = False) -> DIN:
+def meta_din(config: DINConfig, seed: int, sparse: bool = False) -> DIN:
     """The seeded DIN with its tables on the meta device (each system materializes its rows)."""
     return DIN(attrs.evolve(config, seed=seed, sparse=sparse), device="meta")
 
@@ -82,7 +82,7 @@ class DINBaselineRunner(BaselineRunner):
             raise ValueError(f"the baseline needs at least one table per rank ({len(TABLES)} tables, {world} ranks)")
         self.config, self.rank, self.world, self.lr = config, rank, world, lr
         self.grad_division = grad_division
-        model = _din(config, seed, sparse=True)
+        model = meta_din(config, seed, sparse=True)
         self.table_slice = get_my_slice(len(TABLES), rank, world)
         mine = TABLES[self.table_slice]
         for name in mine:  # this rank's tables only; the others stay shapes on the meta device
@@ -147,7 +147,7 @@ def din_sparselift_runner(
     ``DIN.table_init``), compiled, trained with SGD; ``options``: :class:`CompiledRunner`'s
     (``kernels``, ``sharding``, ``batches``, ``passes``)."""
     _world_group(world)
-    model = _din(config, seed)
+    model = meta_din(config, seed)
     return CompiledRunner(model, example, din_inputs, lr, table_init=model.table_init, **options)
 
 
@@ -157,7 +157,7 @@ class DINDenseOnlyRunner(DenseFloor):
     def __init__(self, config: DINConfig, rank: int, world: int, lr: float, seed: int) -> None:
         _world_group(world)
         self.config, self.rank, self.world = config, rank, world
-        dense = _din(config, seed).dense  # same init as the other systems; tables unused
+        dense = meta_din(config, seed).dense  # same init as the other systems; tables unused
         self.net = DDP(dense) if world > 1 else dense
         self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
         self._gen = torch.Generator().manual_seed(seed + 1000 + rank)

@@ -28,6 +28,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from torchrec.streamable import Pipelineable
 
 from sparselift.bench.baselines import _TorchRecTrainer, _world_group, check_pipeline
+from sparselift.bench.seq_systems import meta_din
 from sparselift.bench.systems import CompiledRunner
 from sparselift.bench.timing import StageTimer
 from sparselift.data.din_synthetic import KJT_FEATURES, DINBatch
@@ -135,7 +136,7 @@ def din_ec_sparselift_runner(
     meta device, every table filled with `DIN.init_table`'s values (the other systems' too);
     compiled for histories of up to `config.max_history` items. `options`: `CompiledRunner`'s."""
     _world_group(world)
-    din = DIN(attrs.evolve(config, seed=seed), device="meta")
+    din = meta_din(config, seed)
     tables = din_collections(config, torch.device("meta"))
     model = DINOnCollections(**tables, dense=din.dense, length=config.max_history)
     by_ir_name = {key.removesuffix(".weight"): name for name, key in STATE_KEYS.items()}

@@ -150,12 +150,15 @@ def _module_init(model: nn.Module, param: str, seed: int) -> Callable | None:
     owner = model.get_submodule(owner_name) if owner_name else model
     parent_name, _, key = owner_name.rpartition(".")
     grandparent_name = parent_name.rpartition(".")[0]
-    configs = (
-        getattr(model.get_submodule(grandparent_name) if grandparent_name else model, "_embedding_bag_configs", None)
-        if parent_name.endswith("embedding_bags")
-        else None
-    )
-    if configs is not None:  # TorchRec EmbeddingBagCollection: embedding_bags[<table name>]
+    # TorchRec's collections keep their tables' configs (and their init_fn) beside the modules:
+    # EmbeddingBagCollection's embedding_bags[<table>], EmbeddingCollection's embeddings[<table>].
+    collection = model.get_submodule(grandparent_name) if grandparent_name else model
+    configs = None
+    if parent_name.endswith("embedding_bags"):
+        configs = getattr(collection, "_embedding_bag_configs", None)
+    elif parent_name.endswith("embeddings"):
+        configs = getattr(collection, "_embedding_configs", None)
+    if configs is not None:
         config = next((c for c in configs if c.name == key), None)
         if config is not None and config.init_fn is not None:
             return _chunked(config.init_fn, seed)

@@ -16,21 +16,21 @@ import torch
 from sparselift.runtime import reference as ref
 
 
-def _slot_blocks(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> list[tuple[int, int]]:
-    """Per member: its (start row, segment's first row) in the padded `[bags, dim]` geometry of
-    a route's lengths (segment after segment, each its features' bags feature-major)."""
-    blocks: list[tuple[int, int] | None] = [None] * (len(layout[0]) if layout else 0)
+def _slot_starts(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> list[int]:
+    """Per member: its first row in the padded `[bags, dim]` geometry of a route's lengths
+    (segment after segment, each its features' bags feature-major)."""
+    starts: list[int | None] = [None] * (len(layout[0]) if layout else 0)
     base = 0
     for seg in layout:
         present = [(m, off) for m, (off, size) in enumerate(seg) if size]
         for m, off in present:
-            if blocks[m] is not None:
+            if starts[m] is not None:
                 raise ValueError(f"rows member {m} is in several segments; its rows would be partial")
-            blocks[m] = (base + (off // dim) * batch, base)
+            starts[m] = base + (off // dim) * batch
         base += len(present) * batch
-    if any(b is None for b in blocks):
+    if any(s is None for s in starts):
         raise ValueError("a rows member is in no segment of the layout")
-    return blocks  # type: ignore[return-value]  # every entry checked above
+    return starts  # type: ignore[return-value]  # every entry checked above
 
 
 def _one_id_bags(lengths: torch.Tensor, what: str) -> torch.Tensor:
@@ -79,7 +79,7 @@ def expand_rows(
     if rows.numel() != filled.numel() * dim:
         raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
     padded = rows.new_zeros(lengths.numel(), dim).index_copy_(0, filled, rows.view(-1, dim))
-    return [padded[start : start + batch] for start, _ in _slot_blocks(layout, dim, batch)]
+    return [padded[start : start + batch] for start in _slot_starts(layout, dim, batch)]
 
 
 def compact_rows(
@@ -90,8 +90,8 @@ def compact_rows(
     if not members:
         raise ValueError("compact_rows: no members")
     filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
-    blocks = _slot_blocks(layout, dim, batch)
-    order = sorted(range(len(members)), key=lambda m: blocks[m][0])
+    starts = _slot_starts(layout, dim, batch)
+    order = sorted(range(len(members)), key=starts.__getitem__)
     # One copy into the padded geometry, then one gather: faster than a masked select per member.
     padded = torch.cat([members[m].reshape(batch, dim) for m in order])
     if padded.shape[0] != lengths.numel():

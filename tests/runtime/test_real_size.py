@@ -345,3 +345,41 @@ def test_meta_torchrec_ebc_of_4x2m_rows_peaks_under_the_bound(tmp_path):
     for r in sparselift.launch(_big_meta_worker, 2, str(tmp_path), timeout_s=300):
         assert r["origins"] == ["materialized"] and r["local"] == 2 * 2_000_000 * 32 * 4
         assert r["peak"] <= 1.3 * r["local"] + 900 * 2**20, r
+
+
+class MetaCollection(nn.Module):
+    """A TorchRec EmbeddingCollection built on the meta device (unpooled lookups of jagged ids)."""
+
+    def __init__(self):
+        super().__init__()
+        from torchrec import EmbeddingCollection, EmbeddingConfig
+
+        self.ec = EmbeddingCollection(
+            device=torch.device("meta"),
+            tables=[
+                EmbeddingConfig(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]),
+                EmbeddingConfig(
+                    name="t_custom",
+                    embedding_dim=8,
+                    num_embeddings=300,
+                    feature_names=["f1"],
+                    init_fn=lambda t: torch.nn.init.constant_(t, 0.5),
+                ),
+            ],
+        )
+
+    def forward(self, kjt):
+        out = self.ec(kjt)
+        return out["f0"].to_padded_dense(3).sum(1) + out["f1"].to_padded_dense(3).sum(1)
+
+
+def test_a_meta_collection_is_initialized_by_its_configs():
+    # Each EmbeddingConfig's init_fn (TorchRec's default: U(-sqrt(1/n), sqrt(1/n))), not the
+    # N(0, 1) of the nn.Embedding modules the collection holds.
+    (kjt,) = MetaEBC.inputs(8, 0)
+    compiled = sparselift.compile(MetaCollection(), (kjt,), options=sparselift.CompileOptions(plan="none"))
+    state = compiled.state_dict()
+    assert bool((state["ec.embeddings.t_custom.weight"] == 0.5).all())
+    default = state["ec.embeddings.t_default.weight"]
+    bound = math.sqrt(1.0 / default.shape[0])
+    assert 0.9 * bound < float(default.abs().max()) <= bound
