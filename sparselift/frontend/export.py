@@ -42,6 +42,7 @@ from sparselift.frontend.graph import (
     UNPOOLED,
     LookupCall,
     ancestors,
+    constant_outputs,
     descendants,
     extract,
     find_lookups,
@@ -348,6 +349,7 @@ def export(
         in_spec=pytree.tree_flatten((example_inputs, {}))[1],
         out_spec=traced.gm._out_spec if hasattr(traced.gm, "_out_spec") else None,
         max_lengths={j.key: j.max_length for j, _ in jagged.values()},
+        constant_outputs=constant_outputs(traced.gm),
     )
 
 

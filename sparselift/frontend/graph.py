@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -227,8 +228,18 @@ def user_inputs(gm: fx.GraphModule) -> list[fx.Node]:
 
 
 def output_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The graph's computed outputs, in flat output order (constants, such as the `None` weights
+    of a JaggedTensor, left out: `constant_outputs`)."""
+    return [o for o in _flat_outputs(gm) if isinstance(o, fx.Node)]
+
+
+def constant_outputs(gm: fx.GraphModule) -> dict[int, Any]:
+    """The flat outputs that are constants, not computed (say a JaggedTensor's `None` weights),
+    by position."""
+    return {i: o for i, o in enumerate(_flat_outputs(gm)) if not isinstance(o, fx.Node)}
+
+
+def _flat_outputs(gm: fx.GraphModule) -> list[Any]:
     out = next(n for n in gm.graph.nodes if n.op == "output")
     flat = out.args[0]
-    if isinstance(flat, fx.Node):
-        return [flat]
-    return list(flat)
+    return [flat] if isinstance(flat, fx.Node) else list(flat)

@@ -184,6 +184,15 @@ class SparseProgram:
     # Per KJT key looked up unpooled (EmbeddingCollection): the longest bag it is compiled for;
     # the other ranks export with rank 0's (`sparselift.compiler`).
     max_lengths: dict[str, int] = attrs.field(factory=dict)
+    # Flat model outputs that are constants (a JaggedTensor's None weights), by position; the
+    # step yields the others, in order.
+    constant_outputs: dict[int, Any] = attrs.field(factory=dict)
+
+    def model_outputs(self, computed: Sequence[Any]) -> list[Any]:
+        """The flat model outputs: the step's `computed` ones with the constants in place."""
+        values = iter(computed)
+        total = len(computed) + len(self.constant_outputs)
+        return [self.constant_outputs[i] if i in self.constant_outputs else next(values) for i in range(total)]
 
     @property
     def text(self) -> str:
@@ -196,5 +205,7 @@ class SparseProgram:
         return {self.input_paths[i]: k for k, i in enumerate(self.tensor_inputs)}
 
     def output_binding(self) -> list[int]:
-        """Model output i is forward-yield value i."""
-        return list(range(self.module.body.block.first_op.num_outputs.data))
+        """The flat model output of each forward-yield value, in order (the constant outputs
+        are not yielded)."""
+        total = self.module.body.block.first_op.num_outputs.data + len(self.constant_outputs)
+        return [i for i in range(total) if i not in self.constant_outputs]

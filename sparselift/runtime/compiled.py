@@ -318,7 +318,7 @@ class CompiledModel(nn.Module):
                 if isinstance(out, torch.Tensor) and out.requires_grad:
                     out.register_hook(self._on_backward_start)
         if self.program.out_spec is not None:
-            return pytree.tree_unflatten(list(outputs), self.program.out_spec)
+            return pytree.tree_unflatten(self.program.model_outputs(outputs), self.program.out_spec)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def start(self, *inputs) -> None:

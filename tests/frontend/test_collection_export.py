@@ -119,3 +119,34 @@ def test_a_variable_batch_kjt_is_refused():
     )
     with pytest.raises(ExportError, match="feature 'hist': a KeyedJaggedTensor with a batch size per key"):
         export(model, (vbe, user_ids, user_offsets), world_size=2)
+
+
+def test_a_model_returning_the_collections_jagged_tensors_gets_them_back():
+    # Their `None` weights are constant outputs: the step yields the values and lengths only.
+    from torchrec import EmbeddingCollection, EmbeddingConfig
+
+    import sparselift
+
+    class Lookups(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            config = EmbeddingConfig(name="item", embedding_dim=4, num_embeddings=50, feature_names=["h", "t"])
+            self.ec = EmbeddingCollection(tables=[config], device=torch.device("cpu"))
+
+        def forward(self, kjt):
+            return self.ec(kjt)
+
+    model = Lookups()
+    kjt = KeyedJaggedTensor(keys=["h", "t"], values=torch.arange(1, 9), lengths=torch.tensor([2, 0, 3, 1, 1, 1]))
+    want = model(kjt)
+    compiled = sparselift.compile(model, (kjt,), options=sparselift.CompileOptions(plan="none"))
+    assert compiled.program.constant_outputs
+    got = compiled(kjt)
+    assert set(got) == {"h", "t"}
+    for key, jt in got.items():
+        torch.testing.assert_close(jt.values(), want[key].values())
+        assert torch.equal(jt.lengths(), want[key].lengths()) and jt.weights_or_none() is None
+    before = compiled.state_dict()["ec.embeddings.item.weight"].clone()
+    got["h"].values().sum().backward()  # trains through the returned values: rows 1-5 step
+    changed = (compiled.state_dict()["ec.embeddings.item.weight"] != before).any(1).nonzero().flatten()
+    assert changed.tolist() == [1, 2, 3, 4, 5]

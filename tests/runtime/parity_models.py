@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# The parity tests' optimizers (kind, lr, eps) and the four optimizations as one pipeline.
+SGD = ("sgd", 0.05, 0.0)
+ADAGRAD = ("rowwise_adagrad", 0.1, 1e-8)
+ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
+
 
 class SmallModel(nn.Module):
     def __init__(self, rows=(50, 80, 30), dims=(8, 8, 4)):

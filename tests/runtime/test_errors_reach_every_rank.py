@@ -210,24 +210,34 @@ def _train_with_a_short_history(rank, world, cache):
     model, inputs = sequence_model(batch_size=4)
     options = sparselift.CompileOptions(cache_dir=cache, plan="none")
     compiled = sparselift.compile(model, inputs, sharding="table_wise", options=options)
-    before = {k: v.clone() for k, v in compiled.tables.items()}
     short = (inputs[0][:, :2], *inputs[1:]) if rank == 1 else inputs  # 2 history ids, compiled for 4
-    out = {"short": _outcome(_step, compiled, short)}
+    return _refused_then_trains(compiled, short, inputs)
+
+
+def _refused_then_trains(compiled, bad, good) -> dict:
+    """A step on `bad` inputs (the outcome, and whether it left every table as it was), then a
+    step on `good` ones (whether it trained: the group still works)."""
+    before = {k: v.clone() for k, v in compiled.tables.items()}
+    out = {"bad": _outcome(_step, compiled, bad)}
     out["unchanged"] = all(torch.equal(t, before[k]) for k, t in compiled.tables.items())
-    compiled(*inputs).sum().backward()  # the group still works
+    compiled(*good).sum().backward()
     out["trained"] = any(not torch.equal(t, before[k]) for k, t in compiled.tables.items())
     return out
+
+
+def _refused_on_every_rank(ranks: list[dict], message: str) -> None:
+    outcomes = [r["bad"] for r in ranks]
+    assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
+    assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
+    assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)
 
 
 def test_features_that_cannot_be_computed_on_one_rank_fail_every_rank(tmp_path):
     # The ids become features before the batch check; a failure there, on one rank, used to leave
     # the other ranks waiting in the batch agreement until the group's timeout.
     ranks = sparselift.launch(_train_with_a_short_history, 2, str(tmp_path), timeout_s=TIMEOUT_S)
-    outcomes = [r["short"] for r in ranks]
     message = "rank 1: table 'item': unpooled ids of shape (4, 2), but the model was compiled for 4 ids per sample"
-    assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
-    assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
-    assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)
+    _refused_on_every_rank(ranks, message)
 
 
 def _train_with_a_long_history(rank, world, cache):
@@ -237,7 +247,6 @@ def _train_with_a_long_history(rank, world, cache):
     model, inputs = collection_model(batch_size=4)
     options = sparselift.CompileOptions(cache_dir=cache, plan="none", max_lengths={"hist": 4})
     compiled = sparselift.compile(model, inputs, sharding="table_wise", options=options)
-    before = {k: v.clone() for k, v in compiled.tables.items()}
     kjt = inputs[0]
     if rank == 1:  # sample 0's history holds 5 items, compiled for at most 4
         hist_lengths = torch.tensor([5, 1, 2, 0])
@@ -247,20 +256,13 @@ def _train_with_a_long_history(rank, world, cache):
             values=torch.cat([hist, torch.arange(4), hist % 12]),
             lengths=torch.cat([hist_lengths, torch.ones(4, dtype=torch.int64), hist_lengths]),
         )
-    out = {"long": _outcome(_step, compiled, (kjt, *inputs[1:]))}
-    out["unchanged"] = all(torch.equal(t, before[k]) for k, t in compiled.tables.items())
-    compiled(*inputs).sum().backward()  # the group still works
-    out["trained"] = any(not torch.equal(t, before[k]) for k, t in compiled.tables.items())
-    return out
+    return _refused_then_trains(compiled, (kjt, *inputs[1:]), inputs)
 
 
 def test_a_jagged_bag_longer_than_compiled_for_on_one_rank_fails_every_rank(tmp_path):
     ranks = sparselift.launch(_train_with_a_long_history, 2, str(tmp_path), timeout_s=TIMEOUT_S)
-    outcomes = [r["long"] for r in ranks]
     message = (
         "rank 1: table 'ec.embeddings.item', feature 'hist': a sample holds 5 ids, more than the 4 the model was "
         "compiled for; compile with max_lengths={'hist': 5} (or more)"
     )
-    assert all(o[0] == "ValueError" and o[1] == message for o in outcomes), outcomes
-    assert max(o[2] for o in outcomes) - min(o[2] for o in outcomes) < PROMPT_S
-    assert all(r["unchanged"] for r in ranks) and any(r["trained"] for r in ranks)
+    _refused_on_every_rank(ranks, message)

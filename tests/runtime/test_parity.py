@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from parity_models import ALL_FOUR  # tests/runtime is on sys.path
 
 from sparselift.runtime.parity import check_parity
 
@@ -112,9 +113,6 @@ def test_parallelize_tables_matches_single_process(model, world, kernels, passes
         kernels=kernels,
         passes=passes,
     )
-
-
-ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
 
 
 @pytest.mark.parametrize(

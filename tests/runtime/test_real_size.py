@@ -154,6 +154,19 @@ def _meta_worker(rank, world):
     }
 
 
+def _default_and_custom(config):
+    """Two TorchRec table configs (`config`: EmbeddingBagConfig or EmbeddingConfig): `t_default`
+    with TorchRec's default init_fn, `t_custom` with its own (all 0.5)."""
+    custom = config(
+        name="t_custom",
+        embedding_dim=8,
+        num_embeddings=300,
+        feature_names=["f1"],
+        init_fn=lambda t: torch.nn.init.constant_(t, 0.5),
+    )
+    return [config(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]), custom]
+
+
 class MetaEBC(nn.Module):
     """A TorchRec EmbeddingBagCollection built on the meta device (one table with its own init_fn)."""
 
@@ -161,19 +174,7 @@ class MetaEBC(nn.Module):
         super().__init__()
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 
-        self.ebc = EmbeddingBagCollection(
-            device=torch.device("meta"),
-            tables=[
-                EmbeddingBagConfig(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]),
-                EmbeddingBagConfig(
-                    name="t_custom",
-                    embedding_dim=8,
-                    num_embeddings=300,
-                    feature_names=["f1"],
-                    init_fn=lambda t: torch.nn.init.constant_(t, 0.5),
-                ),
-            ],
-        )
+        self.ebc = EmbeddingBagCollection(device=torch.device("meta"), tables=_default_and_custom(EmbeddingBagConfig))
         self.head = nn.Linear(16, 1)
 
     def forward(self, kjt):
@@ -354,19 +355,7 @@ class MetaCollection(nn.Module):
         super().__init__()
         from torchrec import EmbeddingCollection, EmbeddingConfig
 
-        self.ec = EmbeddingCollection(
-            device=torch.device("meta"),
-            tables=[
-                EmbeddingConfig(name="t_default", embedding_dim=8, num_embeddings=4000, feature_names=["f0"]),
-                EmbeddingConfig(
-                    name="t_custom",
-                    embedding_dim=8,
-                    num_embeddings=300,
-                    feature_names=["f1"],
-                    init_fn=lambda t: torch.nn.init.constant_(t, 0.5),
-                ),
-            ],
-        )
+        self.ec = EmbeddingCollection(device=torch.device("meta"), tables=_default_and_custom(EmbeddingConfig))
 
     def forward(self, kjt):
         out = self.ec(kjt)

@@ -6,13 +6,11 @@ grads), under every placement, with uneven batches, and with each optimization."
 from __future__ import annotations
 
 import pytest
+from parity_models import ADAGRAD, ALL_FOUR, SGD  # tests/runtime is on sys.path
 
 from sparselift.runtime.parity import check_parity
 
 SEQUENCE = "parity_models:sequence_model"
-ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
-SGD = ("sgd", 0.05, 0.0)
-ADAGRAD = ("rowwise_adagrad", 0.1, 1e-8)
 
 
 @pytest.mark.parametrize(

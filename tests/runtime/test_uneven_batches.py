@@ -10,12 +10,9 @@ averaged over ranks, and the tables take the same gradient, that of `sum_r loss_
 from __future__ import annotations
 
 import pytest
+from parity_models import ADAGRAD, ALL_FOUR, SGD  # tests/runtime is on sys.path
 
 from sparselift.runtime.parity import check_parity
-
-ALL_FOUR = "aggregate-comm,parallelize-tables{groups=2},generate-kernels,hide-latency"
-ADAGRAD = ("rowwise_adagrad", 0.1, 1e-8)
-SGD = ("sgd", 0.05, 0.0)
 
 CASES = [
     # model, world, sharding, sizes, optimizer, kernels, passes, pipeline
