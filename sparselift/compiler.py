@@ -22,7 +22,7 @@ from torch import nn
 
 from sparselift import cache as cache_files
 from sparselift.codegen.plan_module import emit_plan_module, plan_hash
-from sparselift.codegen.table_facts import describe_features, describe_tables, sharding_plan
+from sparselift.codegen.table_facts import describe_features, describe_tables, distinct_shares, sharding_plan
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
@@ -50,9 +50,9 @@ def _load_module(path: Path, name: str):
 
 
 def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_seed: int = 0, max_lengths=None):
-    """Rank 0 decides (workload statistics, placement and the longest jagged bags from its
-    example inputs) and broadcasts; the other ranks export with those decisions, so every rank
-    builds the same plan.
+    """Rank 0 decides (workload statistics, the shares of distinct ids, placement and the
+    longest jagged bags from its example inputs) and broadcasts; the other ranks export with
+    those decisions, so every rank builds the same plan.
 
     A refusal on any rank (rank 0's export, or another rank's) is raised on every rank: the
     others would otherwise wait for the broadcast, or the next collective, until the timeout."""
@@ -68,13 +68,14 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
                     sharding_plan(program.module).to_json(),
                     {f.name: f.pooling_factor for f in describe_features(program.module)},
                     program.max_lengths,
+                    distinct_shares(program.module),
                 )
             ]
     if world > 1:
         dist.broadcast_object_list(payload, src=dist.get_global_rank(pg, 0) if pg is not None else 0, group=pg)
     with same_outcome(pg, world):  # rank 0 takes part too: it must hear of the others' refusals
         if program is None:
-            plan_json, stats, chosen_lengths = payload[0]
+            plan_json, stats, chosen_lengths, shares = payload[0]
             program = export(
                 model,
                 example_inputs,
@@ -83,6 +84,7 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
                 stats=stats,
                 init_seed=init_seed,
                 max_lengths=chosen_lengths,
+                distinct=shares,
             )
     return program
 

@@ -22,7 +22,7 @@ from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from sparselift.codegen.table_facts import batch_size, describe_features, describe_tables, sharding_plan
-from sparselift.ir.sparse_attrs import FeatureAttr
+from sparselift.ir.sparse_attrs import FeatureAttr, TableAttr
 from sparselift.passes.plan_candidates import PlanOptions
 
 KEY_ORDER = ("model", "shapes", "world_size", "sharding", "optimizer", "device", "versions", "constraints", "ir")
@@ -82,11 +82,15 @@ def _bucket_pooling(pf: float) -> float:
 
 
 def _bucketed(attr: Attribute) -> Attribute:
-    """`attr` with the pooling factor of every `#sparse.feature` in it bucketed (`attr` itself
-    when it holds none): features sit in op properties as arrays, so containers are rebuilt."""
+    """`attr` with the pooling factor of every `#sparse.feature` and the distinct share of every
+    `#sparse.table` in it bucketed (`attr` itself when it holds none): features sit in op
+    properties as arrays, so containers are rebuilt."""
     if isinstance(attr, FeatureAttr):
         pf = _bucket_pooling(attr.pooling_factor.data)
         return FeatureAttr(attr.feature_name.data, attr.table.data, pf, attr.is_weighted)
+    if isinstance(attr, TableAttr) and attr.distinct.data < 1.0:
+        share = min(1.0, max(0.1, round(attr.distinct.data * 10) / 10))  # to a tenth: batches differ a little
+        return TableAttr(attr.name_str, attr.rows.data, attr.dim.data, attr.dtype, attr.pooling.data, share)
     if isinstance(attr, ArrayAttr):
         items = tuple(_bucketed(a) for a in attr.data)
         return ArrayAttr(items) if any(n is not o for n, o in zip(items, attr.data)) else attr

@@ -295,10 +295,18 @@ PLAN_MODULE_IMPORTS = (
     "from sparselift.codegen.table_facts import TableFact",
 )
 
+
+def distinct_shares(module: ModuleOp | StepOp) -> dict[str, float]:
+    """Per table whose IR gives one (`TableAttr.distinct` under 1): its share of distinct ids."""
+    tables = _collect(step_of(module)).tables
+    return {name: t.distinct.data for name, t in tables.items() if t.distinct.data < 1.0}
+
+
 __all__ = [
     "FeatureFact",
     "TableFact",
     "batch_size",
+    "distinct_shares",
     "describe_features",
     "describe_tables",
     "group_names",

@@ -264,7 +264,10 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
         per_feature = sparse_inputs(*flat_args)
     batches = {}
     stats = {}
+    unpooled_ids: dict[str, list[torch.Tensor]] = {}
     for f, (ids, offsets, _weights) in zip(features, per_feature):
+        if f.unpooled:
+            unpooled_ids.setdefault(f.table, []).append(ids.reshape(-1).long())
         bags = offsets.numel() - 1
         batches[f.name] = bags
         ids64 = ids.reshape(-1).long()
@@ -286,7 +289,16 @@ def _measure_features(sparse_inputs: nn.Module, flat_args: Sequence[Any], featur
             )
         detail = ", ".join(f"'{k}' has {v}" for k, v in batches.items())
         raise ExportError(f"the batch is not consistent across features: {detail} bags")
-    return next(iter(batches.values())), stats
+    return next(iter(batches.values())), stats, {t: _distinct_share(ids) for t, ids in unpooled_ids.items()}
+
+
+def _distinct_share(ids: Sequence[torch.Tensor]) -> float:
+    """The share of distinct ids among a table's ids in a batch (over all its features), to two
+    digits (at least 0.01); 1 without ids."""
+    every = torch.cat(list(ids)) if ids else torch.empty(0, dtype=torch.int64)
+    if every.numel() == 0:
+        return 1.0
+    return max(round(int(torch.unique(every).numel()) / every.numel(), 2), 0.01)
 
 
 def export(
@@ -298,6 +310,7 @@ def export(
     stats: tuple | Mapping[str, float] | None = None,
     init_seed: int = 0,
     max_lengths: Mapping[str, int] | None = None,
+    distinct: Mapping[str, float] | None = None,
 ) -> SparseProgram:
     """Export `model` and import it as a `sched.step` with one opaque EBC per sharding group.
 
@@ -310,7 +323,9 @@ def export(
 
     `max_lengths`: per KeyedJaggedTensor key that a TorchRec `EmbeddingCollection` looks up
     unpooled, the longest bag the model is compiled for (default: the example's longest); a
-    batch with a longer one is refused (`sparselift.frontend.jagged`).
+    batch with a longer one is refused (`sparselift.frontend.jagged`). `distinct`: per unpooled
+    table, the share of a batch's ids that are distinct (`TableAttr.distinct`; default: measured
+    on the example inputs, or on the `stats` sample).
     """
     if world_size < 1:
         raise ExportError(f"world_size must be at least 1, got {world_size}")
@@ -323,8 +338,9 @@ def export(
     jagged = _jagged_calls(calls, traced.input_objects, max_lengths)
     regions = _regions(traced, calls, jagged)
     tables, features = _tables_and_features(traced.gm, calls, _feature_names(calls, traced.input_objects), jagged)
-    batch, feature_stats = _workload(traced, regions, features, stats)
+    batch, feature_stats, shares = _workload(traced, regions, features, stats, distinct)
     plan = _resolve_sharding(sharding, _table_stats(tables, features, feature_stats), world_size)
+    tables = {n: attrs.evolve(t, distinct=shares.get(n, 1.0)) for n, t in tables.items()}
     module = ModuleOp([_build_step(traced, regions, tables, features, plan, feature_stats, batch, model_name)])
     if has_meta_parameters(model):
         materialize_dense(
@@ -364,6 +380,7 @@ class _Table:
     dtype: torch.dtype
     pooling: str
     module: str
+    distinct: float = 1.0  # share of distinct ids in a batch (unpooled tables; `TableAttr.distinct`)
 
 
 @attrs.frozen
@@ -605,13 +622,24 @@ def _check_padding_row(table: str, param: torch.Tensor, padding_idx: int) -> Non
 
 
 def _workload(
-    traced: _Traced, regions: _Regions, features: Sequence[_Feature], stats: tuple | Mapping[str, float] | None
-) -> tuple[int, dict[str, dict[str, float]]]:
-    """The example batch and each feature's statistics: measured on the example inputs, then
-    overridden by `stats` (pooling factors by feature, or another input sample to measure)."""
+    traced: _Traced,
+    regions: _Regions,
+    features: Sequence[_Feature],
+    stats: tuple | Mapping[str, float] | None,
+    distinct: Mapping[str, float] | None,
+) -> tuple[int, dict[str, dict[str, float]], dict[str, float]]:
+    """The example batch, each feature's statistics and each unpooled table's share of distinct
+    ids: measured on the example inputs, then overridden by `stats` (pooling factors by feature,
+    or another input sample to measure) and `distinct` (shares by table)."""
     sparse_inputs = regions.modules["sparse_inputs"]
     example = traced.values_of(regions.sparse_in_inputs)
-    batch, feature_stats = _measure_features(sparse_inputs, example, features)
+    batch, feature_stats, shares = _measure_features(sparse_inputs, example, features)
+    for table, share in (distinct or {}).items():
+        if table not in shares:
+            raise ExportError(f"distinct names '{table}', not an unpooled table (those: {', '.join(shares) or 'none'})")
+        if not 0.0 < float(share) <= 1.0:
+            raise ExportError(f"distinct['{table}'] is a share of the table's ids, in (0, 1]; got {share}")
+        shares[table] = float(share)
     if isinstance(stats, Mapping):
         for k, v in stats.items():
             if k not in feature_stats:
@@ -620,10 +648,11 @@ def _workload(
     elif stats is not None:
         sample = stats if isinstance(stats, tuple) else (stats,)
         leaves = pytree.tree_leaves((sample, {}))
-        _, feature_stats = _measure_features(
+        _, feature_stats, measured = _measure_features(
             sparse_inputs, traced.values_of(regions.sparse_in_inputs, leaves), features
         )
-    return batch, feature_stats
+        shares = {**measured, **(distinct or {})}
+    return batch, feature_stats, shares
 
 
 def _table_stats(
@@ -788,7 +817,7 @@ def _add_collections(
             [sparse_values[f.name][0] for f in gfeatures],
             [sparse_values[f.name][1] for f in gfeatures],
             [sparse_values[f.name][2] for f in gfeatures if f.weighted],
-            [TableAttr(t.name, t.rows, t.dim, _DTYPES[t.dtype], t.pooling) for t in gtables],
+            [TableAttr(t.name, t.rows, t.dim, _DTYPES[t.dtype], t.pooling, t.distinct) for t in gtables],
             [
                 FeatureAttr(f.name, f.table, round(feature_stats[f.name]["pooling_factor"], 4), f.weighted)
                 for f in gfeatures

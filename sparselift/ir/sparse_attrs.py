@@ -56,7 +56,13 @@ class OptimizerKind(StrEnum):
 
 @irdl_attr_definition
 class TableAttr(ParametrizedAttribute):
-    """An embedding table: `#sparse.table<"t0", rows = 1460, dim = 16, f32, sum>`."""
+    """An embedding table: `#sparse.table<"t0", rows = 1460, dim = 16, f32, sum>`.
+
+    `distinct` (printed when under 1, `..., none, distinct = 0.4>`): the share of a batch's ids
+    of this table that are distinct, over all its features (workload statistics from the export's
+    example inputs, like the features' pooling factors). It sizes what `dedup-ids` sends; 1 (no
+    repeats) is the upper bound it takes when nothing was measured.
+    """
 
     name = "sparse.table"
 
@@ -65,9 +71,14 @@ class TableAttr(ParametrizedAttribute):
     dim: IntAttr
     dtype: Attribute
     pooling: StringAttr
+    distinct: FloatData
 
-    def __init__(self, table_name: str, rows: int, dim: int, dtype: Attribute, pooling: str = "sum"):
-        super().__init__(StringAttr(table_name), IntAttr(rows), IntAttr(dim), dtype, StringAttr(pooling))
+    def __init__(
+        self, table_name: str, rows: int, dim: int, dtype: Attribute, pooling: str = "sum", distinct: float = 1.0
+    ):
+        super().__init__(
+            StringAttr(table_name), IntAttr(rows), IntAttr(dim), dtype, StringAttr(pooling), FloatData(float(distinct))
+        )
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
@@ -85,7 +96,12 @@ class TableAttr(ParametrizedAttribute):
             dtype = parser.parse_type()
             parser.parse_punctuation(",")
             pooling = parser.parse_identifier(" for the pooling mode")
-        return (StringAttr(name), IntAttr(rows), IntAttr(dim_), dtype, StringAttr(pooling))
+            distinct = 1.0
+            if parser.parse_optional_punctuation(",") is not None:
+                parser.parse_keyword("distinct")
+                parser.parse_punctuation("=")
+                distinct = parse_float_or_int(parser)
+        return (StringAttr(name), IntAttr(rows), IntAttr(dim_), dtype, StringAttr(pooling), FloatData(distinct))
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
@@ -93,6 +109,8 @@ class TableAttr(ParametrizedAttribute):
             printer.print_string(f", rows = {self.rows.data}, dim = {self.dim.data}, ")
             printer.print_attribute(self.dtype)
             printer.print_string(f", {self.pooling.data}")
+            if self.distinct.data != 1.0:
+                printer.print_string(f", distinct = {format_float(self.distinct.data)}")
 
     def verify(self) -> None:
         where = f"table '{self.table_name.data}'"
@@ -106,6 +124,9 @@ class TableAttr(ParametrizedAttribute):
             raise VerifyException(f"{where} must have a float dtype, got {self.dtype}")
         if self.pooling.data not in set(Pooling):
             raise VerifyException(f"{where} has pooling '{self.pooling.data}'; supported: {', '.join(Pooling)}")
+        check_finite(self.distinct.data, f"distinct of {where}")
+        if not 0.0 < self.distinct.data <= 1.0:
+            raise VerifyException(f"{where}: distinct is a share of its ids, in (0, 1], got {self.distinct.data:g}")
 
     @property
     def name_str(self) -> str:

@@ -3,8 +3,9 @@ per sample their row buffers carry, from the route whose ids they follow.
 
 A gathered row buffer returns, to each rank, a row per id that rank sent (the route's ids matrix,
 transposed); a compacted gradient buffer sends a row per id the other way. Both are estimates
-from the export's pooling factors, like the ids exchange's; with `dedup-ids` they are upper
-bounds (how often ids repeat is not known before run time).
+from the export's pooling factors, like the ids exchange's. With `dedup-ids`, the distinct ids,
+the rows gathered for them and the gradients summed per distinct id are the table's
+`distinct` share of those (measured at export; 1, the upper bound, where it was not).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from sparselift.ir.coll import AllToAllOp, AllToAllStartOp, WaitOp
 from sparselift.ir.sched import StepOp, YieldOp
-from sparselift.ir.sparse import CompactRowsOp, GatherRowsOp, RouteOp, UniqueIdsOp
+from sparselift.ir.sparse import CompactRowsOp, GatherRowsOp, RouteOp, SumRowsOp, UniqueIdsOp
 
 Elems = list[list[float]]
 
@@ -45,11 +46,19 @@ def route_of_lengths(value: SSAValue) -> RouteOp | None:
 
 
 def rows_elems(value: SSAValue, elems: Callable[[SSAValue], Elems | None]) -> Elems | None:
-    """`m[s][p]` of a gathered or compacted row buffer (elements per sample rank `s` sends `p`),
-    given the sizer's `elems` of the route's ids; None for any other value."""
+    """`m[s][p]` of a gathered, compacted or summed row buffer, or of the distinct ids (elements
+    per sample rank `s` sends `p`), given the sizer's `elems` of the route's ids; None for any
+    other value."""
     op = value.owner
     if isinstance(op, UniqueIdsOp) and value is op.unique:
-        return elems(op.indices)  # at most the routed ids (the repeats are data, not shape)
+        source = op.indices.owner
+        return _scaled(elems(op.indices), distinct_share(source) if isinstance(source, RouteOp) else 1.0)
+    if isinstance(op, SumRowsOp) and value is op.result:
+        compact = op.rows.owner
+        if not isinstance(compact, CompactRowsOp):
+            return None
+        summed = route_of_lengths(compact.lengths)
+        return _scaled(rows_elems(op.rows, elems), distinct_share(summed) if summed is not None else 1.0)
     if not isinstance(op, GatherRowsOp | CompactRowsOp) or value is not op.rows:
         return None
     route = route_of_lengths(op.lengths)
@@ -59,7 +68,36 @@ def rows_elems(value: SSAValue, elems: Callable[[SSAValue], Elems | None]) -> El
     width = op.table.dim.data if isinstance(op, GatherRowsOp) else op.dim.value.data
     if isinstance(op, CompactRowsOp):
         return [[n * width for n in row] for row in ids]
-    return [[ids[p][s] * width for p in range(len(ids))] for s in range(len(ids))]
+    share = op.table.distinct.data if _deduplicated(op.indices) else 1.0
+    return [[ids[p][s] * width * share for p in range(len(ids))] for s in range(len(ids))]
 
 
-__all__ = ["route_of_lengths", "rows_elems"]
+def distinct_share(route: RouteOp) -> float:
+    """The distinct share (`TableAttr.distinct`) of the table whose rows follow `route`: that of
+    the `sparse.gather_rows` sized by its lengths; 1 without one."""
+    block = route.parent_block()
+    for op in block.ops if block is not None else ():
+        if isinstance(op, GatherRowsOp) and route_of_lengths(op.lengths) is route:
+            return op.table.distinct.data
+    return 1.0
+
+
+def _deduplicated(ids: SSAValue) -> bool:
+    """Whether `ids` are `sparse.unique_ids`' distinct ids, received through an exchange."""
+    for _ in range(3):  # at most: wait -> start -> unique_ids
+        op = ids.owner
+        if isinstance(op, UniqueIdsOp):
+            return ids is op.unique
+        if isinstance(op, WaitOp):
+            op = op.handle.owner
+        if not isinstance(op, AllToAllOp | AllToAllStartOp) or not op.inputs:
+            return False
+        ids = op.inputs[0]
+    return False
+
+
+def _scaled(m: Elems | None, share: float) -> Elems | None:
+    return None if m is None else [[v * share for v in row] for row in m]
+
+
+__all__ = ["distinct_share", "route_of_lengths", "rows_elems"]

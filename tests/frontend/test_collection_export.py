@@ -150,3 +150,22 @@ def test_a_model_returning_the_collections_jagged_tensors_gets_them_back():
     got["h"].values().sum().backward()  # trains through the returned values: rows 1-5 step
     changed = (compiled.state_dict()["ec.embeddings.item.weight"] != before).any(1).nonzero().flatten()
     assert changed.tolist() == [1, 2, 3, 4, 5]
+
+
+def test_each_unpooled_tables_share_of_distinct_ids_is_measured_and_can_be_given():
+    from sparselift.codegen.table_facts import distinct_shares
+
+    model, (_, user_ids, user_offsets) = collection_model(batch_size=4)
+    kjt = _kjt([3, 0, 1, 2])
+    inputs = (kjt, user_ids, user_offsets)
+    hist, target, _ = kjt.values().split(kjt.lengths().view(3, 4).sum(1).tolist())
+    items = torch.cat([hist, target])  # the item table's ids: the history's and the targets'
+    shares = distinct_shares(export(model, inputs, world_size=2).module)
+    assert shares["ec.embeddings.item"] == round(items.unique().numel() / items.numel(), 2)
+    assert "user" not in shares  # pooled: nothing to deduplicate
+    given = export(model, inputs, world_size=2, distinct={"ec.embeddings.item": 0.25})
+    assert distinct_shares(given.module)["ec.embeddings.item"] == 0.25
+    with pytest.raises(ExportError, match=r"distinct names 'user', not an unpooled table"):
+        export(model, inputs, world_size=2, distinct={"user": 0.5})
+    with pytest.raises(ExportError, match=r"distinct\['ec.embeddings.item'\] is a share of the table's ids"):
+        export(model, inputs, world_size=2, distinct={"ec.embeddings.item": 0.0})

@@ -76,3 +76,15 @@ def test_the_key_is_the_same_in_another_process(features):
     argv = [sys.executable, "-c", code, str(Path(__file__).parent), *features]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == plan_key(_fields(_export({f: 4.0 for f in features})))
+
+
+def test_distinct_shares_enter_the_key_to_a_tenth():
+    from parity_models import sequence_model  # tests/runtime is on sys.path
+
+    model, inputs = sequence_model(batch_size=8)
+
+    def key_text(shares):
+        return _bucketed_text(sparselift.export(model, inputs, world_size=2, distinct=shares).module)
+
+    near, close, far = key_text({"item": 0.41}), key_text({"item": 0.38}), key_text({"item": 0.7})
+    assert "distinct = 0.4>" in near and near == close and near != far

@@ -7,10 +7,10 @@
 // RUN: sparselift export %S/../../runtime/parity_models.py:collection_model --world-size 2 --batch-size 8 --seed 0 --sharding table_wise | filecheck %s --check-prefix=EXPORT
 // RUN: sparselift export %S/../../runtime/parity_models.py:collection_model --world-size 2 --batch-size 8 --seed 0 --sharding table_wise | sparselift-opt -p 'lift-sparse{rows=jagged}' | filecheck %s --check-prefix=ROWS
 
-// EXPORT:      sparse.embedding_bag_collection "ec" {{.*}} tables = [#sparse.table<"ec.embeddings.item", rows = 60, dim = 8, f32, none>]
+// EXPORT:      sparse.embedding_bag_collection "ec" {{.*}} tables = [#sparse.table<"ec.embeddings.item", rows = 60, dim = 8, f32, none, distinct = 0.77>]
 // EXPORT-SAME: features = [#sparse.feature<"hist[0]" -> "ec.embeddings.item", {{.*}}>, #sparse.feature<"hist[1]" {{.*}}>, #sparse.feature<"hist[2]" {{.*}}>, #sparse.feature<"hist[3]" {{.*}}>, #sparse.feature<"target" -> "ec.embeddings.item", pooling_factor = 1.0>]
 // EXPORT-SAME: {group = "ec/table_wise/item"}
-// EXPORT:      sparse.embedding_bag_collection "ec" {{.*}} tables = [#sparse.table<"ec.embeddings.cat", rows = 12, dim = 8, f32, none>]
+// EXPORT:      sparse.embedding_bag_collection "ec" {{.*}} tables = [#sparse.table<"ec.embeddings.cat", rows = 12, dim = 8, f32, none, distinct = 0.39>]
 // EXPORT-SAME: {group = "ec/table_wise/cat"}
 // EXPORT:      sparse.embedding_bag_collection "user" {{.*}} tables = [#sparse.table<"user", rows = 40, dim = 6, f32, sum>]
 

@@ -1,6 +1,18 @@
 // RUN: sparselift-opt %s -p 'lift-sparse{rows=jagged},dedup-ids' | filecheck %s
 // RUN: sparselift-opt %s -p 'lift-sparse{rows=jagged},hide-latency,dedup-ids' | filecheck %s --check-prefix=LATE
 // RUN: sparselift-opt %s -p lift-sparse,dedup-ids | filecheck %s --check-prefix=PADDED
+// RUN: sparselift-opt %s -p 'lift-sparse{rows=jagged},print-srsv' | filecheck %s --check-prefix=SRSV
+// RUN: sparselift-opt %s -p 'lift-sparse{rows=jagged},dedup-ids,print-srsv' | filecheck %s --check-prefix=SRSV-DEDUP
+
+// The SRSV sizes what dedup-ids sends by the table's share of distinct ids (`distinct = 0.5`,
+// measured at export): the ids, the rows and the gradient rows exchanges carry half as much
+// (100 samples, 1.75 ids each: 1,400 B of ids, 5,600 B of rows of 8 x f32).
+// SRSV:        input_indices  item/table_wise  0,1 {{ +}}i64 {{ +}}estimated {{ +}}1400
+// SRSV:        output_rows {{ +}}item/table_wise  0,1 {{ +}}f32 {{ +}}estimated {{ +}}5600
+// SRSV:        grad_rows {{ +}}item/table_wise  0,1 {{ +}}f32 {{ +}}estimated {{ +}}5600
+// SRSV-DEDUP:  input_indices  item/table_wise  0,1 {{ +}}i64 {{ +}}estimated {{ +}}700
+// SRSV-DEDUP:  output_rows {{ +}}item/table_wise  0,1 {{ +}}f32 {{ +}}estimated {{ +}}2800
+// SRSV-DEDUP:  grad_rows {{ +}}item/table_wise  0,1 {{ +}}f32 {{ +}}estimated {{ +}}2800
 
 // dedup-ids on the jagged rows path of an unpooled table (`item`, two id positions, on rank 0
 // of 2): each destination's distinct ids go through the ids exchange, the owner gathers and
@@ -31,9 +43,9 @@
 // Padded rows (no compact-rows): nothing to deduplicate, nothing said.
 // PADDED-NOT:  sparse.unique_ids
 // PADDED-NOT:  dedup-ids
-sched.step @table_wise world_size = 2 outputs = 1 {
+sched.step @table_wise world_size = 2 outputs = 1 attributes {batch = "100"} {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
-  %h0, %h1 = sparse.embedding_bag_collection "item" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%offs0, %offs1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"item", rows = 100, dim = 8, f32, none>] features = [#sparse.feature<"hist[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"hist[1]" -> "item", pooling_factor = 0.75>] placements = [#sparse.placement<"item", table_wise, rank = 0>] {group = "item/table_wise"} -> tensor<?x8xf32>, tensor<?x8xf32>
+  %h0, %h1 = sparse.embedding_bag_collection "item" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%offs0, %offs1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 0.5>] features = [#sparse.feature<"hist[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"hist[1]" -> "item", pooling_factor = 0.75>] placements = [#sparse.placement<"item", table_wise, rank = 0>] {group = "item/table_wise"} -> tensor<?x8xf32>, tensor<?x8xf32>
   %out = sched.dense @dense_post(%h0, %h1) phase "forward" : (tensor<?x8xf32>, tensor<?x8xf32>) -> tensor<?xf32>
   sched.yield %out : tensor<?xf32>
 } backward {

@@ -21,6 +21,13 @@ func.func @ebc_dtypes_placements(%i0: tensor<?xi64>, %i1: tensor<?xi32>, %i2: te
   func.return %p#0, %p#1, %p#2 : tensor<?x16xf32>, tensor<?x8xf16>, tensor<4x4xbf16>
 }
 
+// A table's share of distinct ids in a batch (workload statistics): printed when under 1, so
+// `distinct = 1.0` (nothing known of repeats: the upper bound) reads back as the plain table.
+// CHECK-LABEL: func.func @table_distinct() attributes {seen = #sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 0.4>, none_known = #sparse.table<"item", rows = 100, dim = 8, f32, none>} {
+func.func @table_distinct() attributes {seen = #sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 0.4>, none_known = #sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 1.0>} {
+  func.return
+}
+
 // An unpooled table (nn.Embedding): one feature per id position, every bag at most one id.
 // CHECK-LABEL: func.func @ebc_unpooled(%i0: tensor<?xi64>, %i1: tensor<?xi64>, %o0: tensor<?xi64>, %o1: tensor<?xi64>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
 // CHECK-NEXT:    %p, %p_1 = sparse.embedding_bag_collection "item" ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"item", rows = 100, dim = 8, f32, none>] features = [#sparse.feature<"hist[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"hist[1]" -> "item", pooling_factor = 0.75>] placements = [#sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 50, 100]>] -> tensor<?x8xf32>, tensor<?x8xf32>

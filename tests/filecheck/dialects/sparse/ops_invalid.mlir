@@ -21,6 +21,21 @@ func.func @table_no_rows() attributes {t = #sparse.table<"t0", rows = 0, dim = 1
 
 // -----
 
+// A table's distinct share is a share of its ids: in (0, 1].
+// CHECK: table 'item': distinct is a share of its ids, in (0, 1], got 0
+func.func @table_distinct_zero() attributes {t = #sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 0.0>} {
+  func.return
+}
+
+// -----
+
+// CHECK: table 'item': distinct is a share of its ids, in (0, 1], got 1.5
+func.func @table_distinct_over_one() attributes {t = #sparse.table<"item", rows = 100, dim = 8, f32, none, distinct = 1.5>} {
+  func.return
+}
+
+// -----
+
 // A table needs a positive embedding dim.
 // CHECK: table 't0' must have a positive dim, got -4
 func.func @table_negative_dim() attributes {t = #sparse.table<"t0", rows = 10, dim = -4, f32, sum>} {
