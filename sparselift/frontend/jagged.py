@@ -13,6 +13,7 @@ with a message naming the feature and the option (on every rank: it is a batch e
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -184,19 +185,20 @@ def _pads_by_own_offsets(pad: fx.Node, lengths: fx.Node, jagged: JaggedIds) -> b
     if padding != 0 or len(offsets) != 1 or len(sizes) != 1 or not isinstance(sizes[0], int):
         return False
     cumsum = offsets[0]
-    fbgemm = torch.ops.fbgemm
-    if cumsum.target is not fbgemm.asynchronous_complete_cumsum.default:
+    if not _calls(cumsum, torch.ops.fbgemm.asynchronous_complete_cumsum.default):
         return False
     getitem = cumsum.args[0]
-    if getattr(getitem.target, "__name__", "") != "getitem" or getitem.args[1] != jagged.index:
+    if not _calls(getitem, operator.getitem) or getitem.args[1] != jagged.index:
         return False
     unbind = getitem.args[0]
-    if unbind.target is not torch.ops.aten.unbind.int or (len(unbind.args) > 1 and unbind.args[1] != 0):
+    if not _calls(unbind, torch.ops.aten.unbind.int) or (len(unbind.args) > 1 and unbind.args[1] != 0):
         return False
     view = unbind.args[0]
-    return bool(
-        view.target is torch.ops.aten.view.default and view.args[0] is lengths and view.args[1][0] == jagged.keys
-    )
+    return _calls(view, torch.ops.aten.view.default) and view.args[0] is lengths and view.args[1][0] == jagged.keys
+
+
+def _calls(node: Any, target: Any) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target is target
 
 
 def fit_positions(rows: torch.Tensor, length: int) -> torch.Tensor:
