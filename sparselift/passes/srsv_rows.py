@@ -24,7 +24,7 @@ Elems = list[list[float]]
 def route_of_lengths(value: SSAValue) -> RouteOp | None:
     """The route whose lengths `value` is: itself, received through an exchange (or its wait),
     or saved from forward for backward."""
-    for _ in range(4):  # at most: saved -> wait -> start -> route
+    for _ in range(3):  # at most: saved -> exchanged -> route
         if isinstance(value, BlockArgument):
             step = value.block.parent_op()
             if not isinstance(step, StepOp) or value.block is not step.backward.block:
@@ -34,15 +34,23 @@ def route_of_lengths(value: SSAValue) -> RouteOp | None:
                 return None
             value = fwd_yield.values[value.index]
             continue
-        op = value.owner
-        if isinstance(op, RouteOp):
-            return op
-        if isinstance(op, WaitOp):
-            op = op.handle.owner
-        if not isinstance(op, AllToAllOp | AllToAllStartOp) or not op.inputs:
+        if isinstance(value.owner, RouteOp):
+            return value.owner
+        sent = _sent(value)
+        if sent is None:
             return None
-        value = op.inputs[0]
+        value = sent
     return None
+
+
+def _sent(value: SSAValue) -> SSAValue | None:
+    """What an exchange (or its wait) that received `value` sent; None for any other value."""
+    op = value.owner
+    if isinstance(op, WaitOp):
+        op = op.handle.owner
+    if not isinstance(op, AllToAllOp | AllToAllStartOp) or not op.inputs:
+        return None
+    return op.inputs[0]
 
 
 def rows_elems(value: SSAValue, elems: Callable[[SSAValue], Elems | None]) -> Elems | None:
@@ -84,16 +92,8 @@ def distinct_share(route: RouteOp) -> float:
 
 def _deduplicated(ids: SSAValue) -> bool:
     """Whether `ids` are `sparse.unique_ids`' distinct ids, received through an exchange."""
-    for _ in range(3):  # at most: wait -> start -> unique_ids
-        op = ids.owner
-        if isinstance(op, UniqueIdsOp):
-            return ids is op.unique
-        if isinstance(op, WaitOp):
-            op = op.handle.owner
-        if not isinstance(op, AllToAllOp | AllToAllStartOp) or not op.inputs:
-            return False
-        ids = op.inputs[0]
-    return False
+    sent = _sent(ids)
+    return sent is not None and isinstance(sent.owner, UniqueIdsOp) and sent is sent.owner.unique
 
 
 def _scaled(m: Elems | None, share: float) -> Elems | None:

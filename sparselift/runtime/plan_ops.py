@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from sparselift.runtime import reference as ref
+from sparselift.runtime import rows as _rows
 from sparselift.runtime.collectives import (
     _back_to_back,  # noqa: F401 - reached as `plan_ops._back_to_back` (tests)
     all_reduce,
@@ -45,7 +46,7 @@ from sparselift.runtime.routing import (
     route,
     saved_batch_sizes,
 )
-from sparselift.runtime.rows import (
+from sparselift.runtime.rows import (  # noqa: F401 - re-exported: a plan module calls them as rt.<name>
     compact_rows,
     expand_rows,
     gather_rows,
@@ -83,14 +84,7 @@ __all__ = [
     "reduce_scatter",
     "all_reduce",
     "parallel",
-    "gather_rows",
-    "row_splits",
-    "expand_rows",
-    "compact_rows",
-    "rows_update",
-    "unique_ids",
-    "take_rows",
-    "sum_rows",
+    *_rows.__all__,
 ]
 
 _PLANS: dict[int, PlanBase] = {}

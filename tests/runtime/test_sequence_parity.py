@@ -65,6 +65,21 @@ def test_optimized_sequence_model_matches_single_process(world, sharding, passes
 JAGGED = ("sparse.gather_rows", "sparse.expand_rows", "sparse.compact_rows", "sparse.rows_update")
 
 
+def _three_steps(world, optimizer, passes, sharding="table_wise", **kwargs):
+    """`check_parity` of the sequence model for 3 steps of batch 8 (`kwargs`: its other options)."""
+    check_parity(
+        SEQUENCE,
+        world,
+        sharding=sharding,
+        optimizer=optimizer,
+        steps=3,
+        batch=8,
+        rows_cap=200,
+        passes=passes,
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize(
     "world, optimizer, passes",
     [
@@ -76,17 +91,7 @@ JAGGED = ("sparse.gather_rows", "sparse.expand_rows", "sparse.compact_rows", "sp
 def test_rows_one_per_id_match_single_process(world, optimizer, passes):
     """The default lowering sends an unpooled table's rows one per id (compact-rows), sized at
     run time: the plans hold the jagged rows ops, and train as single-process training does."""
-    check_parity(
-        SEQUENCE,
-        world,
-        sharding="table_wise",
-        optimizer=optimizer,
-        steps=3,
-        batch=8,
-        rows_cap=200,
-        passes=passes,
-        expect_ops=JAGGED,
-    )
+    _three_steps(world, optimizer, passes, expect_ops=JAGGED)
 
 
 @pytest.mark.parametrize(
@@ -100,19 +105,8 @@ def test_rows_one_per_id_match_single_process(world, optimizer, passes):
 def test_padded_rows_match_single_process(world, sharding, optimizer, passes, sizes):
     """The rows exchanged one per id position (`CompileOptions(rows="padded")`); the tests above
     run the default, a row per id (compact-rows)."""
-    check_parity(
-        SEQUENCE,
-        world,
-        sharding=sharding,
-        optimizer=optimizer,
-        steps=3,
-        batch=8,
-        rows_cap=200,
-        passes=passes,
-        sizes=sizes,
-        rows="padded",
-        expect_ops=("sparse.lookup_update",) if not passes else ("sparse.fused_lookup_update",),
-    )
+    expect = ("sparse.lookup_update",) if not passes else ("sparse.fused_lookup_update",)
+    _three_steps(world, optimizer, passes, sharding=sharding, sizes=sizes, rows="padded", expect_ops=expect)
 
 
 @pytest.mark.parametrize(
@@ -127,15 +121,6 @@ def test_padded_rows_match_single_process(world, sharding, optimizer, passes, si
 def test_distinct_ids_match_single_process(world, optimizer, passes, sizes):
     """Each distinct id sent once per destination (dedup-ids): the summed gradient of an id's
     occurrences updates it (SGD equal up to rounding), as single-process training does."""
-    check_parity(
-        SEQUENCE,
-        world,
-        sharding="table_wise",
-        optimizer=optimizer,
-        steps=3,
-        batch=8,
-        rows_cap=200,
-        passes=passes,
-        sizes=sizes,
-        expect_ops=("sparse.unique_ids", "sparse.take_rows", "sparse.sum_rows"),
+    _three_steps(
+        world, optimizer, passes, sizes=sizes, expect_ops=("sparse.unique_ids", "sparse.take_rows", "sparse.sum_rows")
     )
