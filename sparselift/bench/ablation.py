@@ -1,6 +1,7 @@
 """`sparselift bench ablation`: what each of the four optimizations is worth, the paper's way.
 
-One run compiles the same DLRM under ten pass pipelines and trains each through
+One run compiles the same DLRM (or, `--model din`, `bench seq`'s DIN) under ten pass pipelines
+and trains each through
 `TrainPipeline` on 2 local gloo ranks, interleaving the configurations round by round so
 machine drift cancels out:
 
@@ -43,6 +44,8 @@ from sparselift.bench.dlrm import (
     report,
     rows_cap_arg,
 )
+
+SEQUENCE_MODELS = ("din",)  # `bench seq`'s model: batch 1,024 per rank by default, no cost-model rows
 
 OPTIMIZATIONS = {
     "aggregate-comm": "aggregate-comm",
@@ -140,18 +143,34 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     }
 
 
-def ablation_worker(
-    rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow], cost_model: bool = True
-) -> dict[str, Any]:
+def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tuple[dict, dict]:
+    """One runner per row, compiled under the row's pipeline; and each one's setup time (s)."""
     import itertools
 
-    import torch
-    import torch.distributed as dist
+    runners, setup_s = {}, {}
+    for r in rows:
+        start = time.perf_counter()
+        runners[r.config] = make_runner(example, kernels=r.kernels, passes=r.pipeline, batches=itertools.cycle(batches))
+        setup_s[r.config] = time.perf_counter() - start
+    return runners, setup_s
 
+
+def _runners(cfg: BenchConfig, rank: int, world: int, rows: list[AblationRow], cost_model: bool):
+    """The model's runners under each row's pipeline, their setup times, and the cost model's
+    predictions (DLRM only; None for `bench seq`'s DIN, whose model, data and runner are used)."""
+    from functools import partial
+
+    if cfg.model in SEQUENCE_MODELS:
+        from sparselift.bench.seq_systems import din_config, din_source, din_sparselift_runner
+
+        config = din_config(cfg.rows_cap, cfg.seed)
+        source = din_source(config, seed=cfg.seed)
+        locals_ = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(cfg.data_pool)]
+        make = partial(din_sparselift_runner, config, rank, world, cfg.lr, cfg.seed)
+        return (*_compile_each(make, rows, locals_[0], locals_), None)
     from sparselift.bench.baselines import synthetic_source
     from sparselift.bench.systems import SparseLiftRunner
 
-    torch.set_num_threads(cfg.threads)
     config = dlrm_config(cfg)
     source = synthetic_source(config, seed=cfg.seed)
     locals_ = [
@@ -159,22 +178,18 @@ def ablation_worker(
         for i in range(cfg.data_pool)
     ]
     predicted = _calibrated_predictions(cfg, config, locals_[0], rows, rank) if cost_model else None
-    runners = {}
-    setup_s = {}
-    for r in rows:
-        start = time.perf_counter()
-        runners[r.config] = SparseLiftRunner(
-            config,
-            rank,
-            world,
-            cfg.lr,
-            cfg.seed,
-            locals_[0],
-            kernels=r.kernels,
-            passes=r.pipeline,
-            batches=itertools.cycle(locals_),
-        )
-        setup_s[r.config] = time.perf_counter() - start
+    make = partial(SparseLiftRunner, config, rank, world, cfg.lr, cfg.seed)
+    return (*_compile_each(make, rows, locals_[0], locals_), predicted)
+
+
+def ablation_worker(
+    rank: int, world: int, cfg: BenchConfig, rows: list[AblationRow], cost_model: bool = True
+) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(cfg.threads)
+    runners, setup_s, predicted = _runners(cfg, rank, world, rows, cost_model)
     for runner in runners.values():
         dist.barrier()
         for _ in range(cfg.warmup):
@@ -289,12 +304,13 @@ def format_table(result: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselift bench ablation", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="dlrm-kaggle", choices=("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte"))
+    models = ("dlrm-kaggle", "dlrm-bench", "dlrm-terabyte", *SEQUENCE_MODELS)
+    p.add_argument("--model", default="dlrm-kaggle", choices=models)
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--steps", type=int, default=12, help="timed steps per configuration")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=2048, help="per rank")
+    p.add_argument("--batch-size", type=int, help="per rank (default 2048; din: 1024, as `bench seq`)")
     p.add_argument(
         "--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small"
     )
@@ -332,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps=a.steps,
         rounds=a.rounds,
         warmup=a.warmup,
-        batch_size=a.batch_size,
+        batch_size=a.batch_size or (1024 if a.model in SEQUENCE_MODELS else 2048),
         rows_cap=a.rows_cap,
     )
     if a.quick:

@@ -19,13 +19,14 @@ and measured increments. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import attrs
 from xdsl.passes import ModulePass
 
+from sparselift.ir.coll import AllToAllOp
 from sparselift.passes.aggregate_comm import MERGEABLE_ROLES, AggregateComm
 from sparselift.passes.dedup_ids import DedupIds
 from sparselift.passes.generate_kernels import GenerateKernels
@@ -169,16 +170,32 @@ def _capped(p: ModulePass, field: str, options: PlanOptions) -> ModulePass:
     return replace(p, **{field: options.memory_cap_bytes}) if options.memory_cap_bytes > 0 else p
 
 
-def _aggregation(current: ModulePass | None, options: PlanOptions, add: _Add) -> None:
+# A direction's pooled vectors and unpooled rows: merged into one exchange only when both roles
+# are allowed, and a model with one group of each gains nothing from either role alone.
+_DIRECTION_PAIRS = (("output_pooled", "output_rows"), ("grad_pooled", "grad_rows"))
+
+
+def _exchanged_roles(module) -> set[str]:
+    """The roles of the lifted step's exchanges (an aggregated one counts for each of its roles)."""
+    return {r for op in module.walk() if isinstance(op, AllToAllOp) for r in op.role.role_list}
+
+
+def _aggregation(current: ModulePass | None, options: PlanOptions, add: _Add, present: set[str]) -> None:
     have = current.roles if isinstance(current, AggregateComm) else ()
-    for role in MERGEABLE_ROLES:
-        if role in have:
-            continue
-        roles = tuple(r for r in MERGEABLE_ROLES if r in have or r == role)
+
+    def propose(label: str, added: Sequence[str]) -> None:
+        roles = tuple(r for r in MERGEABLE_ROLES if r in have or r in added)
         if isinstance(current, AggregateComm):
-            add(f"aggregate {role}", replace(current, roles=roles))
+            add(label, replace(current, roles=roles))
         else:
-            add(f"aggregate {role}", _capped(AggregateComm(roles), "max_bytes", options))
+            add(label, _capped(AggregateComm(roles), "max_bytes", options))
+
+    for role in MERGEABLE_ROLES:
+        if role not in have:
+            propose(f"aggregate {role}", (role,))
+    for pair in _DIRECTION_PAIRS:
+        if present.issuperset(pair) and not any(r in have for r in pair):
+            propose(f"aggregate {'+'.join(pair)}", pair)
 
 
 def _parallelism(n: int, options: PlanOptions, add: _Add) -> None:
@@ -226,7 +243,8 @@ def _latency_hiding(options: PlanOptions, add: _Add) -> None:
 def enumerate_candidates(module, options: PlanOptions | None = None, incumbent: Pipeline = ()) -> list[Candidate]:
     """Every candidate change to `incumbent` (the passes after lift-sparse), family by family.
 
-    `module` is the lifted step (it only sizes the enumeration: its number of tables bounds G).
+    `module` is the lifted step (it only sizes the enumeration: its number of tables bounds G, and
+    its exchanges' roles say which of a direction's roles to propose together).
     Candidates that cannot be tried come back with `available=False` and a reason, so the plan
     can say why an optimization was not taken.
     """
@@ -246,7 +264,7 @@ def enumerate_candidates(module, options: PlanOptions | None = None, incumbent: 
             reason = f"unavailable: pass '{name}' is not registered"
             out.append(Candidate(family, name, PASS_OF[family](), incumbent, available=False, reason=reason))
         elif family == "aggregation":
-            _aggregation(current, options, add)
+            _aggregation(current, options, add, _exchanged_roles(module))
         elif current is not None:  # the other families are decided once
             continue
         elif family == "parallelism":

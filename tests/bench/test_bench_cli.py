@@ -236,6 +236,43 @@ def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
     assert typo.returncode == 2 and "unknown pass 'generate-kernel'; known:" in typo.stderr
 
 
+def test_ablation_of_the_sequence_model_compiles_din_under_each_pipeline(tmp_path):
+    # `--model din` is `bench seq`'s DIN: its unpooled item table travels as per-id rows, so
+    # the generated kernels include the rows path, and each row's pipeline is what compiled.
+    cmd = CLI + [
+        "bench",
+        "ablation",
+        "--model",
+        "din",
+        "--rows-cap",
+        "500",
+        "--batch-size",
+        "16",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--no-cost-model",
+        "--pipeline",
+        "gk=generate-kernels",
+        "--pipeline",
+        "agg=aggregate-comm,generate-kernels",
+        "--json",
+        str(tmp_path / "din.json"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "din.json").read_text())
+    assert result["config"]["model"] == "din" and result["config"]["batch_size"] == 16
+    assert [(r["config"], r["compiled"]) for r in result["rows"]] == [
+        ("gk", "lift-sparse,generate-kernels"),
+        ("agg", "lift-sparse,aggregate-comm,generate-kernels"),
+    ]
+    assert all(r["step_ms_median"] > 0 for r in result["rows"]), result["rows"]
+
+
 def test_ablation_rejects_one_rank():
     proc = subprocess.run(CLI + ["bench", "ablation", "--world-size", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--world-size must be at least 2" in proc.stderr

@@ -107,6 +107,26 @@ def test_candidates_per_family_relative_to_the_incumbent(monkeypatch):
     ]
 
 
+def test_a_directions_pooled_and_rows_roles_are_also_proposed_together():
+    # Where the step exchanges both pooled vectors and unpooled rows (padded rows: static splits),
+    # the planner also proposes each direction's two roles at once: with one group of each, either
+    # role alone would change nothing.
+    module = lifted("sequence-ws2")
+    cands = {c.label: c for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)))}
+    pair = cands["aggregate output_pooled+output_rows"]
+    assert pair.change == AggregateComm(roles=("output_pooled", "output_rows"))
+    assert cands["aggregate grad_pooled+grad_rows"].change == AggregateComm(roles=("grad_pooled", "grad_rows"))
+    applied = Predictor(module, context()).apply(pair.pipeline).module
+    merged = [o for o in applied.walk() if o.name == "coll.all_to_all" and len(o.role.role_list) > 1]
+    assert [o.role.role_list for o in merged] == [["output_rows", "output_pooled"]]
+    # Once either role is in the incumbent, the pair is not proposed again (the other role alone is).
+    inc = (AggregateComm(roles=("output_pooled",)),)
+    labels = [c.label for c in enumerate_candidates(module, PlanOptions(families=("aggregation",)), inc)]
+    assert "aggregate output_rows" in labels and not any("+output_rows" in label for label in labels)
+    # A step without unpooled rows gets no pairs.
+    assert not any("+" in c.label for c in enumerate_candidates(lifted(), PlanOptions(families=("aggregation",))))
+
+
 def test_latency_hiding_schedules_include_one_dense_all_reduce_after_backward():
     # Overlapping the dense gradients' all-reduce with backward is itself a measured choice.
     cands = enumerate_candidates(lifted(), PlanOptions(families=("latency-hiding",)))

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sparselift.plan_confirm import confirm_choice, paired_test
+from sparselift.plan_confirm import confirm_choice, paired_test, trimmed_gain
 
 T0: tuple[str, ...] = ()
 GEN = ("generate-kernels",)
@@ -83,6 +83,66 @@ def test_a_gain_below_what_a_pass_is_worth_is_never_faster(seed):
     m = FakeMeasure({T0: 40.0, GEN: 39.8}, noise_ms=0.2, seed=seed)
     test = paired_test(m, T0, GEN)
     assert test.verdict == "unclear" and test.stopped in ("futile", "rounds")
+
+
+class Replay:
+    """Rounds measured on a real machine, replayed in order (ms: baseline, candidate)."""
+
+    def __init__(self, base_ms, cand_ms):
+        self.rounds = list(zip(base_ms, cand_ms))
+
+    def pair(self, baseline, candidate, candidate_first):
+        b, c = self.rounds.pop(0)
+        return b / 1e3, c / 1e3
+
+    def over_budget(self) -> bool:
+        return not self.rounds
+
+
+# `sparselift explain --model din --rows-cap none --batch-size 1024 --replan` on 2 gloo ranks of
+# this 2-core VM (2026-12-04, 11:31 UTC): T0 against generated kernels, the slowest rank's step
+# per round. Round 3 caught a stall of the candidate (631 ms), round 4 one of T0 (696 ms).
+DIN_T0_MS = [611.7, 457.7, 437.8, 695.8, 478.9, 506.3, 520.4, 509.2, 561.5, 483.0, 540.7, 440.7, 504.8, 496.2, 374.5]
+DIN_GEN_MS = [495.8, 415.4, 631.4, 440.8, 393.4, 442.0, 365.9, 387.5, 457.2, 455.6, 395.9, 418.9, 403.2, 467.9, 361.6]
+
+
+def test_one_stalled_round_does_not_hide_a_clear_gain():
+    """14 of the 15 rounds gain 13-255 ms; with the plain mean the one stall (-194 ms) kept the
+    standard error at 25 ms and the test unclear until the budget ran out, so the planner kept T0
+    (a 1.2x slower plan). Trimmed, the gain is clear after 9 rounds."""
+    test = paired_test(Replay(DIN_T0_MS, DIN_GEN_MS), T0, GEN)
+    assert (test.verdict, test.stopped, test.rounds) == ("faster", "clear", 9)
+    assert test.trimmed[0] == pytest.approx(98_300, rel=0.01)
+    assert "20%-trimmed +98.3" in test.describe()
+
+
+def test_the_trimmed_gain_is_the_plain_mean_under_five_rounds_and_drops_the_ends_from_five():
+    assert trimmed_gain([1.0, 2.0, 3.0, 10.0]) == (4.0, pytest.approx(2.0412, rel=1e-4), 3)
+    mean, se, dof = trimmed_gain([-500.0, 10.0, 11.0, 12.0, 900.0])
+    assert (mean, dof) == (11.0, 2)  # one round cut from each end: the mean of the middle three
+    assert se == pytest.approx((2 / 3) ** 0.5)  # winsorized [10, 10, 11, 12, 12]: s_w^2 = 1, sqrt(4 x 1 / (3 x 2))
+
+
+class Stalls(FakeMeasure):
+    """Gaussian step noise plus, in 10% of the steps, a stall of 120-400 ms (either plan)."""
+
+    def _step(self, plan) -> float:
+        stall = self.rng.uniform(120.0, 400.0) if self.rng.random() < 0.1 else 0.0
+        return super()._step(plan) + stall / 1e3
+
+
+def test_stalls_do_not_make_an_equal_plan_faster():
+    equal = {T0: 400.0, GEN: 400.0}
+    verdicts = [paired_test(Stalls(equal, noise_ms=30.0, seed=s), T0, GEN).verdict for s in range(200)]
+    assert verdicts.count("faster") <= 2, verdicts.count("faster")
+
+
+def test_stalls_do_not_hide_a_large_gain():
+    """A 20% gain under the same stalls: found faster in most runs (the plain mean found it in
+    about half, at 1000 seeds)."""
+    gain = {T0: 400.0, GEN: 320.0}
+    verdicts = [paired_test(Stalls(gain, noise_ms=30.0, seed=s), T0, GEN).verdict for s in range(100)]
+    assert verdicts.count("faster") >= 65 and verdicts.count("slower") == 0, verdicts.count("faster")
 
 
 def test_a_confirmed_choice_is_returned():
