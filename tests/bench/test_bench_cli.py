@@ -192,34 +192,20 @@ def test_ablation_runs_every_configuration(tmp_path):
     assert "median absolute error" in proc.stdout
 
 
-def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
-    cmd = CLI + [
-        "bench",
-        "ablation",
-        "--model",
-        "dlrm-kaggle",
-        "--world-size",
-        "2",
-        "--rows-cap",
-        "500",
-        "--batch-size",
-        "32",
-        "--steps",
-        "2",
-        "--rounds",
-        "2",
-        "--warmup",
-        "1",
-        "--no-cost-model",
-        "--pipeline",
-        "kernels=generate-kernels",
-        "--pipeline",
-        "after=generate-kernels,hide-latency{dense-grads=false}",
-        "--json",
-        str(tmp_path / "a.json"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def _ablation_of(pipelines: dict[str, str], model: str, batch_size: int, json_path) -> subprocess.CompletedProcess:
+    """`bench ablation` of the named pipelines: tiny tables, 2 steps in 2 rounds, no cost model."""
+    cmd = CLI + ["bench", "ablation", "--model", model, "--world-size", "2", "--rows-cap", "500"]
+    cmd += ["--batch-size", str(batch_size), "--steps", "2", "--rounds", "2", "--warmup", "1", "--no-cost-model"]
+    for name, pipeline in pipelines.items():
+        cmd += ["--pipeline", f"{name}={pipeline}"]
+    proc = subprocess.run(cmd + ["--json", str(json_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
+    pipelines = {"kernels": "generate-kernels", "after": "generate-kernels,hide-latency{dense-grads=false}"}
+    proc = _ablation_of(pipelines, "dlrm-kaggle", 32, tmp_path / "a.json")
     rows = json.loads((tmp_path / "a.json").read_text())["rows"]
     assert [(r["config"], r["compiled"], r["kernels"]) for r in rows] == [
         ("kernels", "lift-sparse,generate-kernels", "generated"),
@@ -239,31 +225,7 @@ def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
 def test_ablation_of_the_sequence_model_compiles_din_under_each_pipeline(tmp_path):
     # `--model din` is `bench seq`'s DIN: its unpooled item table travels as per-id rows, so
     # the generated kernels include the rows path, and each row's pipeline is what compiled.
-    cmd = CLI + [
-        "bench",
-        "ablation",
-        "--model",
-        "din",
-        "--rows-cap",
-        "500",
-        "--batch-size",
-        "16",
-        "--steps",
-        "2",
-        "--rounds",
-        "2",
-        "--warmup",
-        "1",
-        "--no-cost-model",
-        "--pipeline",
-        "gk=generate-kernels",
-        "--pipeline",
-        "agg=aggregate-comm,generate-kernels",
-        "--json",
-        str(tmp_path / "din.json"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _ablation_of({"gk": "generate-kernels", "agg": "aggregate-comm,generate-kernels"}, "din", 16, tmp_path / "din.json")
     result = json.loads((tmp_path / "din.json").read_text())
     assert result["config"]["model"] == "din" and result["config"]["batch_size"] == 16
     assert [(r["config"], r["compiled"]) for r in result["rows"]] == [
