@@ -206,11 +206,12 @@ def _futile(gains: Sequence[float], baseline_us: float, z: float, worth: float) 
 
 
 def _verdict(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> str:
-    """ "faster" when even the low end of the gain's interval is a gain worth a pass (`worth` of the
-    baseline step), "slower" when even its high end is a loss, else "unclear". Testing against the
-    gain worth a pass rather than against zero is what makes decisions repeat: a real 3% effect
-    measured at 3.5 standard errors in one run and 2.5 in the next flips a test against zero,
-    while it stays below the bar of "at least 1% for sure" in both."""
+    """ "faster" when even the low end of either of the gain's intervals (`_intervals`) is a gain
+    worth a pass (`worth` of the baseline step), "slower" when even the high end of either is a
+    loss, else "unclear". Testing against the gain worth a pass rather than against zero is what
+    makes decisions repeat: a real 3% effect measured at 3.5 standard errors in one run and 2.5 in
+    the next flips a test against zero, while it stays below the bar of "at least 1% for sure" in
+    both."""
     if len(gains) < 2:
         return "unclear"
     intervals = _intervals(gains, z)
@@ -328,12 +329,14 @@ __all__ = [
     "VERDICTS",
     "Z_CLEAR",
     "WORTH",
+    "TRIM",
     "PairMeasure",
     "PlanKey",
     "plan_text",
     "PairedComparison",
     "Confirmation",
     "t_critical",
+    "trimmed_gain",
     "paired_test",
     "confirm_choice",
 ]

@@ -143,7 +143,7 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     }
 
 
-def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tuple[dict, dict]:
+def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tuple[dict[str, Any], dict[str, float]]:
     """One runner per row, compiled under the row's pipeline; and each one's setup time (s)."""
     import itertools
 
@@ -155,7 +155,9 @@ def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tup
     return runners, setup_s
 
 
-def _runners(cfg: BenchConfig, rank: int, world: int, rows: list[AblationRow], cost_model: bool):
+def _runners(
+    cfg: BenchConfig, rank: int, world: int, rows: list[AblationRow], cost_model: bool
+) -> tuple[dict[str, Any], dict[str, float], dict[str, Any] | None]:
     """The model's runners under each row's pipeline, their setup times, and the cost model's
     predictions (DLRM only; None for `bench seq`'s DIN, whose model, data and runner are used)."""
     from functools import partial
