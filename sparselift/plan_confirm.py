@@ -96,21 +96,20 @@ class PairedComparison:
 
     @property
     def mean_us(self) -> float:
-        return sum(self.gains_us) / len(self.gains_us) if self.gains_us else 0.0
+        return self._estimate(0.0)[0]
 
     @property
     def se_us(self) -> float:
-        """Standard error of the mean gain."""
-        n = len(self.gains_us)
-        if n < 2:
-            return math.inf
-        m = self.mean_us
-        return math.sqrt(sum((g - m) ** 2 for g in self.gains_us) / (n - 1) / n)
+        """Standard error of the mean gain (inf under 2 rounds)."""
+        return self._estimate(0.0)[1]
 
     @property
     def trimmed(self) -> tuple[float, float]:
         """The trimmed mean gain and its standard error (`trimmed_gain`; inf under 2 rounds)."""
-        return trimmed_gain(self.gains_us)[:2] if self.gains_us else (0.0, math.inf)
+        return self._estimate(TRIM)
+
+    def _estimate(self, trim: float) -> tuple[float, float]:
+        return trimmed_gain(self.gains_us, trim)[:2] if self.gains_us else (0.0, math.inf)
 
     @property
     def candidate_us(self) -> float:

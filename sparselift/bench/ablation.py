@@ -1,9 +1,8 @@
 """`sparselift bench ablation`: what each of the four optimizations is worth, the paper's way.
 
 One run compiles the same DLRM (or, `--model din`, `bench seq`'s DIN) under ten pass pipelines
-and trains each through
-`TrainPipeline` on 2 local gloo ranks, interleaving the configurations round by round so
-machine drift cancels out:
+and trains each through `TrainPipeline` on 2 local gloo ranks, interleaving the configurations
+round by round so machine drift cancels out:
 
 - `unoptimized`: `lift-sparse` alone (reference kernels, synchronous exchanges);
 - each optimization alone: `+aggregate-comm`, `+parallelize-tables`, `+generate-kernels`,
