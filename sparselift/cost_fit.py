@@ -68,7 +68,7 @@ Points = Sequence[tuple[Mapping[str, float], float]]
 def _columns(points: Points) -> list[tuple[str, ...]]:
     """The fit's unknowns: one per category enough plans (`MIN_POINTS`) exercise in different
     amounts, plus one shared by the categories every plan has in the same amount: that is the
-    level all plans share, and two plans (T0 and generated kernels, when the budget allows no more)
+    level all plans share, and two plans (T0 and one candidate, when the budget allows no more)
     already tell it. The same amount in some plans and none in others counts as different (the
     reference lowering's work is the same in every plan without generated kernels and absent
     from the others)."""

@@ -297,14 +297,18 @@ def confirm_choice(
     plans the search passed through, most optimized first) the same way and return the first
     confirmed one, or T0. Nothing slower than (or indistinguishable from) T0 is ever returned.
 
-    A plan the search itself already found faster than `t0` in a paired test (`earlier`: e.g.
-    generated kernels, the first family, are tested against T0) is not tested again: that test
-    is this one, and at real size a T0 step of the reference lowering can take seconds."""
+    A plan the search itself already found faster than `t0` in a paired test (`earlier`: the
+    first change the search accepts is tested against T0 itself) is not tested again: that test
+    is this one, and at real size a round takes a second. Once the budget is spent, the fallbacks
+    not yet tested are skipped, but one the search already found faster is still returned."""
     if chosen == t0:
         return Confirmation(chosen, t0, True, (), "the search kept T0: nothing to confirm")
     found = {t.candidate: t for t in earlier if t.baseline == t0 and t.verdict == "faster"}
     tests: list[PairedComparison] = []
+    spent = False
     for plan in (chosen, *(f for f in fallbacks if f not in (chosen, t0))):
+        if spent and plan not in found:  # no budget to test it; a plan already found faster still counts
+            continue
         test = found.get(plan) or paired_test(measure, t0, plan, **test_options)
         tests.append(test)
         if test.verdict == "faster":
@@ -316,11 +320,10 @@ def confirm_choice(
             if plan in found:
                 note += " (in the search's own paired test against T0, not repeated)"
             return Confirmation(chosen, plan, True, tuple(tests), note)
-        if test.stopped == "budget":
-            break
+        spent = spent or test.stopped == "budget"
     why = ", ".join(f"{plan_text(t.candidate)}: {t.verdict}" for t in tests)
     return Confirmation(
-        chosen, t0, True, tuple(tests), f"no plan beat T0 beyond noise ({why}); T0 returned (the fewest passes)"
+        chosen, t0, True, tuple(tests), f"no plan beat T0 beyond noise ({why}); T0 returned (the start plan)"
     )
 
 

@@ -16,7 +16,8 @@ Every plan gets one warmup step after it is built (`PlanTimer.warm`), not before
   a tie is decided the same way in every run.
 - **Parallelism**: a sweep over G (from the best predicted G, up while faster, then down) with
   two observations per G, then the fastest G tested against the incumbent.
-- **Sharding** (opt-in): each placement policy's own T0 screened against "auto"'s, then tested.
+- **Sharding** (opt-in): each placement policy's own T0 (the start plan on that placement)
+  screened against "auto"'s, then tested.
 
 Every paired test's rounds are timed on every rank and combined by MAX (a step ends when its
 slowest rank ends), so every rank reaches the same verdict. Building and timing plans is the
@@ -39,6 +40,11 @@ from sparselift.passes.plan_predict import Prediction, Predictor
 from sparselift.passes.profiles import HardwareProfile
 from sparselift.plan_confirm import PairedComparison, paired_test
 from sparselift.plan_timing import PlanTimer
+
+SEARCH_SHARE = 0.8
+"""The share of the budget the search may spend once it has accepted a change; the rest is the
+confirmation's (`plan_confirm.confirm_choice`). While the incumbent is still T0 the search may
+spend it all: a candidate accepted then was tested against T0 itself, and needs no confirmation."""
 
 Measured = Pipeline | PlacementChoice
 """What a paired test compares: a plan of this program, or another placement's T0 (sharding)."""
@@ -101,6 +107,7 @@ class Lookahead:
     ) -> list[Decision]:
         predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
         self.timer.size_by(incumbent)  # what the planner would return now
+        self.timer.budget_share = 1.0 if incumbent == self.timer.start_plan else SEARCH_SHARE
         if self.timer.over_budget():
             return [self._not_tried(c, predicted[c.label]) for c, _ in variants]
         error = self.timer.ready([incumbent])
@@ -246,15 +253,16 @@ class Lookahead:
 
     # -- sharding ----------------------------------------------------------------------------
     def decide_sharding(self, profile: HardwareProfile) -> list[Decision]:
-        """The placement "auto" chose against the other policies, each as its own lifted T0 (a
-        new export per policy, by the builder); the chosen one's program becomes the timer's."""
-        base = self.predictor.predict((), profile)
+        """The placement "auto" chose against the other policies, each as its own T0 (the start
+        plan on a new export per policy, by the builder); the chosen one's program becomes the timer's."""
+        t0 = self.timer.start_plan
+        base = self.predictor.predict(t0, profile)
         current = sharding_plan(self.timer.program.module).to_json()
         out: list[Decision] = []
         variants: list[tuple[Candidate, Prediction]] = []
         programs: dict[str, tuple[Any, Predictor]] = {}
         for choice in ("table_wise", "row_wise", "data_parallel"):
-            cand = Candidate("sharding", choice, PlacementChoice(choice), ())
+            cand = Candidate("sharding", choice, PlacementChoice(choice), t0)
             if self.timer.over_budget():
                 out.append(self._not_tried(cand, None))
                 continue
@@ -267,7 +275,7 @@ class Lookahead:
             lifted = program.module.clone()
             run_pipeline(lifted, (self.timer.lift,))
             predictor = Predictor(lifted)
-            variants.append((cand, predictor.predict((), profile)))
+            variants.append((cand, predictor.predict(t0, profile)))
             programs[choice] = (program, predictor)
         if not variants:
             return out
@@ -278,12 +286,12 @@ class Lookahead:
         ready = []
         for cand, _ in variants:
             self.timer.placements[PlacementChoice(cand.label)] = programs[cand.label][0]
-            error = self.timer.ready([()], programs[cand.label][0])
+            error = self.timer.ready([t0], programs[cand.label][0])
             if error:
                 results[cand.label] = error
             else:
                 ready.append(cand)
-        error = self.timer.ready([()])
+        error = self.timer.ready([t0])
         if error:
             return out + [decision(c, False, f"incumbent {error}", predicted[c.label]) for c, _ in variants]
         f = self.timer.screen([auto, *(measured(c) for c in ready)])
@@ -303,4 +311,4 @@ def _with_reason(d: Decision, reason: str) -> Decision:
     return attrs.evolve(d, reason=reason)
 
 
-__all__ = ["Lookahead", "Measured", "measured"]
+__all__ = ["SEARCH_SHARE", "Lookahead", "Measured", "measured"]

@@ -58,6 +58,7 @@ class PlanRecord:
     key: str
     key_fields: dict[str, str] = attrs.field(factory=dict)
     pipeline: Pipeline = ()  # the passes after lift-sparse
+    start: Pipeline = ()  # T0, the plan the search started from (`plan_candidates.start_plan`)
     kernels: str = "reference"  # runtime kernels: "generated" exactly when generate-kernels is planned
     sharding: str | None = None  # a sharding plan (JSON) the planner chose over "auto"; None: as exported
     decisions: tuple[Decision, ...] = ()
@@ -93,6 +94,7 @@ class PlanRecord:
     def to_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=False)
         d["pipeline"] = pipeline_specs(self.pipeline)
+        d["start"] = pipeline_specs(self.start)
         d["decisions"] = [x.to_dict() for x in self.decisions]
         d["measurements"] = [x.to_dict() for x in self.measurements]
         d["paired_tests"] = list(self.paired_tests)
@@ -114,6 +116,7 @@ class PlanRecord:
         values = dict(data)
         try:
             values["pipeline"] = parse_pipeline(values["pipeline"])
+            values["start"] = parse_pipeline(values.get("start", ()))
             values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
@@ -161,6 +164,7 @@ class PlanRecord:
         ]
         return {
             "pipeline": pipeline_specs(self.pipeline),
+            "start": pipeline_specs(self.start),
             "t0_us": self.incumbent_us,
             "chosen_us": self.final_us,
             "confirmed": self.confirmed,
@@ -182,6 +186,7 @@ def explain_record(record: PlanRecord) -> str:
     candidates with their reason, and the calibration time."""
     lines = [f"plan record {record.key} ({record.mode})"]
     lines.append(f"  pipeline: {record.spec or '(lifted plan, no optimization)'}")
+    lines.append(f"  T0, the start plan: {pipeline_text(record.start) or '(lifted plan, no optimization)'}")
     chosen = [f"{d.family}: {d.label}" for d in record.accepted()]
     lines.append(f"  chosen strategies: {', '.join(chosen) if chosen else 'none (T0 kept)'}; kernels: {record.kernels}")
     if record.sharding:
@@ -237,10 +242,15 @@ def _confirmation_lines(record: PlanRecord) -> list[str]:
     if not c:
         return []
     out = [f"  confirmed: {'yes' if record.confirmed else 'no'}; {c.get('note', '')}"]
+    start = pipeline_text(record.start)
+
+    def name(plan: str) -> str:
+        return "T0" if plan == start else plan or "the lifted plan"
+
     for t in c.get("tests", ()):
         se = "-" if t.get("se_us") is None else f"{t['se_us'] / 1e3:.2f}"
         out.append(
-            f"    {t['candidate'] or 'T0'} against {t['baseline'] or 'T0'}: {t['verdict']}, gain"
+            f"    {name(t['candidate'])} against {name(t['baseline'])}: {t['verdict']}, gain"
             f" {t['mean_gain_us'] / 1e3:+.2f} +- {se} ms over {t['rounds']} paired rounds ({t['stopped']})"
         )
     return out

@@ -37,7 +37,7 @@ from sparselift.runtime.tables import LocalTables, TouchedRows
 log = logging.getLogger("sparselift")
 
 BUDGET_MIN_S = 5.0
-"""Enough to build a model's T0 and generated plans (compiling its kernels) and test them against each other."""
+"""Enough to build a model's plans (compiling their kernels) and test them against each other."""
 
 
 def _loss(out) -> torch.Tensor | None:
@@ -108,15 +108,21 @@ class PlanTimer:
         # Each plan's fastest step (not warmups), and the plan the budget is sized to: the one the
         # planner would return now (the incumbent, then what it accepts, then the chosen plan).
         self._fastest: dict[tuple[int, Pipeline], float] = {}
+        # T0: where the search starts (`plan_candidates.start_plan`, set by the planner); another
+        # placement's plan is measured as its own T0.
+        self.start_plan: Pipeline = ()
         self._sized_by: tuple[int, Pipeline] = (id(program), ())
         # Where calibration time goes: building candidate plans (IR, plan module, kernels), timed
         # steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
         self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0, "paired_rounds": 0}
 
-    def start(self) -> None:
-        """Start the budget's clock."""
+    def start(self, start_plan: Pipeline = ()) -> None:
+        """Start the budget's clock, from T0 = `start_plan` (the budget is sized to it until the
+        search accepts something)."""
         self._start = self.clock()
+        self.start_plan = tuple(start_plan)
+        self._sized_by = (id(self.program), self.start_plan)
 
     @property
     def synchronizes(self) -> bool:
@@ -135,7 +141,7 @@ class PlanTimer:
     def use_program(self, program) -> None:
         """Build plans from `program` from now on (the sharding family chose its placement)."""
         self.program = program
-        self._sized_by = (id(program), ())
+        self._sized_by = (id(program), self.start_plan)
         self._models.clear()
         self._warm.clear()
 
@@ -169,8 +175,8 @@ class PlanTimer:
         """`CompileOptions.calibration_steps` steps of the plan the planner would return now (by
         default 50: 5% of a 1000-step run of what it has found, so calibration pays for itself in
         a short run), at least BUDGET_MIN_S, never above `calibration_budget_s` (0: none). It
-        shrinks as faster plans are accepted: at real size the reference lowering's T0 step alone
-        can take 3 s, its generated plan 0.5 s."""
+        shrinks as faster plans are accepted (with reference kernels, a T0 step at real size can
+        take 3 s, the generated plan's 0.5 s)."""
         cap = float(self.options.calibration_budget_s)
         if cap <= 0 or not fastest_s < math.inf:
             return cap
@@ -243,7 +249,8 @@ class PlanTimer:
                     self._model(p, program)
                 except Exception as e:  # a candidate that cannot be built is rejected, not fatal
                     error = f"{type(e).__name__}: {e}"
-                    log.warning("sparselift: calibration could not build %s: %s", pipeline_text(p) or "T0", error)
+                    what = pipeline_text(p) or "the lifted plan"
+                    log.warning("sparselift: calibration could not build %s: %s", what, error)
                     break
         failed = self.max([1.0 if error else 0.0])[0]
         if failed:
@@ -253,7 +260,8 @@ class PlanTimer:
     def warm(self, plan: Pipeline | PlacementChoice) -> None:
         """One step of `plan` unless it ran since it was built: the first step after a build (or
         a rebuild, once evicted) is not a steady-state one. Not an observation."""
-        pipeline, program = ((), self.placements[plan]) if isinstance(plan, PlacementChoice) else (plan, self.program)
+        placed = isinstance(plan, PlacementChoice)
+        pipeline, program = (self.start_plan, self.placements[plan]) if placed else (plan, self.program)
         if (id(program), pipeline) not in self._warm:
             self.observe(pipeline, program, str(plan) if isinstance(plan, PlacementChoice) else "", warmup=True)
 
@@ -316,7 +324,7 @@ class PlanTimer:
     def observe_plan(self, plan: Pipeline | PlacementChoice) -> float:
         """One step of a plan of this program, or of another placement's T0 (sharding)."""
         if isinstance(plan, PlacementChoice):
-            return self.observe((), self.placements[plan], str(plan))
+            return self.observe(self.start_plan, self.placements[plan], str(plan))
         return self.observe(plan)
 
     def pair(self, baseline, candidate, candidate_first: bool) -> tuple[float, float]:

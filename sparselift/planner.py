@@ -6,11 +6,13 @@ itself (candidates, analytic predictions, constraints, the family order) is
 (`plan_lookahead.Lookahead`) around the `PlanTimer` it is given (`plan_timing`: `resolve_plan`
 makes one around the compiler's `CandidateBuilder`; tests give fake timings):
 
-- **Measured lookahead.** Starting from the incumbent T0 (the lifted plan, reference kernels),
-  a candidate T1 is built like a real compile (by the caller's `CandidateBuilder`) on the rank's
-  live table storage (every candidate shares it; `runtime.tables`) and scratch copies of the
-  dense parameters, and timed on the example batch around a steady-state step as `TrainPipeline`
-  runs it (forward, the next batch's input exchange started, backward). How each family is
+- **Measured lookahead.** Starting from the incumbent T0, the default lowering (what
+  `plan="none"` compiles: generated kernels unless the reference ones were asked for;
+  `plan_candidates.start_plan`), a candidate T1 is built like a real compile (by the caller's
+  `CandidateBuilder`) on the rank's live table storage (every candidate shares it;
+  `runtime.tables`) and scratch copies of the dense parameters, and timed on the example batch
+  around a steady-state step as `TrainPipeline` runs it (forward, the next batch's input
+  exchange started, backward). How each family is
   measured and decided, by sequential paired tests whose rounds are timed on the slowest rank so
   that every rank decides the same, is `sparselift.plan_lookahead`; the test itself is
   `sparselift.plan_confirm`.
@@ -23,8 +25,9 @@ makes one around the compiler's `CandidateBuilder`; tests give fake timings):
   keeps the fit and the model's median relative error over the plans measured.
 - **Bounded.** The budget scales with the step: `CompileOptions.calibration_steps` steps of the
   plan it would return now (50: 5% of a 1000-step run), at least `BUDGET_MIN_S`, never above
-  `calibration_budget_s`; the search may spend `SEARCH_SHARE` of it, the confirmation the rest
-  (a plan the search already tested against T0 needs none). Once it is spent (MAX over ranks),
+  `calibration_budget_s`; the search may spend all of it while its incumbent is T0 (a plan it
+  accepts then was tested against T0, and needs no confirmation), `SEARCH_SHARE` of it once it
+  has accepted a change, the confirmation the rest. Once it is spent (MAX over ranks),
   the remaining candidates are rejected as not tried.
 - **Plan cache.** The chosen `PlanRecord` (`sparselift.plan_record`: pipeline, decisions with
   predicted and measured increments, measurements, fit, calibration seconds) is stored as JSON
@@ -56,13 +59,13 @@ from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import describe_tables, sharding_plan
 from sparselift.cost_fit import fit_profile
 from sparselift.passes.pipeline import Pipeline, find_pass, run_pipeline
-from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions
+from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions, start_plan
 from sparselift.passes.plan_predict import Predictor
 from sparselift.passes.plan_search import search
 from sparselift.passes.profiles import HardwareProfile
 from sparselift.plan_confirm import Confirmation, confirm_choice
 from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
-from sparselift.plan_lookahead import Lookahead
+from sparselift.plan_lookahead import SEARCH_SHARE, Lookahead
 from sparselift.plan_record import Measurement, PlanRecord
 from sparselift.plan_timing import PlanTimer, example_ids_by_table
 from sparselift.runtime.agree import same_outcome
@@ -295,10 +298,6 @@ def _with_sharding(program, record: PlanRecord, world: int, builder: CandidateBu
 # --------------------------------------------------------------------------------------
 
 
-SEARCH_SHARE = 0.8
-"""The share of the budget the search may spend; the rest is the confirmation's."""
-
-
 class Planner:
     """Plans one program on every rank of the group.
 
@@ -320,6 +319,9 @@ class Planner:
         )
         self.base_profile = plan_options.hardware()
         self.fit: dict[str, Any] = {}
+        # T0: the default lowering. Every candidate is measured against it, and nothing slower is
+        # returned, so planning never does worse than `plan="none"` (beyond noise).
+        self.start = start_plan(plan_options)
         self.lookahead: Lookahead | None = None
         self.search_exhausted = False
 
@@ -348,15 +350,16 @@ class Planner:
     # -- the run -----------------------------------------------------------------------------
     def _search_and_confirm(self, lookahead: Lookahead) -> tuple[list[Decision], Any, Confirmation]:
         timer = self.timer
-        # The search gets most of the budget; the confirmation before return always gets its share.
+        # The search gets most of the budget (`Lookahead.confirm` sets its share); the
+        # confirmation before return gets the rest.
         timer.budget_share = SEARCH_SHARE
         sharding_decisions = lookahead.decide_sharding(self.base_profile) if self.try_sharding else []
-        result = search(lookahead.predictor, self.plan_options, lookahead)
+        result = search(lookahead.predictor, self.plan_options, lookahead, incumbent=self.start)
         self.search_exhausted, timer.exhausted, timer.budget_share = timer.exhausted, False, 1.0
         timer.size_by(result.pipeline)
         accepted = [d.pipeline for d in result.decisions if d.accepted]
         fallbacks = [p for p in reversed(accepted[:-1]) if p != result.pipeline]
-        confirmation = confirm_choice(timer, result.pipeline, fallbacks, (), earlier=lookahead.tests)
+        confirmation = confirm_choice(timer, result.pipeline, fallbacks, self.start, earlier=lookahead.tests)
         return sharding_decisions, result, confirmation
 
     def _cost_model_report(self, lookahead: Lookahead) -> dict[str, Any]:
@@ -394,7 +397,7 @@ class Planner:
         global CALIBRATIONS
         CALIBRATIONS += 1
         timer = self.timer
-        timer.start()
+        timer.start(self.start)
         with same_outcome(timer.pg, timer.world):
             lifted = timer.program.module.clone()
             run_pipeline(lifted, (timer.lift,))
@@ -417,6 +420,7 @@ class Planner:
             key=key,
             key_fields=dict(fields or {}),
             pipeline=pipeline,
+            start=self.start,
             kernels=kernels,
             sharding=lookahead.sharding_json,
             decisions=(*sharding_decisions, *result.decisions),
@@ -441,7 +445,7 @@ class Planner:
         returned = [t for t in confirmation.tests if t.candidate == confirmation.returned]
         if returned:
             return round(returned[0].baseline_us, 3), round(returned[0].candidate_us, 3)
-        t0 = self.timer.measurements.get(())
+        t0 = self.timer.measurements.get(self.start)
         if confirmation.tests:  # fell back to T0: its paired median is the plan's time
             f0 = round(confirmation.tests[0].baseline_us, 3)
             return f0, f0

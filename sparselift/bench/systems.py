@@ -79,12 +79,12 @@ class CompiledRunner:
             "pipeline": "lift-sparse"
             + (f",{record.spec}" if record is not None and record.spec else f",{passes}" if passes else ""),
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
-            # Why the planner chose this pipeline: each measured candidate and its verdict, and
-            # those the calibration budget left untried.
+            # Why the planner chose this pipeline: what it kept from T0 (the default lowering),
+            # each measured candidate and its verdict, and those the budget left untried.
             "decisions": [
                 f"[{'accepted' if d.accepted else 'rejected'}] {d.family} {d.label}: {d.reason}"
                 for d in (record.decisions if record is not None else ())
-                if d.measured_us is not None or "not tried" in d.reason
+                if d.accepted or d.measured_us is not None or "not tried" in d.reason
             ],
         }
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)

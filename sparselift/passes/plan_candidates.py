@@ -38,10 +38,11 @@ from sparselift.passes.registry import plan_passes
 from sparselift.passes.srsv import table_names
 
 FAMILIES = ("codegen", "deduplication", "aggregation", "parallelism", "latency-hiding")
-"""The optimization families. The planner decides the first one first: code generation (it
+"""The optimization families. The search decides the first one first: code generation (it
 changes every later measurement the most, e.g. 6x on dlrm-bench, so the subtler families are
-measured on fast, steadier steps). The others follow by predicted gain on the incumbent
-(`plan_search.search`); this order breaks ties and places families with no predicted gain."""
+measured on fast, steadier steps; the runtime planner starts with it, `start_plan`). The others
+follow by predicted gain on the incumbent (`plan_search.search`); this order breaks ties and
+places families with no predicted gain."""
 
 PASS_OF: dict[str, type[ModulePass]] = {
     "deduplication": DedupIds,  # first: it rewrites the jagged rows path the others schedule
@@ -150,6 +151,15 @@ def with_change(incumbent: Pipeline, change: ModulePass) -> Pipeline:
     passes = [p for p in incumbent if p.name != change.name] + [change]
     rank = {n: i for i, n in enumerate(PASS_ORDER)}
     return tuple(sorted(passes, key=lambda p: rank.get(p.name, len(rank))))
+
+
+def start_plan(options: PlanOptions) -> Pipeline:
+    """T0, the plan the measured search starts from: the compiler's default lowering (what
+    `plan="none"` compiles), generated kernels when the planner may use them, else the lifted
+    plan alone. So planning never returns a plan slower than not planning: every candidate is
+    tested against the default, and the reference kernels (often several times slower at real
+    size) are not spent budget on."""
+    return (GenerateKernels(),) if options.allow_generated and "codegen" in options.families else ()
 
 
 def registered_passes() -> dict:
@@ -290,6 +300,7 @@ __all__ = [
     "Decision",
     "decision",
     "with_change",
+    "start_plan",
     "registered_passes",
     "enumerate_candidates",
 ]

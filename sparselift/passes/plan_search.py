@@ -1,6 +1,7 @@
 """The planner's search: greedy over the optimization families, each decided by a `Confirmer`.
 
-Starting from T0 (the lifted plan, no optimization), the families are decided one after another:
+Starting from an incumbent (by default the lifted plan, no optimization; the runtime planner
+starts from T0, the default lowering, `plan_candidates.start_plan`), the families are decided one after another:
 the first of `FAMILIES` (code generation) first, then the most promising family by predicted gain
 on the incumbent, and so on. Each family's candidates (`plan_candidates.enumerate_candidates`) are
 applied to clones and priced (`plan_predict.Predictor`); the infeasible ones are rejected with
@@ -17,8 +18,15 @@ from typing import Protocol
 
 import attrs
 
-from sparselift.passes.pipeline import Pipeline, pipeline_text
-from sparselift.passes.plan_candidates import Candidate, Decision, PlanOptions, decision, enumerate_candidates
+from sparselift.passes.pipeline import Pipeline, find_pass, pass_spec, pipeline_text
+from sparselift.passes.plan_candidates import (
+    PASS_OF,
+    Candidate,
+    Decision,
+    PlanOptions,
+    decision,
+    enumerate_candidates,
+)
 from sparselift.passes.plan_predict import Prediction, Predictor, check_candidate
 from sparselift.passes.profiles import HardwareProfile
 
@@ -88,13 +96,26 @@ def _best_gain(predictor: Predictor, options: PlanOptions, current: Pipeline, pr
     return best
 
 
+def _kept_from_start(incumbent: Pipeline, options: PlanOptions) -> list[Decision]:
+    """A decision for each family whose pass the start plan already holds: kept, not searched
+    (the other families' candidates are measured against a plan that has it)."""
+    out = []
+    for family in options.families:
+        kept = find_pass(incumbent, PASS_OF[family].name) if family in PASS_OF else None
+        if kept is not None:
+            label = "generated kernels" if family == "codegen" else pass_spec(kept)
+            reason = "in the start plan T0 (the default lowering, what plan='none' compiles): kept, not searched"
+            out.append(Decision(family, label, kept, incumbent, True, reason))
+    return out
+
+
 def search(
     predictor: Predictor,
     options: PlanOptions | None = None,
     confirmer: Confirmer | None = None,
     incumbent: Pipeline = (),
 ) -> SearchResult:
-    """Greedy over the families, from `incumbent` (default T0: the lifted plan).
+    """Greedy over the families, from `incumbent` (default: the lifted plan).
 
     The first of `options.families` is decided first. After it, the family whose best candidate
     is predicted to gain most on the incumbent goes next (a stable sort: ties, and families with
@@ -102,13 +123,15 @@ def search(
     spent itself on the most promising families.
 
     Aggregation adds roles one at a time (each accepted role becomes part of the incumbent);
-    the variants of the other families are alternatives, of which at most one is kept.
+    the variants of the other families are alternatives, of which at most one is kept. A family
+    whose pass `incumbent` already holds is recorded as kept (an accepted decision, unmeasured)
+    and, aggregation apart, not searched.
     """
     options = options or PlanOptions()
     confirmer = confirmer or AnalyticConfirmer()
     profile = options.hardware()
     current = tuple(incumbent)
-    decisions: list[Decision] = []
+    decisions: list[Decision] = _kept_from_start(current, options)
     remaining = list(options.families)
     while remaining:
         family = remaining.pop(0)

@@ -184,8 +184,8 @@ def test_a_gain_too_small_to_pay_is_stopped_early():
 
 
 def test_a_plan_the_search_already_found_faster_than_t0_is_not_tested_again():
-    # The codegen family tests generated kernels against T0; when that is the chosen plan, the
-    # confirmation is that test (a T0 step of the reference lowering can take seconds).
+    # The first change the search accepts is tested against T0 itself; when that is the chosen
+    # plan, the confirmation is that test (a round at real size takes a second).
     m = FakeMeasure({T0: 40.0, GEN: 30.0, GEN_HIDE: 41.0}, noise_ms=1.0)
     search_test = paired_test(m, T0, GEN)
     before = m.rounds
@@ -196,3 +196,18 @@ def test_a_plan_the_search_already_found_faster_than_t0_is_not_tested_again():
     unclear = paired_test(FakeMeasure({T0: 40.0, GEN: 40.0}), T0, GEN)
     c = confirm_choice(m, GEN, [], earlier=[unclear, paired_test(m, GEN_HIDE, GEN)])
     assert c.returned == GEN and c.tests[0] not in (unclear,) and m.rounds > before
+
+
+def test_a_spent_budget_still_returns_the_fallback_the_search_found_faster():
+    # The search found GEN faster than T0 in its own test, then accepted more; the budget ran out
+    # in the middle of the chosen plan's confirmation. GEN needs no rounds: it is returned, not T0.
+    m = FakeMeasure({T0: 40.0, GEN: 30.0, GEN_HIDE: 29.5}, noise_ms=3.0)
+    search_test = paired_test(m, T0, GEN)
+    m.budget_rounds = m.rounds + 2
+    c = confirm_choice(m, GEN_HIDE, [GEN], earlier=[search_test])
+    assert c.tests[0].stopped == "budget" and (c.returned, c.confirmed) == (GEN, True)
+    assert "fell back to generate-kernels" in c.note and "not repeated" in c.note
+    # A fallback not yet tested is skipped once the budget is spent: T0 is returned.
+    m.budget_rounds = m.rounds + 2
+    c = confirm_choice(m, GEN_HIDE, [GEN])
+    assert c.returned == T0 and [t.candidate for t in c.tests] == [GEN_HIDE]

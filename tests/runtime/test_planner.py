@@ -22,11 +22,11 @@ from sparselift.passes.generate_kernels import GenerateKernels
 from sparselift.passes.hide_latency import HideLatency
 from sparselift.passes.lift_sparse import LiftSparse
 from sparselift.passes.parallelize_tables import ParallelizeTables
-from sparselift.passes.pipeline import pass_spec
+from sparselift.passes.pipeline import find_pass, parse_pipeline, pass_spec, pipeline_text
 from sparselift.passes.plan_candidates import Candidate
 from sparselift.passes.plan_predict import Prediction
 from sparselift.passes.profiles import CPU_GLOO
-from sparselift.plan_lookahead import Lookahead
+from sparselift.plan_lookahead import SEARCH_SHARE, Lookahead
 from sparselift.plan_record import PlanRecord
 from sparselift.plan_timing import PlanTimer
 from sparselift.runtime.tables import LocalTables, local_shard_bytes, take_local_shards
@@ -43,23 +43,27 @@ def _options(tmp, **kw):
 
 # -- determinism: injected measurements ---------------------------------------------------
 
-# Seconds per step by plan and rank. Rank 1 is slower; aggregating output_pooled looks like a
-# gain on rank 0 alone but not on rank 1, so F (max over ranks of each rank's min) rejects it
-# on both ranks.
+# Seconds per step by rank: T0 (the default lowering, generated kernels) and the sharding
+# family's placements (each its own T0), by the plan's text.
 FAKE = {
-    "": (0.010, 0.011),
+    "generate-kernels": (0.010, 0.011),
     "sharding=auto": (0.010, 0.011),
     "sharding=table_wise": (0.0105, 0.0105),
     "sharding=row_wise": (0.007, 0.0075),
-    pass_spec(AggregateComm(roles=("output_pooled",))): (0.0090, 0.0115),
-    "generate-kernels": (0.008, 0.009),
 }
+# What aggregating a role changes, by rank. Aggregating output_pooled looks like a gain on rank 0
+# alone but not on rank 1, so F (max over ranks of each rank's min) rejects it on both ranks;
+# grad_pooled is 2 ms faster on both.
+AGGREGATED = {"output_pooled": (-0.001, +0.0005), "grad_pooled": (-0.002, -0.002)}
 
 
 def _fake_measure(rank):
     def measure(spec):  # the plan as text
-        times = FAKE.get(spec, FAKE[""] if "generate-kernels" not in spec else FAKE["generate-kernels"])
-        return times[rank]
+        if spec in FAKE:
+            return FAKE[spec][rank]
+        agg = find_pass(parse_pipeline(spec), "aggregate-comm")
+        roles = agg.roles if isinstance(agg, AggregateComm) else ()
+        return FAKE["generate-kernels"][rank] + sum(AGGREGATED.get(r, (0.0, 0.0))[rank] for r in roles)
 
     return measure
 
@@ -124,19 +128,25 @@ def test_same_measurements_same_plan_on_every_rank():
             records[0].final_us,
         )
     rec = records[0]
-    assert rec.pipeline == (GenerateKernels(),) and rec.kernels == "generated"
+    grad = AggregateComm(roles=("grad_pooled",))
+    assert rec.start == (GenerateKernels(),) and rec.pipeline == (grad, GenerateKernels())
     by_label = {d.label: d for d in rec.decisions}
     agg = by_label["aggregate output_pooled"]
-    # F(T0) = max(10, 11) ms, F(T1) = max(9, 11.5) ms: slower, although rank 0 alone was faster.
-    assert not agg.accepted and agg.incumbent_us == pytest.approx(11000) and agg.candidate_us == pytest.approx(11500)
+    # F(incumbent) = max(10, 11) ms, F(T1) = max(9, 11.5) ms (or 2 ms less each, after grad_pooled):
+    # slower, although rank 0 alone was faster.
+    assert not agg.accepted and agg.candidate_us - agg.incumbent_us == pytest.approx(500)
+    # Generated kernels are T0 itself (the default lowering): kept, not measured against the
+    # reference kernels.
     gen = by_label["generated kernels"]
+    assert gen.accepted and gen.measured_us is None and gen.reason.startswith("in the start plan T0")
     # Steady fake timings: no spread, so the paired test is clear after its minimum rounds (3 for
     # a gain).
-    assert gen.accepted and gen.measured_us == pytest.approx(-2000) and gen.noise_us == pytest.approx(0)
-    assert "faster: mean gain +2.00 ms" in gen.reason and "over 3 paired rounds" in gen.reason
+    faster = by_label["aggregate grad_pooled"]
+    assert faster.accepted and faster.measured_us == pytest.approx(-2000) and faster.noise_us == pytest.approx(0)
+    assert "faster: mean gain +2.00 ms" in faster.reason and "over 3 paired rounds" in faster.reason
     assert rec.fit["points"] >= 2
-    # The confirmation before return: the chosen plan against T0, in paired rounds.
-    assert rec.confirmed and rec.confirmation["returned"] == "generate-kernels"
+    # The chosen plan beat T0 in the search's own paired test: confirmed, not tested again.
+    assert rec.confirmed and rec.confirmation["returned"] == pipeline_text(rec.pipeline)
     assert rec.incumbent_us == pytest.approx(11000) and rec.final_us == pytest.approx(9000)
     assert rec.cost_model["n_plans"] >= 2
 
@@ -204,8 +214,8 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
     assert text.endswith(record.explain()) and "re-planning: no cached plan record" in text
     for d in record.decisions:
         assert f"{d.change}: {d.reason}" in text
-    gen = [d for d in record.decisions if d.family == "codegen"][0]
-    assert gen.measured_us is not None and f"measured {gen.measured_us / 1e3:+.2f}" in text
+    # Nothing left to measure under the cap: T0, the default lowering, is the plan.
+    assert "T0, the start plan: generate-kernels" in text and record.pipeline == record.start
     # The budget is sized to the fastest step (calibration_steps of them, at least BUDGET_MIN_S), under the 20 s cap.
     assert plan_timing.BUDGET_MIN_S <= record.budget_s <= 20
     assert f"calibration: {record.calibration_s:.2f} s of a {record.budget_s:g} s budget" in text
@@ -258,16 +268,18 @@ def test_explain_replan_json_writes_the_outcome(tmp_path, capsys):
 
     out = tmp_path / "outcome.json"
     args = ["explain", "--model", MODEL, "--world-size", "1", "--rows-cap", str(ROWS), "--batch-size", str(BATCH)]
-    args += ["--replan", "--budget", "10", "--optimizations", "codegen", "--cache-dir", str(tmp_path)]
+    # One rank exchanges nothing: parallelism is what there is to measure against T0.
+    args += ["--replan", "--budget", "10", "--optimizations", "codegen,parallelism", "--cache-dir", str(tmp_path)]
     args += ["--json", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert data["confirmed"] is True and data["pipeline"] in ([], ["generate-kernels"])
+    assert data["confirmed"] is True and data["start"] == ["generate-kernels"]
+    assert "generate-kernels" in data["pipeline"]  # T0 is the default lowering; nothing slower is returned
     assert data["chosen_us"] <= data["t0_us"] and 0 < data["calibration_s"] <= 10 * 1.2
     assert data["cost_model"]["n_plans"] >= 1 and data["cost_model"]["median_rel_error"] is not None
-    (gen,) = [d for d in data["decisions"] if d["family"] == "codegen"]
-    assert gen["measured_us"] is not None and gen["measured_se_us"] is not None and "predicted_pm_us" in gen
+    swept = [d for d in data["decisions"] if d["family"] == "parallelism" and d["measured_us"] is not None]
+    assert swept and "predicted_pm_us" in swept[0]
     assert "confirmed: yes" in text and PlanRecord.from_dict(data["record"]).spec == ",".join(data["pipeline"])
     # The budget in steps of the fastest plan is the user's to raise or lower; nonsense is a usage error.
     assert main([*args[:-2], "--calibration-steps", "0"]) == 2
@@ -280,12 +292,16 @@ def test_explain_replan_json_writes_the_outcome(tmp_path, capsys):
 def test_zero_budget_keeps_t0_and_says_why(tmp_path):
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
     reference = build(MODEL, rows_cap=ROWS, batch_size=BATCH)[0]
-    compiled = sparselift.compile(model, inputs, options=_options(tmp_path, calibration_budget_s=0))
+    options = sparselift.CompileOptions(
+        cache_dir=str(tmp_path), optimizations=("codegen", "parallelism"), calibration_budget_s=0
+    )
+    compiled = sparselift.compile(model, inputs, options=options)
     record = compiled.plan.record
-    assert record.pipeline == () and record.kernels == "reference" and record.budget_exhausted
-    assert record.measurements == ()
+    # T0 is the default lowering (generated kernels): what plan="none" would have compiled.
+    assert record.pipeline == record.start == (GenerateKernels(),) and record.kernels == "generated"
+    assert record.budget_exhausted and record.measurements == ()
     tried = [d for d in record.decisions if d.reason.startswith("not tried: calibration budget exhausted")]
-    assert tried and all(not d.accepted for d in record.decisions)
+    assert tried and all(not d.accepted for d in record.decisions if d.family != "codegen")
     torch.testing.assert_close(compiled(*inputs), reference(*inputs))
 
 
@@ -512,3 +528,31 @@ def test_the_budget_follows_the_plan_the_planner_would_return():
     assert d.accepted and "over 3 paired rounds" in d.reason, d.reason
     # Accepted: now the budget is the generated plan's 50 steps, and this much calibration spends it.
     assert timer.over_budget() and timer.budget_s == pytest.approx(10.0)
+
+
+def test_the_search_leaves_the_confirmation_its_share_only_once_it_has_accepted_a_change():
+    # At 86% of the budget: a candidate tested against T0 itself needs no confirmation, so the
+    # search may still test it; against an incumbent that already holds a change, the rest of
+    # the budget is the confirmation's (SEARCH_SHARE), and the candidate is not tried.
+    now = [0.0]
+
+    def measure(spec):
+        dt = {"": 0.02, "generate-kernels": 0.01}.get(spec, 0.009)
+        now[0] += dt
+        return dt
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=10, calibration_steps=1000)
+    now[0] = 8.6
+    timer = lookahead.timer
+    timer.ready = lambda pipelines, program=None: None
+    timer.budget_share = SEARCH_SHARE  # as the planner starts its search
+    gen, hide = GenerateKernels(), HideLatency()
+    cand = Candidate("codegen", "generated kernels", gen, (gen,))
+    (d,) = lookahead.confirm("codegen", (), [(cand, Prediction((gen,), 1.0, (), ""))], Prediction((), 2.0, (), ""))
+    assert d.accepted and timer.budget_share == 1.0, d.reason
+    cand = Candidate("latency-hiding", "hide forward+backward", hide, (gen, hide))
+    (d,) = lookahead.confirm(
+        "latency-hiding", (gen,), [(cand, Prediction((gen, hide), 0.5, (), ""))], Prediction((gen,), 1.0, (), "")
+    )
+    assert not d.accepted and d.reason.startswith("not tried: calibration budget exhausted")
+    assert timer.budget_share == SEARCH_SHARE
