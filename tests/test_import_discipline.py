@@ -29,6 +29,9 @@ FORBIDDEN = {
 FORBIDDEN_FOR_MODULE = {
     # A leaf every stage imports (the frontend places tables, runtime and codegen read placements).
     "placement.py": {"torch", "triton", "sparselift"},
+    # Shared by the frontend (position stacks) and the runtime (compact_rows), which may not
+    # import each other.
+    "strided_rows.py": {"triton", "sparselift"},
     # The planner gets its builder from the compiler (`CandidateBuilder`), as the search gets its
     # `Confirmer` from the planner: one way only.
     "planner.py": {"sparselift.compiler", "sparselift.frontend"},

@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
 from sparselift.frontend.jagged import JaggedIds, jagged_position_features, jagged_values
+from sparselift.strided_rows import stack_blocks
 
 
 @attrs.frozen
@@ -155,7 +156,8 @@ class UnpooledViews(nn.Module):
             if call.tail is None:
                 args += rows
                 continue
-            stacked = torch.stack(rows, 1) if len(rows) > 1 else rows[0].unsqueeze(1)
+            # The positions' rows are mostly blocks of one buffer: a view, not a copy (`stack_blocks`).
+            stacked = stack_blocks(rows, 1) if len(rows) > 1 else rows[0].unsqueeze(1)
             if call.jagged is not None and not call.padded:
                 args.append(jagged_values(stacked, lengths[call.lengths], call.jagged))
             elif call.jagged is not None:

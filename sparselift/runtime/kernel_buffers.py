@@ -123,20 +123,18 @@ class BufferOps:
             raise ValueError(f"unpack: buffer of shape {tuple(buffer.shape)}, the layout needs {starts[-1]} elements")
         buffer = buffer.contiguous()
         esz = buffer.element_size()
-        out, descs = [], []
-        for m, width in enumerate(member_widths):
-            parts = [(s, seg[m]) for s, seg in enumerate(layout) if seg[m][1] > 0]
+        members = [self._unpacked_member(m, width, layout, batch) for m, width in enumerate(member_widths)]
+        # One allocation, member after member: each member stays contiguous, and the members of
+        # an unpooled call's positions lie at a regular stride, so the dense region stacks them
+        # as a view (`sparselift.strided_rows`) instead of copying them once more.
+        whole = torch.empty(sum(total for total, _ in members), dtype=buffer.dtype)
+        out, descs, first = [], [], 0
+        for (total, parts), width in zip(members, member_widths):
             if not parts:
                 out.append(torch.empty(0, width, dtype=buffer.dtype))
                 continue
-            sizes = {size for _, (_, size) in parts}
-            if len(sizes) != 1:
-                raise ValueError(f"unpack: member {m} has different sizes across segments: {sorted(sizes)}")
-            size = sizes.pop()
-            total = batch * size * len(parts)
-            if width <= 0 or total % width:
-                raise ValueError(f"unpack: member {m} of width {width} cannot hold {total} elements")
-            o = torch.empty(total, dtype=buffer.dtype)
+            o = whole[first : first + total]
+            first += total
             pos = 0
             for s, (off, sz) in parts:
                 if batch:
@@ -152,6 +150,22 @@ class BufferOps:
             out.append(o.reshape(-1, width))
         self._copy(descs)
         return out
+
+    @staticmethod
+    def _unpacked_member(
+        m: int, width: int, layout: Sequence[Sequence[tuple[int, int]]], batch: int
+    ) -> tuple[int, list[tuple[int, tuple[int, int]]]]:
+        """Member `m`'s elements and its `(segment, (offset, size))` parts, its sizes checked."""
+        parts = [(s, seg[m]) for s, seg in enumerate(layout) if seg[m][1] > 0]
+        if not parts:
+            return 0, parts
+        sizes = {size for _, (_, size) in parts}
+        if len(sizes) != 1:
+            raise ValueError(f"unpack: member {m} has different sizes across segments: {sorted(sizes)}")
+        total = batch * sizes.pop() * len(parts)
+        if width <= 0 or total % width:
+            raise ValueError(f"unpack: member {m} of width {width} cannot hold {total} elements")
+        return total, parts
 
 
 def _rows_view(member: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from sparselift.runtime import reference as ref
+from sparselift.strided_rows import block_runs, take_run_rows
 
 
 def _slot_starts(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> list[int]:
@@ -92,11 +93,19 @@ def compact_rows(
     filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
     starts = _slot_starts(layout, dim, batch)
     order = sorted(range(len(members)), key=starts.__getitem__)
-    # One copy into the padded geometry, then one gather: faster than a masked select per member.
-    padded = torch.cat([members[m].reshape(batch, dim) for m in order])
-    if padded.shape[0] != lengths.numel():
-        raise ValueError(f"compact_rows: {padded.shape[0]} bags in the members, {lengths.numel()} lengths")
-    return padded.index_select(0, filled).reshape(-1)
+    blocks = [members[m].reshape(batch, dim) for m in order]
+    if len(blocks) * batch != lengths.numel():
+        raise ValueError(f"compact_rows: {len(blocks) * batch} bags in the members, {lengths.numel()} lengths")
+    # The members are mostly slices of one gradient (the stacked positions' `unbind`): read the
+    # filled rows straight from each run of them, no copy of the padded geometry first.
+    out = blocks[0].new_empty(filled.numel(), dim)
+    runs = block_runs(blocks)
+    firsts = torch.tensor([first * batch for first, _ in runs] + [lengths.numel()], device=filled.device)
+    bounds = torch.searchsorted(filled, firsts).tolist()
+    for (first, run), lo, hi in zip(runs, bounds, bounds[1:]):
+        if hi > lo:
+            take_run_rows(run, filled[lo:hi] - first * batch, out[lo:hi])
+    return out.reshape(-1)
 
 
 def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor, *, optimizer, lr, eps) -> None:

@@ -15,6 +15,7 @@ from sparselift.codegen import ckernels
 from sparselift.runtime import kernels as K
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+from sparselift.strided_rows import block_run
 
 F, B, S = 3, 5, 2  # features per segment, batch, segments
 SLOTS = [2, 0]  # two features read one (shared) table
@@ -444,6 +445,21 @@ def test_pack_reads_rows_at_any_stride_in_place(gk, monkeypatch):
     assert copies == [(batch, 4)]  # only the member whose columns are spaced
     monkeypatch.undo()
     assert torch.equal(got, ref.pack(members, layout, batch, torch.float32))
+
+
+def test_unpacked_position_members_stack_as_a_view(gk):
+    # An unpooled call's positions unpacked from one exchange buffer: each member contiguous,
+    # all of them blocks of one allocation at a regular stride, so stacking them is a view.
+    batch, positions, dim = 6, 4, 3
+    layout = [[(p * dim, dim) for p in range(positions)]]
+    buffer = torch.randn(batch * positions * dim)
+    members = gk.unpack(buffer, layout, batch, [dim] * positions)
+    assert all(m.is_contiguous() for m in members)
+    want = ref.unpack(buffer, layout, batch, [dim] * positions)
+    assert all(torch.equal(a, b) for a, b in zip(members, want))
+    run = block_run(members)
+    assert run is not None and run.data_ptr() == members[0].data_ptr()
+    assert torch.equal(run, torch.stack(want))
 
 
 def test_pack_converts_dtype_and_empty_layouts(gk):
