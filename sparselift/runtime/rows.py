@@ -61,7 +61,15 @@ def gather_rows(
     counts = torch.stack([seg.sum(dtype=torch.int64) for seg in lengths.split(per_source)])
     if indices.numel() == 0:
         return torch.empty(0, dtype=dtype, device=indices.device), counts * dim
-    rows = torch.index_select(plan.tables[table], 0, indices)
+    weights = plan.tables[table]
+    kernels = getattr(plan, "kernels", None)
+    if kernels is not None and hasattr(kernels, "lookup") and weights.device.type == "cpu":
+        # The generated lookup over one-id bags: the same rows, read with software prefetch
+        # (the ids are random rows of a big table: `index_select` waits on every miss).
+        n = indices.numel()
+        rows = kernels.lookup(weights, torch.ones(n, dtype=torch.int32), indices, None, (0,), 1, n, "sum")
+    else:
+        rows = torch.index_select(weights, 0, indices)
     return rows.reshape(-1), counts * dim
 
 

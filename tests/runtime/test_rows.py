@@ -62,6 +62,24 @@ def test_gather_sizes_each_source_by_its_ids():
     assert row_splits(None, torch.tensor([3, 0]), dim=8).tolist() == [24, 0]
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_gather_with_generated_kernels_reads_the_same_rows(index_dtype):
+    from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+
+    itype = "i32" if index_dtype == torch.int32 else "i64"
+
+    class Plan:
+        tables = {"item": torch.randn(1000, 8)}
+        kernels = GeneratedKernels([TableSpec(8, "f32", itype, "sum", False, "sgd")])
+
+    ids = torch.randint(0, 1000, (300,), dtype=index_dtype)
+    lengths = torch.ones(300, dtype=torch.int32)
+    rows, _ = gather_rows(
+        Plan(), "item", lengths, ids, dim=8, dtype=torch.float32, features_per_segment=3, segment_batches=[100]
+    )
+    assert torch.equal(rows.view(-1, 8), Plan.tables["item"][ids.long()])
+
+
 def test_distinct_ids_per_destination_round_trip():
     ids = torch.tensor([5, 2, 5, 9, 2, 2, 7, 7], dtype=torch.int32)
     splits = torch.tensor([5, 3])  # destination 0: 5, 2, 5, 9, 2; destination 1: 2, 7, 7
