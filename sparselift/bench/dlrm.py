@@ -45,6 +45,9 @@ class BenchConfig:
     threads: int = 1  # per rank: 2 ranks on 2 cores
     kernels: str = "generated"
     data_pool: int = 4  # distinct batches, generated before timing and cycled
+    # "retain": every rank keeps freed heap memory for reuse (`runtime.allocator`), for every
+    # system alike; "default": glibc's own policy (big temporaries faulted in again each step).
+    host_memory: str = "default"
 
 
 def dlrm_config(cfg: BenchConfig):
@@ -93,12 +96,23 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
     raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
 
 
+def apply_host_memory(cfg: BenchConfig) -> None:
+    """The rank's host-allocator policy, set before any system is built (it is process-wide, so
+    every system of the run gets the same)."""
+    if cfg.host_memory == "retain":
+        from sparselift.runtime.allocator import retain_freed_memory
+
+        if not retain_freed_memory():
+            raise RuntimeError("--host-memory retain needs glibc's mallopt, which this process lacks")
+
+
 def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     import torch
 
     from sparselift.bench.baselines import synthetic_source
 
     torch.set_num_threads(cfg.threads)
+    apply_host_memory(cfg)
     config = dlrm_config(cfg)
     source = synthetic_source(config, seed=cfg.seed)
     global_bs = cfg.batch_size * world
@@ -301,7 +315,8 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
     width = max(17, *(len(s["label"]) + 2 for _, s in rows))
     lines = [
         f"{title}: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
-        f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds",
+        f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds"
+        + (", freed host memory retained (every system)" if cfg.get("host_memory") == "retain" else ""),
         "",
         f"{'system':<{width}}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
         + "".join(f"{c:>11}" for c in COLUMNS)
@@ -415,6 +430,13 @@ def add_arguments(
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1: 2 ranks on 2 cores)")
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
+    p.add_argument(
+        "--host-memory",
+        default="default",
+        choices=("default", "retain"),
+        help="retain: every rank keeps freed heap memory for reuse instead of faulting big temporaries in "
+        "again each step (glibc mallopt, process-wide: every system alike); default: glibc's policy",
+    )
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: throughput per step and the stage breakdown")
@@ -432,6 +454,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         rows_cap=a.rows_cap,
         threads=a.threads,
         kernels=a.kernels,
+        host_memory=a.host_memory,
     )
     known = getattr(a, "known_systems", SYSTEMS)
     unknown = [s for s in cfg.systems if s not in known]

@@ -30,6 +30,7 @@ from typing import Any
 from sparselift.bench.dlrm import (
     SYSTEMS,
     BenchConfig,
+    apply_host_memory,
     cli_main,
     format_table,
     measure_systems,
@@ -90,6 +91,7 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
     from sparselift.bench.seq_systems import din_config, din_source
 
     torch.set_num_threads(cfg.threads)
+    apply_host_memory(cfg)
     config = din_config(cfg.rows_cap, cfg.seed)
     source = din_source(config, seed=cfg.seed)
     globals_ = [source.global_batch(i, cfg.batch_size * world) for i in range(cfg.data_pool)]

@@ -31,6 +31,8 @@ def dlrm_run(tmp_path_factory):
         "2",
         "--warmup",
         "1",
+        "--host-memory",
+        "retain",
         "--json",
         str(out / "r.json"),
         "--plot",
@@ -46,6 +48,7 @@ def test_dlrm_bench_prints_one_row_per_system(dlrm_run):
     for label in ("DLRM-Baseline", "TorchRec", "SparseLift", "dense-only"):
         assert label in stdout
     assert "sparselift_vs_torchrec" in stdout and "ceiling_vs_torchrec" in stdout
+    assert "freed host memory retained (every system)" in stdout  # --host-memory retain
 
 
 def test_dlrm_bench_json_has_every_key(dlrm_run):
@@ -60,6 +63,7 @@ def test_dlrm_bench_json_has_every_key(dlrm_run):
     for key in ("sparselift_vs_baseline", "sparselift_vs_torchrec", "ceiling_vs_torchrec"):
         assert result["ratios"][key] > 0
     assert result["config"]["world_size"] == 2 and "torch" in result["machine"]
+    assert result["config"]["host_memory"] == "retain"
     # The planner's measured verdicts say why SparseLift runs the pipeline it runs.
     plan = result["sparselift_plan"]
     assert plan["pipeline"].startswith("lift-sparse") and plan["decisions"]

@@ -4,6 +4,8 @@ release does it."""
 from __future__ import annotations
 
 import platform
+import subprocess
+import sys
 
 import pytest
 
@@ -38,3 +40,32 @@ def test_the_planner_returns_memory_when_calibration_ends(monkeypatch):
     timing.program, timing.placements = object(), {}
     timing.release()
     assert calls == [1]
+
+
+_FAULTS_SCRIPT = """
+import resource, sys, torch
+from sparselift.runtime.allocator import retain_freed_memory
+if sys.argv[1] == "retain":
+    assert retain_freed_memory()
+def step():
+    x = torch.ones(64 * 2**20 // 4)  # 64 MB: over glibc's largest mmap threshold
+    y = torch.ones(8 * 2**20 // 4)   # 8 MB: on the heap once the threshold has grown
+    return float(x[-1] + y[-1])
+for _ in range(3):
+    step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 5)
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_retained_memory_is_reused_without_page_faults():
+    # Each run is its own process: the setting is process-wide and permanent.
+    faults = {}
+    for mode in ("default", "retain"):
+        out = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, mode], capture_output=True, text=True, check=True)
+        faults[mode] = int(out.stdout.split()[-1])
+    assert faults["default"] > 64 * 2**20 // 4096 // 2, faults  # the 64 MB block faults in every step
+    assert faults["retain"] < 200, faults
