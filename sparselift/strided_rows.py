@@ -84,14 +84,14 @@ def block_runs(blocks: Sequence[torch.Tensor]) -> list[tuple[int, torch.Tensor]]
 
 
 class _StackedBlocks(torch.autograd.Function):
-    """`torch.stack` whose result is a view of the blocks (checked by `block_run`); its backward
-    hands each block its slice of the gradient, as `torch.stack`'s does."""
+    """`torch.stack` whose result is a view of the blocks (`stack_blocks` calls it only on a run
+    that `block_run` accepts); its backward hands each block its slice of the gradient, as
+    `torch.stack`'s does."""
 
     @staticmethod
     def forward(ctx, dim: int, *blocks: torch.Tensor) -> torch.Tensor:
         ctx.dim = dim
-        run = block_run(blocks)
-        return torch.stack(blocks, dim) if run is None else run.movedim(0, dim)
+        return _stack_view(blocks).movedim(0, dim)  # `stack_blocks` checked the run
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

@@ -24,23 +24,13 @@ import functools
 
 
 @functools.cache
-def _malloc_trim():
+def _libc(function: str):
+    """glibc's `function` (`malloc_trim`, `mallopt`), or None under another libc."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-@functools.cache
-def _mallopt():
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name).mallopt
+        return getattr(ctypes.CDLL(name), function)
     except (OSError, AttributeError):  # not glibc
         return None
 
@@ -55,7 +45,7 @@ def retain_freed_memory() -> bool:
     allocator could. Process-wide and for the rest of the process: every block comes from the
     heap (no per-block mappings) and a free never trims it. Resident memory then stays at the
     process's high-water mark until `release_freed_memory`."""
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt")
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
@@ -63,7 +53,7 @@ def retain_freed_memory() -> bool:
 
 def release_freed_memory() -> bool:
     """Return the allocator's free heap memory to the OS; whether the allocator could."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     return bool(trim is not None and trim(0))
 
 
