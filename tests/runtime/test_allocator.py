@@ -51,21 +51,23 @@ def step():
     x = torch.ones(64 * 2**20 // 4)  # 64 MB: over glibc's largest mmap threshold
     y = torch.ones(8 * 2**20 // 4)   # 8 MB: on the heap once the threshold has grown
     return float(x[-1] + y[-1])
-for _ in range(3):
+faults = []
+for _ in range(12):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
-    step()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 5)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(*faults)
 """
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_retained_memory_is_reused_without_page_faults():
-    # Each run is its own process: the setting is process-wide and permanent.
-    faults = {}
+    # Each run is its own process: the setting is process-wide and permanent. The retained heap
+    # still grows in the first steps (seen: up to 4) while freed blocks settle into place, so
+    # only the steady steps at the end are compared.
+    steady = {}
     for mode in ("default", "retain"):
         out = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, mode], capture_output=True, text=True, check=True)
-        faults[mode] = int(out.stdout.split()[-1])
-    assert faults["default"] > 64 * 2**20 // 4096 // 2, faults  # the 64 MB block faults in every step
-    assert faults["retain"] < 200, faults
+        steady[mode] = [int(n) for n in out.stdout.split()][-6:]
+    assert min(steady["default"]) > 64 * 2**20 // 4096 // 2, steady  # the 64 MB block faults in every step
+    assert max(steady["retain"]) < 200, steady
