@@ -122,6 +122,7 @@ class PairedComparison:
             "futile": " (stopped: a gain worth the pass is ruled out)",
             "rounds": " (round limit reached)",
             "budget": " (calibration budget spent)",
+            "share": " (this family's part of the calibration budget spent)",
         }[self.stopped]
         return (
             f"{self.verdict}: mean gain {self.mean_us / 1e3:+.2f} ms +- {se} ms (1 s.e.)"
@@ -247,7 +248,7 @@ def paired_test(
     stopped = "rounds"
     for i in range(max_rounds):
         if measure.over_budget():
-            stopped = "budget"
+            stopped = "budget" if getattr(measure, "exhausted", True) else "share"
             break
         t_base, t_cand = measure.pair(baseline, candidate, candidate_first=bool(i % 2))
         base.append(t_base * 1e6)

@@ -19,6 +19,9 @@ Every plan gets one warmup step after it is built (`PlanTimer.warm`), not before
 - **Sharding** (opt-in): each placement policy's own T0 (the start plan on that placement)
   screened against "auto"'s, then tested.
 
+The search tells the lookahead when each family starts (`begin_family`): the family gets an even
+part of the budget left, shared with the searchable families after it (`PlanTimer.share_family`).
+
 Every paired test's rounds are timed on every rank and combined by MAX (a step ends when its
 slowest rank ends), so every rank reaches the same verdict. Building and timing plans is the
 `PlanTimer`'s (`sparselift.plan_timing`).
@@ -125,11 +128,17 @@ class Lookahead:
             self._refit()
         return out
 
+    def begin_family(self, families_after: int) -> None:
+        """The search starts deciding a family, with `families_after` more to come: it gets an
+        even part of the budget left (`PlanTimer.share_family`)."""
+        self.timer.share_family(families_after)
+
     def _not_tried(self, cand: Candidate, predicted: float | None) -> Decision:
+        spent = "calibration budget exhausted" if self.timer.exhausted else "this family's part of the budget spent"
         return decision(
             cand,
             False,
-            f"not tried: calibration budget exhausted ({self.timer.elapsed():.1f} s of {self.timer.budget_s:g} s)",
+            f"not tried: {spent} ({self.timer.elapsed():.1f} s of {self.timer.budget_s:g} s)",
             predicted,
         )
 

@@ -103,6 +103,10 @@ class PlanTimer:
         self.budget_s = float(options.calibration_budget_s)
         self.budget_share = 1.0  # of the budget the current phase may spend (the search's, then all)
         self.exhausted = False
+        # The family being decided gets an even part of what the search has left (`share_family`):
+        # (elapsed when it started, or None until the next budget check, and how many come after).
+        self._family_share: tuple[float | None, int] | None = None
+        self.share_spent = False  # the current family's part is spent (the budget may not be)
         self._start = 0.0
         self._longest_step_s = 0.0  # the longest step observed (what the budget keeps in reserve)
         # Each plan's fastest step (not warmups), and the plan the budget is sized to: the one the
@@ -189,18 +193,37 @@ class PlanTimer:
         reference lowering costs seconds)."""
         self._sized_by = (id(self.program), plan)
 
+    def share_family(self, families_after: int | None) -> None:
+        """Give the family about to be decided an even part of what is left of the search's
+        budget, shared with the `families_after` still to come (None: no family part, the whole
+        budget, as for the confirmation). Without it, the first family to test a close call
+        (a gain within the noise) spends the whole budget on it and the later ones go untried,
+        however much they would gain; a family that finishes early leaves its rest to the next."""
+        self._family_share = None if families_after is None else (None, max(0, families_after))
+        self.share_spent = False
+
     def over_budget(self) -> bool:
-        """Spent (`budget_share` of the budget, sized to the returned plan's step), or too little
-        left for one more paired round (two of the longest steps seen): the budget is a bound, not
-        a mark to overrun by a round of slow T0 steps. Every figure is the slowest rank's."""
-        if not self.exhausted:
-            now = self.clock() - self._start
-            step = self._fastest.get(self._sized_by, math.inf)
-            elapsed, longest, fastest = self.max([now, self._longest_step_s, step])
-            self.budget_s = self._sized_budget(fastest)
-            if elapsed + 2 * longest > self.budget_share * self.budget_s:
-                self.exhausted = True
-        return self.exhausted
+        """Spent (`budget_share` of the budget, sized to the returned plan's step, or the current
+        family's part of it: `share_family`), or too little left for one more paired round (two of
+        the longest steps seen): the budget is a bound, not a mark to overrun by a round of slow
+        T0 steps. Every figure is the slowest rank's."""
+        if self.exhausted:
+            return True
+        now = self.clock() - self._start
+        step = self._fastest.get(self._sized_by, math.inf)
+        elapsed, longest, fastest = self.max([now, self._longest_step_s, step])
+        self.budget_s = self._sized_budget(fastest)
+        limit = self.budget_share * self.budget_s
+        if elapsed + 2 * longest > limit:
+            self.exhausted = True
+            return True
+        if self._family_share is not None:
+            started, after = self._family_share
+            if started is None:
+                started = elapsed
+                self._family_share = (started, after)
+            self.share_spent = elapsed + 2 * longest > started + (limit - started) / (after + 1)
+        return self.share_spent
 
     # -- building plans ----------------------------------------------------------------------
     def _model(self, pipeline: Pipeline, program=None):

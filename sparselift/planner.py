@@ -356,6 +356,7 @@ class Planner:
         sharding_decisions = lookahead.decide_sharding(self.base_profile) if self.try_sharding else []
         result = search(lookahead.predictor, self.plan_options, lookahead, incumbent=self.start)
         self.search_exhausted, timer.exhausted, timer.budget_share = timer.exhausted, False, 1.0
+        timer.share_family(None)  # the confirmation may spend all that is left
         timer.size_by(result.pipeline)
         accepted = [d.pipeline for d in result.decisions if d.accepted]
         fallbacks = [p for p in reversed(accepted[:-1]) if p != result.pipeline]

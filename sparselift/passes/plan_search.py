@@ -96,6 +96,17 @@ def _best_gain(predictor: Predictor, options: PlanOptions, current: Pipeline, pr
     return best
 
 
+def _searchable(predictor: Predictor, options: PlanOptions, current: Pipeline, profile, family: str) -> bool:
+    """Whether `family` has a feasible candidate on `current`: one the search would hand the
+    confirmer (available, and passing `check_candidate`)."""
+    base = predictor.predict(current, profile)
+    for cand in enumerate_candidates(predictor.module, options, current):
+        if cand.family == family and cand.available:
+            if check_candidate(cand, predictor.predict(cand.pipeline, profile), base, options) is None:
+                return True
+    return False
+
+
 def _kept_from_start(incumbent: Pipeline, options: PlanOptions) -> list[Decision]:
     """A decision for each family whose pass the start plan already holds: kept, not searched
     (the other families' candidates are measured against a plan that has it)."""
@@ -122,6 +133,10 @@ def search(
     no predicted gain, keep `options.families`' order), so a budget that runs out mid-search has
     spent itself on the most promising families.
 
+    A measuring confirmer that has `begin_family(families_after)` is told when each family
+    starts and how many searchable ones (with a feasible candidate) come after it, so that it
+    can split its budget between them.
+
     Aggregation adds roles one at a time (each accepted role becomes part of the incumbent);
     the variants of the other families are alternatives, of which at most one is kept. A family
     whose pass `incumbent` already holds is recorded as kept (an accepted decision, unmeasured)
@@ -133,9 +148,12 @@ def search(
     current = tuple(incumbent)
     decisions: list[Decision] = _kept_from_start(current, options)
     remaining = list(options.families)
+    begin_family = getattr(confirmer, "begin_family", None)  # a measuring confirmer's budget split
     while remaining:
         family = remaining.pop(0)
         tried: set[str] = set()
+        if begin_family is not None:
+            begin_family(sum(_searchable(predictor, options, current, profile, f) for f in remaining))
         while True:
             profile = confirmer.profile(profile)
             base = predictor.predict(current, profile)

@@ -372,3 +372,33 @@ def test_after_the_first_family_the_most_promising_goes_next(hide, aggregate, ex
     result = search(GainsPredictor(lifted(), gains), PlanOptions(families=pc.FAMILIES), order)
     assert order.families == expected
     assert GenerateKernels() in result.pipeline and any(isinstance(p, HideLatency) for p in result.pipeline)
+
+
+class FamilyStarts(AnalyticConfirmer):
+    """Records each `begin_family` call: how many searchable families the search says follow."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.families: list[str] = []
+
+    def begin_family(self, families_after: int) -> None:
+        self.starts.append(families_after)
+
+    def confirm(self, family, incumbent, variants, incumbent_prediction):
+        if family not in self.families:
+            self.families.append(family)
+        return super().confirm(family, incumbent, variants, incumbent_prediction)
+
+
+def test_each_family_start_counts_only_the_searchable_families_after_it():
+    # The measuring confirmer splits its budget evenly between the family it starts and the ones
+    # after it; a family with nothing to try (deduplication on a model with no unpooled table)
+    # must not take a part it would never spend.
+    gains = {GenerateKernels: 100.0, HideLatency: 60.0, AggregateComm: 30.0}
+    starts = FamilyStarts()
+    search(GainsPredictor(lifted(), gains), PlanOptions(families=pc.FAMILIES), starts)
+    assert "deduplication" in pc.FAMILIES and "deduplication" not in starts.families
+    assert len(starts.starts) == len(pc.FAMILIES)
+    assert starts.starts[0] == len(starts.families) - 1  # codegen first: every searched one follows
+    assert starts.starts[-1] == 0
+    assert all(a >= b for a, b in zip(starts.starts, starts.starts[1:]))

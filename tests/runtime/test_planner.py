@@ -556,3 +556,34 @@ def test_the_search_leaves_the_confirmation_its_share_only_once_it_has_accepted_
     )
     assert not d.accepted and d.reason.startswith("not tried: calibration budget exhausted")
     assert timer.budget_share == SEARCH_SHARE
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_close_call_leaves_the_next_family_its_part_of_the_budget(split):
+    # Aggregation's candidate ties with the incumbent: its paired test stays unclear until the
+    # round limit and, with the whole budget its own, spends all of it; the latency-hiding
+    # schedule after it (a clear 10% gain) then goes untried. With the budget split between the
+    # families (`begin_family`), the tie stops at its half and the gain is found.
+    now = [0.0]
+    agg, hide = AggregateComm(roles=("input",)), HideLatency()
+
+    def measure(spec):
+        dt = 0.009 if spec == pass_spec(hide) else 0.010 + 0.004 * math.sin(now[0] * 7)
+        now[0] += dt
+        return dt
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=0.3, calibration_steps=1000)
+    lookahead.timer.ready = lambda pipelines, program=None: None
+    base = Prediction((), 1.0, (), "")
+    if split:
+        lookahead.begin_family(1)
+    (tie,) = lookahead.confirm("aggregation", (), [(Candidate("aggregation", "agg", agg, (agg,)), base)], base)
+    assert not tie.accepted and tie.reason.startswith("unclear"), tie.reason
+    if split:
+        assert "this family's part of the calibration budget spent" in tie.reason
+        assert now[0] <= 0.3 / 2 + 0.03  # its half, and at most one more round
+        lookahead.begin_family(0)
+    (d,) = lookahead.confirm("latency-hiding", (), [(Candidate("latency-hiding", "hide", hide, (hide,)), base)], base)
+    assert d.accepted is split, d.reason
+    if not split:
+        assert d.reason.startswith("not tried: calibration budget exhausted")
