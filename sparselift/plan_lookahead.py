@@ -10,7 +10,9 @@ Every plan gets one warmup step after it is built (`PlanTimer.warm`), not before
   incumbent (`plan_confirm.paired_test`). Accepted only when the test says "faster" (a gain of at
   least 1% of the step with 3 standard errors of the paired rounds to spare).
 - **Alternatives** (latency-hiding schedules): two interleaved screening
-  rounds of every schedule and the incumbent. The two fastest screened schedules that screened
+  rounds of every schedule and the incumbent (schedules are built best predicted first, and no
+  more once the family's part of the budget is spent: a build costs seconds at real size). The
+  two fastest screened schedules that screened
   below the incumbent are tested against it; if both are faster, they are tested against each
   other, and when that stays unclear the earlier in the planner's fixed candidate order wins, so
   a tie is decided the same way in every run.
@@ -171,7 +173,9 @@ class Lookahead:
         """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
         results: dict[str, float | str] = {}
         ready = []
-        for cand, _ in variants:
+        for cand, _ in variants:  # best predicted first: building stops once the family's part is spent
+            if ready and self.timer.over_budget():
+                break
             error = self.timer.ready([cand.pipeline])
             if error:
                 results[cand.label] = error
@@ -237,7 +241,8 @@ class Lookahead:
             p = predicted.get(cand.label)
             if r is None:
                 not_measured = decision(cand, False, "not measured", p)
-                out.append(self._not_tried(cand, p) if self.timer.exhausted else not_measured)
+                spent = self.timer.exhausted or self.timer.share_spent
+                out.append(self._not_tried(cand, p) if spent else not_measured)
             elif isinstance(r, str):
                 out.append(decision(cand, False, r, p))
             elif cand.label in tests:

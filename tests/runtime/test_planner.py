@@ -587,3 +587,33 @@ def test_a_close_call_leaves_the_next_family_its_part_of_the_budget(split):
     assert d.accepted is split, d.reason
     if not split:
         assert d.reason.startswith("not tried: calibration budget exhausted")
+
+
+def test_schedules_are_built_for_screening_only_while_the_family_has_budget_left():
+    # Building a plan costs calibration time (0.12 s here). With 0.3 s for this family (half of
+    # 0.6 s), the incumbent and two of the three schedules are built and screened; the third is
+    # not tried, and says why.
+    now = [0.0]
+
+    def measure(spec):
+        now[0] += 0.001
+        return 0.010
+
+    def build(pipelines, program=None):
+        now[0] += 0.12
+        return None
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=0.6, calibration_steps=1000)
+    lookahead.timer.ready = build
+    lookahead.begin_family(1)
+    hides = [HideLatency(backward=False), HideLatency(forward=False), HideLatency()]
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    out = lookahead.confirm(
+        "latency-hiding", (), [(c, Prediction(c.pipeline, 0.0, (), "")) for c in cands], Prediction((), 1.0, (), "")
+    )
+    reasons = [d.reason for d in out]
+    assert [r.startswith("not tried: this family's part of the budget spent") for r in reasons] == [
+        False,
+        False,
+        True,
+    ], reasons
