@@ -171,23 +171,29 @@ class Lookahead:
 
     def _alternatives(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
-        results: dict[str, float | str] = {}
-        ready = []
-        for cand, _ in variants:  # best predicted first: building stops once the family's part is spent
-            if ready and self.timer.over_budget():
-                break
-            error = self.timer.ready([cand.pipeline])
-            if error:
-                results[cand.label] = error
-            else:
-                ready.append(cand)
-        # Every schedule stays built across the rounds: an evicted one would be rebuilt and its
-        # next observation would be a cold first step, not a steady-state one.
-        self.timer.cache_models = max(self.timer.cache_models, len(ready) + 1)
-        f = self.timer.screen([inc, *(c.pipeline for c in ready)])
-        for i, cand in enumerate(ready):
-            results[cand.label] = f[i + 1]
-        return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
+        # Every schedule stays built from its build to the end of the race: an evicted one would
+        # be rebuilt and its next observation would be a cold first step, not a steady-state
+        # one. No longer: each built plan holds its own buffers, and the later families' plans
+        # would otherwise be built beside all of them (the calibration's peak memory).
+        previous = self.timer.cache_models
+        self.timer.cache_models = max(previous, len(variants) + 1)
+        try:
+            results: dict[str, float | str] = {}
+            ready = []
+            for cand, _ in variants:  # best predicted first: building stops once the family's part is spent
+                if ready and self.timer.over_budget():
+                    break
+                error = self.timer.ready([cand.pipeline])
+                if error:
+                    results[cand.label] = error
+                else:
+                    ready.append(cand)
+            f = self.timer.screen([inc, *(c.pipeline for c in ready)])
+            for i, cand in enumerate(ready):
+                results[cand.label] = f[i + 1]
+            return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
+        finally:
+            self.timer.keep_models(previous)
 
     def _sweep(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""

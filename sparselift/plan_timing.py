@@ -241,9 +241,15 @@ class PlanTimer:
         self.spent["build_s"] += time.perf_counter() - start
         self._models[key] = model
         self._warm.discard(key)  # built anew: cold until it has run once
-        while len(self._models) > self.cache_models:
-            self._warm.discard(self._models.popitem(last=False)[0])
+        self.keep_models(self.cache_models)
         return model
+
+    def keep_models(self, n: int) -> None:
+        """Keep at most `n` built plans from now on, the most recently used: the others are
+        dropped now (their buffers freed)."""
+        self.cache_models = n
+        while len(self._models) > n:
+            self._warm.discard(self._models.popitem(last=False)[0])
 
     def _local(self, program) -> LocalTables:
         """The table storage `program`'s candidates run on; the first time, also the rows the

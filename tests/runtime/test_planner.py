@@ -617,3 +617,29 @@ def test_schedules_are_built_for_screening_only_while_the_family_has_budget_left
         False,
         True,
     ], reasons
+
+
+def test_screened_schedules_are_dropped_once_the_race_is_decided():
+    # Screening keeps every schedule built (an evicted one would be rebuilt cold); once the race
+    # is decided only the usual few stay, so the next family's plans are not built beside them
+    # all (each holds its own buffers: the calibration's peak memory).
+    lookahead = _one_rank_lookahead(lambda spec: 0.010, calibration_steps=1000)
+    timer = lookahead.timer
+    usual = timer.cache_models
+
+    def build(pipelines, program=None):
+        for p in pipelines:
+            timer._models[(0, tuple(p))] = object()
+            timer._models.move_to_end((0, tuple(p)))
+            timer.keep_models(timer.cache_models)
+
+    timer.ready = build
+    hides = [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    variants = [(c, Prediction(c.pipeline, 0.0, (), "")) for c in cands]
+    built = []
+    real_screen = timer.screen
+    timer.screen = lambda plans: built.append(len(timer._models)) or real_screen(plans)
+    lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
+    assert built == [len(hides) + 1]  # all of them built while screening
+    assert timer.cache_models == usual and len(timer._models) <= usual
