@@ -173,8 +173,8 @@ class Lookahead:
         """Mutually exclusive variants (latency-hiding schedules): screened, then raced."""
         # Every schedule stays built from its build to the end of the race: an evicted one would
         # be rebuilt and its next observation would be a cold first step, not a steady-state
-        # one. No longer: each built plan holds its own buffers, and the later families' plans
-        # would otherwise be built beside all of them (the calibration's peak memory).
+        # one. Then the cache goes back to its size: each built plan holds its own buffers, and
+        # the later families' plans would otherwise be built beside all of them.
         previous = self.timer.cache_models
         self.timer.cache_models = max(previous, len(variants) + 1)
         try:
