@@ -14,12 +14,10 @@ import torch
 import torch.distributed as dist
 
 from sparselift.ir.coll import OUTPUT_ROLES
-from sparselift.runtime.host_exchange import uses_host_exchange
 
 
 class _Group(Protocol):
-    """What the collectives read of a rank's `plan_ops.PlanBase` (and, where it has one, its
-    `host_exchange`: `runtime.host_exchange.HostExchange`)."""
+    """What the collectives read of a rank's `plan_ops.PlanBase`."""
 
     rank: int
     world: int
@@ -84,9 +82,6 @@ def all_to_all_dynamic(plan: _Group, inputs, send_splits, recv_splits=None, *, r
         dist.all_to_all_single(recv_splits, send_splits, group=plan.pg)
     send, recv = send_splits.tolist(), recv_splits.tolist()
     out = x.new_empty(sum(recv))
-    host = getattr(plan, "host_exchange", None)
-    if host is not None and uses_host_exchange(role, async_op) and host.exchange(out, x.contiguous(), send, recv):
-        return out, recv_splits
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out, recv_splits))
     return pending if async_op else pending.wait()

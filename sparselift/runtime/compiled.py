@@ -29,7 +29,6 @@ from torch import nn
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
 from sparselift.runtime import huge_pages
-from sparselift.runtime.host_exchange import HostExchange
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -85,9 +84,6 @@ class CompileOptions:
     # model is compiled for; None (or a key left out): the example inputs' longest. A batch with
     # a longer bag is refused, on every rank.
     max_lengths: dict[str, int] | None = None
-    # Ranks on one host (gloo, CPU) exchange the unpooled rows through shared memory
-    # (runtime/host_exchange.py) where every rank can; False: everything over gloo.
-    host_exchange: bool = True
     huge_page_min_bytes: int | None = attrs.field(
         default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
@@ -287,8 +283,6 @@ class CompiledModel(nn.Module):
             grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
             kernels=self.kernels,
         )
-        if world > 1 and options.host_exchange and dist.get_backend(pg) == "gloo":
-            self.runner.host_exchange = HostExchange(pg, rank, world)
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP)

@@ -114,7 +114,6 @@ class PlanBase:
         self.pg = process_group
         self.grad_scale = grad_scale
         self.kernels = kernels  # generated kernels; None selects the reference lowering
-        self.host_exchange: Any = None  # runtime.host_exchange.HostExchange, set by the compiled model
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self._prefetched: dict[int, types.GeneratorType] = {}
@@ -133,8 +132,6 @@ class PlanBase:
 
     def close(self) -> None:
         _PLANS.pop(self.handle, None)
-        if self.host_exchange is not None:
-            self.host_exchange.close()
 
     def dense(self, name: str, *args):
         if self.timing is not None:
