@@ -14,6 +14,7 @@ role per round. The confirmer is pluggable: `AnalyticConfirmer` accepts the best
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 import attrs
@@ -96,15 +97,29 @@ def _best_gain(predictor: Predictor, options: PlanOptions, current: Pipeline, pr
     return best
 
 
-def _searchable(predictor: Predictor, options: PlanOptions, current: Pipeline, profile, family: str) -> bool:
-    """Whether `family` has a feasible candidate on `current`: one the search would hand the
-    confirmer (available, and passing `check_candidate`)."""
+def _weighed(
+    predictor: Predictor,
+    options: PlanOptions,
+    current: Pipeline,
+    profile,
+    family: str,
+    skip: AbstractSet[str] = frozenset(),
+) -> list[tuple[Candidate, Prediction | None, str | None]]:
+    """`family`'s candidates on `current` (but those labelled in `skip`), each with its prediction
+    (None when unavailable) and why it is rejected before measuring (None: feasible)."""
     base = predictor.predict(current, profile)
+    out: list[tuple[Candidate, Prediction | None, str | None]] = []
     for cand in enumerate_candidates(predictor.module, options, current):
-        if cand.family == family and cand.available:
-            if check_candidate(cand, predictor.predict(cand.pipeline, profile), base, options) is None:
-                return True
-    return False
+        if cand.family != family or cand.label in skip:
+            continue
+        pred = predictor.predict(cand.pipeline, profile) if cand.available else None
+        out.append((cand, pred, check_candidate(cand, pred, base, options) if pred is not None else cand.reason))
+    return out
+
+
+def _searchable(predictor: Predictor, options: PlanOptions, current: Pipeline, profile, family: str) -> bool:
+    """Whether `family` has a feasible candidate on `current`: one the search would hand the confirmer."""
+    return any(reason is None for _, _, reason in _weighed(predictor, options, current, profile, family))
 
 
 def _kept_from_start(incumbent: Pipeline, options: PlanOptions) -> list[Decision]:
@@ -157,17 +172,11 @@ def search(
         while True:
             profile = confirmer.profile(profile)
             base = predictor.predict(current, profile)
-            cands = [
-                c
-                for c in enumerate_candidates(predictor.module, options, current)
-                if c.family == family and c.label not in tried
-            ]
-            if not cands:
+            weighed = _weighed(predictor, options, current, profile, family, skip=tried)
+            if not weighed:
                 break
             feasible: list[tuple[Candidate, Prediction]] = []
-            for cand in cands:
-                pred = predictor.predict(cand.pipeline, profile) if cand.available else None
-                reason = check_candidate(cand, pred, base, options) if pred is not None else cand.reason
+            for cand, pred, reason in weighed:
                 if reason is not None:
                     inc = None if pred is None or pred.error else pred.est_us - base.est_us
                     decisions.append(decision(cand, False, reason, inc))
