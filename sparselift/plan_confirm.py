@@ -222,13 +222,17 @@ def _verdict(gains: Sequence[float], baseline_us: float, z: float, worth: float)
     return "unclear"
 
 
+MIN_ROUNDS_FASTER = 3
+"""The fewest paired rounds after which a clear gain may stop a test."""
+
+
 def paired_test(
     measure: PairMeasure,
     baseline: PlanKey,
     candidate: PlanKey,
     *,
     min_rounds: int = 6,
-    min_rounds_faster: int = 3,
+    min_rounds_faster: int = MIN_ROUNDS_FASTER,
     max_rounds: int = 16,
     z: float = Z_CLEAR,
     worth: float = WORTH,
@@ -329,6 +333,7 @@ def confirm_choice(
 
 
 __all__ = [
+    "MIN_ROUNDS_FASTER",
     "VERDICTS",
     "Z_CLEAR",
     "WORTH",

@@ -43,7 +43,7 @@ from sparselift.passes.pipeline import Pipeline, run_pipeline
 from sparselift.passes.plan_candidates import Candidate, Decision, PlacementChoice, decision, enumerate_candidates
 from sparselift.passes.plan_predict import Prediction, Predictor
 from sparselift.passes.profiles import HardwareProfile
-from sparselift.plan_confirm import PairedComparison, paired_test
+from sparselift.plan_confirm import MIN_ROUNDS_FASTER, PairedComparison, paired_test
 from sparselift.plan_timing import PlanTimer
 
 SEARCH_SHARE = 0.8
@@ -58,6 +58,13 @@ Measured = Pipeline | PlacementChoice
 def measured(cand: Candidate) -> Measured:
     """What measuring `cand` times: its plan, or for the sharding family its placement's T0."""
     return cand.change if isinstance(cand.change, PlacementChoice) else cand.pipeline
+
+
+def _screen_and_race_steps(schedules: int) -> int:
+    """Steps to screen `schedules` new schedules beside a warm incumbent (a warmup and two rounds
+    each, two rounds of the incumbent), then test the fastest against it for the fewest rounds a
+    clear gain needs."""
+    return 3 * schedules + 2 + 2 * MIN_ROUNDS_FASTER
 
 
 class Lookahead:
@@ -179,9 +186,17 @@ class Lookahead:
         self.timer.cache_models = max(previous, len(variants) + 1)
         try:
             results: dict[str, float | str] = {}
-            ready = []
-            for cand, _ in variants:  # best predicted first: building stops once the family's part is spent
-                if ready and self.timer.over_budget():
+            ready: list[Candidate] = []
+            for i, (cand, _) in enumerate(variants):  # best predicted first
+                # Building stops where the family's part would no longer pay for screening one more
+                # and then testing the fastest: screened without a test, a gain is never taken.
+                if ready and not self.timer.fits(_screen_and_race_steps(len(ready) + 1), builds=1):
+                    room = f"{len(ready)} schedule{'s' if len(ready) > 1 else ''}"
+                    for rest, _ in variants[i:]:
+                        results[rest.label] = (
+                            f"not screened: this family's part of the budget leaves room to screen and test {room} "
+                            "(built best predicted first)"
+                        )
                     break
                 error = self.timer.ready([cand.pipeline])
                 if error:

@@ -39,6 +39,16 @@ log = logging.getLogger("sparselift")
 BUDGET_MIN_S = 5.0
 """Enough to build a model's plans (compiling their kernels) and test them against each other."""
 
+SETTLE_MIN_STEPS = 4
+SETTLE_MAX_STEPS = 8
+SETTLE_TOLERANCE = 0.10
+"""`PlanTimer.settle`: T0 runs at least `SETTLE_MIN_STEPS` steps, then until the last two are within
+`SETTLE_TOLERANCE` of the fastest, at most `SETTLE_MAX_STEPS`. In a fresh process at real size
+the first steps run slow: DIN's T0 took 366, 429, 315 and 355 ms, then 274-313 ms (a planner
+record, bench/RESULTS.md "2026-12-05 (evening session)"). A paired test started then reads
+the difference as the candidate's gain. No rule can see a drop still to come after a plateau of
+slow steps: the minimum covers the steps seen slow."""
+
 
 def _loss(out) -> torch.Tensor | None:
     leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -119,7 +129,15 @@ class PlanTimer:
         # Where calibration time goes: building candidate plans (IR, plan module, kernels), timed
         # steps (warmups included), exports of sharding alternatives; the rest is analysis
         # (candidates, predictions, fits) and waiting for the other ranks.
-        self.spent: dict[str, float] = {"build_s": 0.0, "steps_s": 0.0, "steps": 0, "export_s": 0.0, "paired_rounds": 0}
+        self.spent: dict[str, float] = {
+            "build_s": 0.0,
+            "steps_s": 0.0,
+            "steps": 0,
+            "settle_steps": 0,
+            "builds": 0,
+            "export_s": 0.0,
+            "paired_rounds": 0,
+        }
 
     def start(self, start_plan: Pipeline = ()) -> None:
         """Start the budget's clock, from T0 = `start_plan` (the budget is sized to it until the
@@ -202,6 +220,28 @@ class PlanTimer:
         self._family_share = None if families_after is None else (None, max(0, families_after))
         self.share_spent = False
 
+    def _standing(self) -> tuple[float, float, float, float, float]:
+        """(elapsed, longest step, limit, the sized plan's fastest step, mean build): the slowest
+        rank's figures; the budget is re-sized to the plan the planner would return now."""
+        now = self.clock() - self._start
+        step = self._fastest.get(self._sized_by, math.inf)
+        builds = self.spent["builds"]
+        build = self.spent["build_s"] / builds if builds else 0.0
+        elapsed, longest, fastest, build = self.max([now, self._longest_step_s, step, build])
+        self.budget_s = self._sized_budget(fastest)
+        return elapsed, longest, self.budget_share * self.budget_s, fastest, build
+
+    def _family_limit(self, elapsed: float, limit: float) -> float | None:
+        """Where the current family's part ends (None: no family part); its start is the first
+        budget check after `share_family`."""
+        if self._family_share is None:
+            return None
+        started, after = self._family_share
+        if started is None:
+            started = elapsed
+            self._family_share = (started, after)
+        return started + (limit - started) / (after + 1)
+
     def over_budget(self) -> bool:
         """Spent (`budget_share` of the budget, sized to the returned plan's step, or the current
         family's part of it: `share_family`), or too little left for one more paired round (two of
@@ -209,21 +249,27 @@ class PlanTimer:
         T0 steps. Every figure is the slowest rank's."""
         if self.exhausted:
             return True
-        now = self.clock() - self._start
-        step = self._fastest.get(self._sized_by, math.inf)
-        elapsed, longest, fastest = self.max([now, self._longest_step_s, step])
-        self.budget_s = self._sized_budget(fastest)
-        limit = self.budget_share * self.budget_s
+        elapsed, longest, limit, _, _ = self._standing()
         if elapsed + 2 * longest > limit:
             self.exhausted = True
             return True
-        if self._family_share is not None:
-            started, after = self._family_share
-            if started is None:
-                started = elapsed
-                self._family_share = (started, after)
-            self.share_spent = elapsed + 2 * longest > started + (limit - started) / (after + 1)
+        family = self._family_limit(elapsed, limit)
+        if family is not None:
+            self.share_spent = elapsed + 2 * longest > family
         return self.share_spent
+
+    def fits(self, steps: int, builds: int = 0) -> bool:
+        """Whether `steps` more steps of the plan the budget is sized to (its fastest so far, else
+        the longest seen) and `builds` more plan builds (the mean so far) still fit in the current
+        family's part and in the budget, with `over_budget`'s reserve. Marks nothing spent; every
+        rank gets the same answer."""
+        if self.exhausted:
+            return False
+        elapsed, longest, limit, fastest, build = self._standing()
+        step = fastest if math.isfinite(fastest) else longest
+        end = elapsed + 2 * longest + steps * step + builds * build
+        family = self._family_limit(elapsed, limit)
+        return end <= limit and (family is None or end <= family)
 
     # -- building plans ----------------------------------------------------------------------
     def _model(self, pipeline: Pipeline, program=None):
@@ -239,6 +285,7 @@ class PlanTimer:
         start = time.perf_counter()
         model = self.builder.build(program, self._local(program), (self.lift, *pipeline), opts)
         self.spent["build_s"] += time.perf_counter() - start
+        self.spent["builds"] += 1
         self._models[key] = model
         self._warm.discard(key)  # built anew: cold until it has run once
         self.keep_models(self.cache_models)
@@ -293,6 +340,28 @@ class PlanTimer:
         pipeline, program = (self.start_plan, self.placements[plan]) if placed else (plan, self.program)
         if (id(program), pipeline) not in self._warm:
             self.observe(pipeline, program, str(plan) if isinstance(plan, PlacementChoice) else "", warmup=True)
+
+    def settle(
+        self,
+        plan: Pipeline,
+        *,
+        min_steps: int = SETTLE_MIN_STEPS,
+        max_steps: int = SETTLE_MAX_STEPS,
+        tolerance: float = SETTLE_TOLERANCE,
+    ) -> list[float]:
+        """Warmup steps of `plan` (T0, before the search's first test) until its step time has
+        settled: at least `min_steps`, and the last two within `tolerance` of the fastest (each the
+        slowest rank's, so every rank stops at the same step), at most `max_steps` or until the
+        budget is spent. A process's first steps run slower than its later ones (heap growth,
+        page faults, caches); the first paired test would otherwise read that as the candidate's
+        gain. Returns the steps' seconds; none of them is an observation."""
+        steps: list[float] = []
+        while len(steps) < max_steps and not self.over_budget():
+            steps.append(self.max([self.observe(plan, warmup=True)])[0])
+            self.spent["settle_steps"] += 1
+            if len(steps) >= max(2, min_steps) and all(s <= (1 + tolerance) * min(steps) for s in steps[-2:]):
+                break
+        return steps
 
     def observe(self, pipeline: Pipeline, program=None, label: str = "", warmup: bool = False) -> float:
         """One complete step (forward + backward) of `pipeline` on the example batch, in seconds

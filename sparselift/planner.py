@@ -353,6 +353,7 @@ class Planner:
         # The search gets most of the budget (`Lookahead.confirm` sets its share); the
         # confirmation before return gets the rest.
         timer.budget_share = SEARCH_SHARE
+        timer.settle(self.start)  # T0's first steps would bias the first paired test
         sharding_decisions = lookahead.decide_sharding(self.base_profile) if self.try_sharding else []
         result = search(lookahead.predictor, self.plan_options, lookahead, incumbent=self.start)
         self.search_exhausted, timer.exhausted, timer.budget_share = timer.exhausted, False, 1.0

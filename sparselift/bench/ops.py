@@ -4,7 +4,8 @@ Trains SparseLift's DLRM (or `din`, `bench seq`'s model) through `TrainPipeline`
 pipeline (no planner, so runs are comparable) and times every plan-runtime call
 (`sparselift.runtime.plan_ops`: routing, the exchanges and their waits, the fused kernels,
 pack / unpack, the dense regions, the dense-gradient buckets) with a wall-clock wrapper.
-Prints, per rank, the median step and each op's milliseconds per step. The wrappers add a few
+Prints, per rank, the median step and each op's milliseconds per step; exchanges are split by
+role (`all_to_all[grad_pooled]`) and dense regions by name (`PlanBase.dense[dense_post]`). The wrappers add a few
 microseconds a call: compare runs of this command with each other, never with `bench dlrm`.
 """
 
@@ -75,11 +76,16 @@ class OpsConfig:
 
 def _timed(fn, name: str, acc: dict[str, float]):
     def wrapper(*args, **kwargs):
+        # Exchanges are told apart by their role (`all_to_all[output]`, `all_to_all[ids]`, ...).
+        # and the dense regions by their name (`PlanBase.dense[region_1]`).
+        label = f"{name}[{kwargs['role']}]" if "role" in kwargs else name
+        if name == "PlanBase.dense" and len(args) > 1:
+            label = f"{name}[{args[1]}]"
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            acc[name] += time.perf_counter() - start
+            acc[label] += time.perf_counter() - start
 
     return wrapper
 

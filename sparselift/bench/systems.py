@@ -81,11 +81,7 @@ class CompiledRunner:
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
             # Why the planner chose this pipeline: what it kept from T0 (the default lowering),
             # each measured candidate and its verdict, and those the budget left untried.
-            "decisions": [
-                f"[{'accepted' if d.accepted else 'rejected'}] {d.family} {d.label}: {d.reason}"
-                for d in (record.decisions if record is not None else ())
-                if d.accepted or d.measured_us is not None or "not tried" in d.reason
-            ],
+            "decisions": plan_decisions(record),
         }
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)
         self._steps: list[StageTimes] = []
@@ -134,6 +130,22 @@ class CompiledRunner:
 
 def _bce(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(out.reshape(-1), labels)
+
+
+def plan_decisions(record) -> list[str]:
+    """The planner's decisions worth a line in a benchmark's report: what it kept or accepted,
+    each candidate it measured or began to test (a test the budget ended after 0 rounds
+    included, so a schedule screened below the incumbent does not vanish from the report), and
+    those the budget left untried or unscreened; not the candidates rejected before any
+    measurement."""
+    return [
+        f"[{'accepted' if d.accepted else 'rejected'}] {d.family} {d.label}: {d.reason}"
+        for d in (record.decisions if record is not None else ())
+        if d.accepted
+        or d.measured_us is not None
+        or d.reason.startswith(("not tried", "not screened"))
+        or "paired rounds" in d.reason
+    ]
 
 
 class SparseLiftRunner(CompiledRunner):

@@ -9,6 +9,7 @@ global batch).
 from __future__ import annotations
 
 import math
+import types
 
 import attrs
 import pytest
@@ -305,3 +306,28 @@ def test_get_my_slice_matches_reference_split():
             assert slices[0].start == 0 and slices[-1].stop == n
             assert all(a.stop == b.start for a, b in zip(slices, slices[1:]))
             assert [s.stop - s.start for s in slices] == get_split_lengths(n, w)
+
+
+def test_the_report_keeps_a_test_the_budget_ended_before_its_first_round():
+    # A schedule screened below the incumbent whose paired test got 0 rounds (the family's part
+    # of the budget spent) has no measured increment; the report still lists it, and drops only
+    # the candidates rejected before any measurement.
+    from sparselift.bench.systems import plan_decisions
+    from sparselift.passes.plan_candidates import Decision
+
+    def dec(label, reason, accepted=False, measured=None):
+        return Decision("latency-hiding", label, None, (), accepted, reason, measured_us=measured)
+
+    record = types.SimpleNamespace(
+        decisions=(
+            dec("kept", "in the start plan T0", accepted=True),
+            dec("screened", "screened at 221.46 ms against the incumbent's 231.20 ms: not a contender", measured=-9.7),
+            dec("raced", "unclear: mean gain +0.00 ms +- inf ms (1 s.e.) over 0 paired rounds (budget spent)"),
+            dec("untried", "not tried: calibration budget exhausted (10.2 s of 10.455 s)"),
+            dec("unscreened", "not screened: this family's part of the budget leaves room to screen and test 1"),
+            dec("infeasible", "memory cap: in-flight buffers 10 bytes > memory-cap-bytes 1"),
+        )
+    )
+    lines = plan_decisions(record)
+    assert [line.split(": ")[0].split()[-1] for line in lines] == ["kept", "screened", "raced", "untried", "unscreened"]
+    assert lines[0].startswith("[accepted] latency-hiding kept") and plan_decisions(None) == []
