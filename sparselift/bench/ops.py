@@ -76,11 +76,14 @@ class OpsConfig:
 
 def _timed(fn, name: str, acc: dict[str, float]):
     def wrapper(*args, **kwargs):
-        # Exchanges are told apart by their role (`all_to_all[output]`, `all_to_all[ids]`, ...).
-        # and the dense regions by their name (`PlanBase.dense[region_1]`).
-        label = f"{name}[{kwargs['role']}]" if "role" in kwargs else name
-        if name == "PlanBase.dense" and len(args) > 1:
+        # Exchanges are told apart by their role (`all_to_all[grad_pooled]`), dense regions by
+        # their name (`PlanBase.dense[dense_post]`: args are the plan and the region's name).
+        if "role" in kwargs:
+            label = f"{name}[{kwargs['role']}]"
+        elif name == "PlanBase.dense" and len(args) > 1:
             label = f"{name}[{args[1]}]"
+        else:
+            label = name
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
