@@ -189,9 +189,10 @@ class Lookahead:
             ready: list[Candidate] = []
             for i, (cand, _) in enumerate(variants):  # best predicted first
                 # Building stops where the family's part would no longer pay for screening one more
-                # and then testing the fastest: screened without a test, a gain is never taken.
-                if ready and not self.timer.fits(_screen_and_race_steps(len(ready) + 1), builds=1):
-                    room = f"{len(ready)} schedule{'s' if len(ready) > 1 else ''}"
+                # and then testing the fastest: screened without a test, a gain is never taken. A
+                # family that cannot test even the first builds and screens nothing.
+                if not self.timer.fits(_screen_and_race_steps(len(ready) + 1), builds=1):
+                    room = f"{len(ready)} schedule{'s' if len(ready) > 1 else ''}" if ready else "none"
                     for rest, _ in variants[i:]:
                         results[rest.label] = (
                             f"not screened: this family's part of the budget leaves room to screen and test {room} "
@@ -203,6 +204,8 @@ class Lookahead:
                     results[cand.label] = error
                 else:
                     ready.append(cand)
+            if not ready:
+                return [decision(c, False, str(results[c.label]), predicted[c.label]) for c, _ in variants]
             f = self.timer.screen([inc, *(c.pipeline for c in ready)])
             for i, cand in enumerate(ready):
                 results[cand.label] = f[i + 1]

@@ -96,9 +96,10 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
     raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
 
 
-def apply_host_memory(cfg: BenchConfig) -> None:
-    """The rank's host-allocator policy, set before any system is built (it is process-wide, so
-    every system of the run gets the same)."""
+def apply_host_memory(cfg: Any) -> None:
+    """The rank's host-allocator policy (`cfg.host_memory`, of a `BenchConfig` or `bench ops`'
+    config), set before any system is built (it is process-wide, so every system of the run gets
+    the same)."""
     if cfg.host_memory == "retain":
         from sparselift.runtime.allocator import retain_freed_memory
 

@@ -72,6 +72,7 @@ class OpsConfig:
     rows_cap: int | None = 100_000
     seed: int = 0
     sharding: str = "auto"
+    host_memory: str = "default"  # as `bench seq`'s --host-memory: "retain" keeps freed heap memory
 
 
 def _timed(fn, name: str, acc: dict[str, float]):
@@ -129,9 +130,11 @@ def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
 def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
     import torch
 
+    from sparselift.bench.dlrm import apply_host_memory
     from sparselift.runtime import compiled, plan_ops
 
     torch.set_num_threads(1)
+    apply_host_memory(cfg)  # before the runner exists, as `bench seq` does
     acc: dict[str, float] = collections.defaultdict(float)
     owners = {"PlanBase": plan_ops.PlanBase, "_GradBuckets": compiled._GradBuckets}
     saved = [(plan_ops, n, getattr(plan_ops, n)) for n in PLAN_OPS] + [
@@ -161,7 +164,8 @@ def format_table(result: dict[str, Any]) -> str:
     cfg = result["config"]
     lines = [
         f"Per-op time: {cfg['model']}, {cfg['world_size']} ranks, batch {cfg['batch_size']} per rank, "
-        f"pipeline lift-sparse,{cfg['passes']}, {cfg['steps']} steps after {cfg['warmup']} warmup",
+        f"pipeline lift-sparse,{cfg['passes']}, {cfg['steps']} steps after {cfg['warmup']} warmup"
+        + (", freed host memory retained" if cfg.get("host_memory") == "retain" else ""),
         "",
     ]
     ranks = result["ranks"]
@@ -183,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000)
     p.add_argument("--sharding", default="auto", choices=SHARDING_CHOICES)
+    p.add_argument(
+        "--host-memory",
+        default="default",
+        choices=("default", "retain"),
+        help="as in bench seq: retain keeps freed heap memory for reuse (no page faults of big temporaries)",
+    )
     p.add_argument("--json", help="write the results as JSON")
     return p
 
@@ -199,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=a.batch_size,
         rows_cap=a.rows_cap,
         sharding=a.sharding,
+        host_memory=a.host_memory,
     )
     from sparselift.bench.dlrm import report
     from sparselift.runtime.distributed import launch

@@ -107,6 +107,22 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
     ),
     EntryPoint("sl_copy_blocks", "void", _args("int64_t n, const int64_t* desc")),
+    EntryPoint(
+        "sl_compact_rows",
+        "int",
+        _args(
+            "int64_t nblocks, const int64_t* blocks, int64_t batch, const int32_t* lengths, int64_t row_bytes, "
+            "void* out, int64_t nrows, int64_t* err"
+        ),
+    ),
+    EntryPoint(
+        "sl_expand_rows",
+        "int",
+        _args(
+            "int64_t nbags, const int32_t* lengths, const void* rows, int64_t nrows, int64_t row_bytes, "
+            "void* out, int64_t* err"
+        ),
+    ),
     EntryPoint("sl_abi_version", "int"),
     EntryPoint("sl_have_openmp", "int"),
 )

@@ -28,6 +28,10 @@ plus the entry points shared by all specs, their prototypes rendered from
 - `sl_concat_ids(...)`: route's concatenation of several features' ids, each checked against
   its table's rows in the same pass;
 - `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`;
+- `sl_expand_rows(...)`: an unpooled table's received rows spread to their one-id bags, zeros
+  for the empty ones (the body of `expand_rows`);
+- `sl_compact_rows(...)`: the reverse for the gradients, the non-empty bags' rows of strided
+  blocks packed back to back (the body of `compact_rows`);
 - `sl_abi_version()` (`c_abi.ABI_VERSION`, checked at load) and `sl_have_openmp()`.
 
 Pooled outputs and pooled gradients may have rows further apart than their width (`ldo` /

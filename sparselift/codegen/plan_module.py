@@ -35,7 +35,7 @@ import hashlib
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, cast
+from typing import IO, TypeGuard, cast
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
@@ -261,6 +261,11 @@ class _Emitter:
         # `ahead=True`, stops there: nothing after them may read tables the current step is
         # still updating).
         waited: dict[Operation, str] = {}  # lengths starts waited on early -> their result name
+        # A lengths exchange that sizes an indices exchange is waited on there, after the
+        # "lengths" marker, wherever the IR put its wait: waited where the IR puts it (right after
+        # its start when nothing was scheduled between), a prefetch for the next batch would block
+        # on the peers there instead of leaving the lengths in flight behind this step's backward.
+        deferred: set[Operation] = {ex for op in seg.ops if (ex := self._sizing_lengths_start(op)) is not None}
         # This step's batch sizes (they may differ across ranks and steps), from the first route
         # (agreed by the plan's `check_batch`): every exchange and buffer after it is sized by them.
         self.batch_routes.add(next(op for op in seg.ops if isinstance(op, RouteOp)))
@@ -270,7 +275,7 @@ class _Emitter:
             input_starts = self._input_starts(stage)
             last_input_start = input_starts[-1] if input_starts else None
             for op in stage:
-                out += ["        " + line for line in self._forward_op(op, waited)]
+                out += ["        " + line for line in self._forward_op(op, waited, deferred)]
                 if op is last_input_start and s == 0:
                     out.append('        yield "indices"')
         saved = "".join(f"{self.name(v)}, " for v in seg.saved)
@@ -296,27 +301,38 @@ class _Emitter:
             out.append("        return None")
         return out
 
-    def _forward_op(self, op: Operation, waited: dict[Operation, str]) -> list[str]:
-        """One forward op; an input exchange whose receive sizes the received lengths give uses them."""
-        if isinstance(op, WaitOp) and op.handle.owner in waited:
-            return []  # waited on early (see below)
-        if not (
+    @staticmethod
+    def _sized_by_lengths(op: Operation) -> TypeGuard[AllToAllOp | AllToAllStartOp]:
+        """An input exchange whose receive sizes come from received lengths (or a sizes exchange)."""
+        return (
             isinstance(op, AllToAllOp | AllToAllStartOp)
             and set(op.role.role_list) <= INPUT_ROLES
             and op.send_splits is not None
             and op.recv_splits is None
-        ):
-            return self.emit_op(op)
-        lengths_exchange = (
-            self._lengths_exchange(op.send_splits.owner) if isinstance(op.send_splits.owner, RouteOp) else None
         )
-        rs = f"rs_{self.name(op.send_splits)}"
+
+    def _sizing_lengths_start(self, op: Operation) -> AllToAllStartOp | None:
+        """The asynchronous lengths exchange whose received lengths size input exchange `op`."""
+        if not self._sized_by_lengths(op) or op.send_splits is None or not isinstance(op.send_splits.owner, RouteOp):
+            return None
+        lengths_exchange = self._lengths_exchange(op.send_splits.owner)
+        return lengths_exchange if isinstance(lengths_exchange, AllToAllStartOp) else None
+
+    def _forward_op(self, op: Operation, waited: dict[Operation, str], deferred: set[Operation]) -> list[str]:
+        """One forward op; an input exchange whose receive sizes the received lengths give uses them."""
+        if isinstance(op, WaitOp) and op.handle.owner in deferred:
+            return []  # waited on before the input exchange the lengths size (see below)
+        if not self._sized_by_lengths(op) or op.send_splits is None:
+            return self.emit_op(op)
+        send_splits = op.send_splits
+        lengths_exchange = self._lengths_exchange(send_splits.owner) if isinstance(send_splits.owner, RouteOp) else None
+        rs = f"rs_{self.name(send_splits)}"
         if lengths_exchange is None:
             if not isinstance(op, AllToAllStartOp):
                 return self.emit_op(op)  # synchronous: the sizes exchange runs inside
             # Asynchronous: the segment sizes travel first, also asynchronously, so a prefetch
             # for the next batch never blocks on a peer.
-            send = self.name(op.send_splits)
+            send = self.name(send_splits)
             return [
                 f"h_{rs} = rt.exchange_sizes(self, {send}, async_op=True)",
                 'yield "lengths"',

@@ -1,4 +1,6 @@
-"""The generated C kernels' buffer ops: `concat_ids`, `pack` and `unpack` (strided block copies).
+"""The generated C kernels' buffer ops: `concat_ids`, `pack` and `unpack` (strided block copies),
+and `expand_rows` / `compact_rows` (an unpooled table's received rows spread to their bags, and
+the gradients' rows of the non-empty bags packed back).
 
 `BufferOps` is a base of `sparselift.runtime.kernels.GeneratedKernels` (which provides `_lib` and
 `_ensure`); jagged layouts and tensors off the CPU use `sparselift.runtime.reference`.
@@ -16,7 +18,7 @@ from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
 
 
 class BufferOps:
-    """`concat_ids`, `pack` and `unpack` of `GeneratedKernels`."""
+    """`concat_ids`, `pack`, `unpack`, `expand_rows` and `compact_rows` of `GeneratedKernels`."""
 
     def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
         """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to
@@ -103,6 +105,54 @@ class BufferOps:
             start += batch * widths[s]
         self._copy(descs)
         return buf
+
+    def expand_rows(self, rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """`[lengths.numel(), dim]`: bag i's row is the next row of 2-D `rows` when `lengths[i]` is
+        1, zeros when it is 0; one pass over the output (no zeroing first). A length other than
+        0 or 1, or a row count that is not their sum, raises `ValueError` before anything is read."""
+        if rows.dim() != 2 or lengths.dim() != 1 or not _on_cpu(rows, lengths):
+            raise ValueError("expand_rows: 2-D CPU rows and 1-D CPU lengths")
+        rows = rows.contiguous()
+        lengths = lengths.to(torch.int32).contiguous()
+        out = rows.new_empty(lengths.numel(), rows.shape[1])
+        lib = self._lib or self._ensure(set())
+        err = (ctypes.c_int64 * 3)()
+        row_bytes = rows.shape[1] * rows.element_size()
+        rc = lib.lib.sl_expand_rows(
+            lengths.numel(), lengths.data_ptr(), rows.data_ptr(), rows.shape[0], row_bytes, out.data_ptr(), err
+        )
+        if rc == 1:
+            raise ValueError(f"expand_rows: a bag holds {err[2]} ids (bag {err[1]}); unpooled rows travel one per id")
+        if rc == 2:
+            raise ValueError(f"expand_rows: {err[2]} rows received for {err[1]} ids sent")
+        return out
+
+    def compact_rows(self, blocks: Sequence[torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
+        """The rows of the non-empty bags of `blocks` (each `[batch, dim]`, rows any distance apart;
+        block k's bags are `lengths[k * batch : (k + 1) * batch]`), back to back: `[filled, dim]`.
+        A length other than 0 or 1 raises `ValueError` before anything is written."""
+        if not blocks or lengths.dim() != 1 or not _on_cpu(lengths, *blocks):
+            raise ValueError("compact_rows: CPU blocks and 1-D CPU lengths")
+        batch, dim = blocks[0].shape
+        blocks = [b if b.stride(1) == 1 else b.contiguous() for b in blocks]
+        if any(b.shape != (batch, dim) or b.dtype != blocks[0].dtype for b in blocks):
+            raise ValueError(f"compact_rows: blocks of different shapes or dtypes (the first is {batch} x {dim})")
+        if len(blocks) * batch != lengths.numel():
+            raise ValueError(f"compact_rows: {len(blocks) * batch} bags in the blocks, {lengths.numel()} lengths")
+        lengths = lengths.to(torch.int32).contiguous()
+        out = blocks[0].new_empty(int(lengths.sum()), dim)
+        esz = out.element_size()
+        lib = self._lib or self._ensure(set())
+        arr, arr_p = _addr_array(ctypes.c_int64, [v for b in blocks for v in (b.data_ptr(), b.stride(0) * esz)])
+        err = (ctypes.c_int64 * 3)()
+        rc = lib.lib.sl_compact_rows(
+            len(blocks), arr_p, batch, lengths.data_ptr(), dim * esz, out.data_ptr(), out.shape[0], err
+        )
+        if rc == 1:
+            raise ValueError(f"compact_rows: a bag holds {err[2]} ids (bag {err[1]}); unpooled rows travel one per id")
+        if rc:
+            raise ValueError(f"compact_rows: {err[1]} filled bags, {err[2]} rows")
+        return out
 
     def unpack(
         self,

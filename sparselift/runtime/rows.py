@@ -84,10 +84,18 @@ def expand_rows(
     """One `[batch, dim]` value per member: the received row of each non-empty bag, zeros for the
     empty ones (views into one padded buffer)."""
     batch = int(batch)
-    filled = _one_id_bags(lengths, "expand_rows").nonzero().squeeze(1)
-    if rows.numel() != filled.numel() * dim:
-        raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
-    padded = rows.new_zeros(lengths.numel(), dim).index_copy_(0, filled, rows.view(-1, dim))
+    kernels = getattr(plan, "kernels", None)
+    if kernels is not None and hasattr(kernels, "expand_rows") and rows.device.type == "cpu":
+        # One pass (each bag's row or zeros), where zeroing the whole buffer and then scattering
+        # the rows into it writes the ~13 MB of a DIN batch twice.
+        if rows.numel() % dim:
+            raise ValueError(f"expand_rows: {rows.numel()} elements received, not whole rows of {dim}")
+        padded = kernels.expand_rows(rows.view(-1, dim), lengths)
+    else:
+        filled = _one_id_bags(lengths, "expand_rows").nonzero().squeeze(1)
+        if rows.numel() != filled.numel() * dim:
+            raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
+        padded = rows.new_zeros(lengths.numel(), dim).index_copy_(0, filled, rows.view(-1, dim))
     return [padded[start : start + batch] for start in _slot_starts(layout, dim, batch)]
 
 
@@ -98,12 +106,17 @@ def compact_rows(
     batch = int(batch)
     if not members:
         raise ValueError("compact_rows: no members")
-    filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
     starts = _slot_starts(layout, dim, batch)
     order = sorted(range(len(members)), key=starts.__getitem__)
     blocks = [members[m].reshape(batch, dim) for m in order]
     if len(blocks) * batch != lengths.numel():
         raise ValueError(f"compact_rows: {len(blocks) * batch} bags in the members, {lengths.numel()} lengths")
+    kernels = getattr(plan, "kernels", None)
+    on_cpu = lengths.device.type == blocks[0].device.type == "cpu"
+    if kernels is not None and hasattr(kernels, "compact_rows") and on_cpu:
+        # One C pass over the filled rows, straight from each member's storage.
+        return kernels.compact_rows(blocks, lengths).reshape(-1)
+    filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
     # The members are mostly slices of one gradient (the stacked positions' `unbind`): read the
     # filled rows straight from each run of them, no copy of the padded geometry first.
     out = blocks[0].new_empty(filled.numel(), dim)

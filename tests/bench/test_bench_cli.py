@@ -261,6 +261,8 @@ def test_ops_bench_times_every_plan_op(tmp_path):
         "2",
         "--warmup",
         "1",
+        "--host-memory",
+        "retain",
         "--json",
         str(tmp_path / "o.json"),
     ]
@@ -268,6 +270,8 @@ def test_ops_bench_times_every_plan_op(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "o.json").read_text())
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    # The allocator policy of `bench seq` and `bench dlrm`, so per-op times compare with theirs.
+    assert result["config"]["host_memory"] == "retain" and "freed host memory retained" in proc.stdout
     for r in result["ranks"]:
         ops = r["ops_ms_per_step"]
         # The generated plan's route, fused kernels and dense regions all ran and were timed.

@@ -266,6 +266,53 @@ def test_fused_wrappers_name_the_table_in_argument_errors(gk):
     assert all(torch.equal(t, b) for t, b in zip(tables, before)) and all(b.abs().sum() == 0 for b in bufs)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
+def test_expand_rows_spreads_the_rows_to_their_bags_and_zeros_the_rest(gk, dtype):
+    g = torch.Generator().manual_seed(15)
+    lengths = (torch.rand(300, generator=g) < 0.6).to(torch.int32)
+    rows = torch.randn(int(lengths.sum()), 24, generator=g).to(dtype)
+    rows[0, 0] = -0.0  # copied bit for bit (a sum would turn it into +0.0)
+    want = torch.zeros(300, 24, dtype=dtype).index_copy_(0, lengths.nonzero().squeeze(1), rows)
+    got = gk.expand_rows(rows, lengths)
+    assert got.dtype == dtype and torch.equal(got, want)
+    assert torch.signbit(got[int(lengths.nonzero()[0]), 0])
+    assert gk.expand_rows(rows[:0], torch.zeros(0, dtype=torch.int32)).shape == (0, 24)
+
+
+def test_expand_rows_checks_every_length_before_it_reads_a_row(gk):
+    lengths = torch.tensor([1, 0, 1, 1], dtype=torch.int32)
+    rows = torch.randn(3, 8)
+    for bad_at, value in [(1, 2), (2, -1)]:
+        bad = lengths.clone()
+        bad[bad_at] = value
+        with pytest.raises(ValueError, match=rf"a bag holds {value} ids \(bag {bad_at}\)"):
+            gk.expand_rows(rows, bad)
+    # More filled bags than rows received: refused, never a read past the rows.
+    with pytest.raises(ValueError, match="2 rows received for 3 ids sent"):
+        gk.expand_rows(rows[:2], lengths)
+    with pytest.raises(ValueError, match="4 rows received for 3 ids sent"):
+        gk.expand_rows(torch.randn(4, 8), lengths)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_compact_rows_packs_the_filled_rows_of_strided_blocks(gk, dtype):
+    g = torch.Generator().manual_seed(16)
+    grad = torch.randn(9, 5, 12, generator=g).to(dtype)  # [batch, positions, dim]
+    blocks = [*grad.unbind(1), torch.randn(9, 12, generator=g).to(dtype)]  # strided views, then one more
+    lengths = (torch.rand(len(blocks) * 9, generator=g) < 0.6).to(torch.int32)
+    want = torch.cat(blocks)[lengths.bool()]
+    got = gk.compact_rows(blocks, lengths)
+    assert got.dtype == dtype and torch.equal(got, want)
+    # What expand_rows spreads, compact_rows packs back.
+    assert torch.equal(gk.compact_rows(list(gk.expand_rows(got, lengths).split(9)), lengths), got)
+    bad = lengths.clone()
+    bad[20] = 3
+    with pytest.raises(ValueError, match=r"a bag holds 3 ids \(bag 20\)"):
+        gk.compact_rows(blocks, bad)
+    with pytest.raises(ValueError, match="bags in the blocks"):
+        gk.compact_rows(blocks[:-1], lengths)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64])
 def test_concat_ids_checks_every_id_while_it_copies(gk, out_dtype):
     g = torch.Generator().manual_seed(14)

@@ -684,6 +684,32 @@ def test_schedules_are_screened_only_as_far_as_the_family_can_still_test_the_fas
     assert [d.reason.startswith("not screened") for d in out] == [False, False, True, True]
 
 
+def test_a_family_that_cannot_test_one_schedule_screens_none():
+    # 0.1 s steps, 1 s for this family: one schedule's screening and its three paired rounds
+    # (11 steps) do not fit. Screening it anyway would spend the part and leave its test 0-1
+    # rounds: nothing is built or screened, and the record says why.
+    now = [0.0]
+
+    def measure(spec):
+        now[0] += 0.100
+        return 0.100
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=1.0, calibration_steps=1000)
+    built, screened = [], []
+    lookahead.timer.ready = lambda pipelines, program=None: built.append(pipelines)
+    lookahead.timer.observe(())
+    lookahead.timer.observe(())
+    lookahead.begin_family(0)
+    lookahead.timer.screen = lambda plans: screened.append(plans)
+    hides = [HideLatency(backward=False), HideLatency(forward=False)]
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    variants = [(c, Prediction(c.pipeline, -1.0, (), "")) for c in cands]
+    out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
+    assert [d.accepted for d in out] == [False, False]
+    assert all("not screened" in d.reason and "test none" in d.reason for d in out), [d.reason for d in out]
+    assert built == [[()]] and screened == []  # only the incumbent's readiness was checked
+
+
 def test_screened_schedules_are_dropped_once_the_race_is_decided():
     # Screening keeps every schedule built (an evicted one would be rebuilt cold); once the race
     # is decided only the usual few stay, so the next family's plans are not built beside them

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparselift.runtime.kernels import GeneratedKernels
 from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits, sum_rows, take_rows, unique_ids
 
 B, D, L = 7, 4, 5
@@ -24,28 +25,42 @@ def _layout(slots):
     return [[(slot * D, D) for slot in slots], [(0, 0)] * len(slots)]
 
 
+class _KernelPlan:
+    """A plan with generated kernels: `expand_rows` takes the C kernel's one pass."""
+
+    def __init__(self, cache):
+        self.kernels = GeneratedKernels(cache=cache, nthreads=1)
+
+
+@pytest.fixture(scope="module", params=["torch", "C kernel"])
+def plan(request, tmp_path_factory):
+    return None if request.param == "torch" else _KernelPlan(tmp_path_factory.mktemp("slcache"))
+
+
 @pytest.mark.parametrize("slots", [[0, 1, 2, 3, 4, 5], [2, 0, 1, 5, 3, 4]], ids=["in-order", "permuted"])
-def test_compact_takes_the_filled_rows_in_slot_order_and_expand_puts_them_back(slots):
+def test_compact_takes_the_filled_rows_in_slot_order_and_expand_puts_them_back(slots, plan):
     members, lengths = _members_and_lengths()
     by_slot = [members[m] for m in sorted(range(len(members)), key=lambda m: slots[m])]
     want = torch.cat(by_slot)[lengths.bool()].reshape(-1)
-    rows = compact_rows(None, lengths, members, _layout(slots), dim=D, batch=B)
+    rows = compact_rows(plan, lengths, members, _layout(slots), dim=D, batch=B)
     assert torch.equal(rows, want)
-    back = expand_rows(None, rows, lengths, _layout(slots), dim=D, batch=B)
+    back = expand_rows(plan, rows, lengths, _layout(slots), dim=D, batch=B)
     for m, value in enumerate(back):
         mask = lengths[slots[m] * B : (slots[m] + 1) * B, None]
         assert torch.equal(value, members[m] * mask)
 
 
-def test_wrong_counts_and_multi_id_bags_are_refused():
+def test_wrong_counts_and_multi_id_bags_are_refused(plan):
     members, lengths = _members_and_lengths()
-    rows = compact_rows(None, lengths, members, _layout(range(6)), dim=D, batch=B)
+    rows = compact_rows(plan, lengths, members, _layout(range(6)), dim=D, batch=B)
     with pytest.raises(ValueError, match="rows received for"):
-        expand_rows(None, rows[:-D], lengths, _layout(range(6)), dim=D, batch=B)
+        expand_rows(plan, rows[:-D], lengths, _layout(range(6)), dim=D, batch=B)
     bad = lengths.clone()
     bad[0] = 2
-    with pytest.raises(ValueError, match="a bag holds 2 ids; unpooled rows travel one per id"):
-        compact_rows(None, bad, members, _layout(range(6)), dim=D, batch=B)
+    with pytest.raises(ValueError, match="a bag holds 2 ids.*; unpooled rows travel one per id"):
+        compact_rows(plan, bad, members, _layout(range(6)), dim=D, batch=B)
+    with pytest.raises(ValueError, match="a bag holds 2 ids.*; unpooled rows travel one per id"):
+        expand_rows(plan, rows, bad, _layout(range(6)), dim=D, batch=B)
 
 
 def test_gather_sizes_each_source_by_its_ids():
