@@ -26,7 +26,7 @@ def _layout(slots):
 
 
 class _KernelPlan:
-    """A plan with generated kernels: `expand_rows` takes the C kernel's one pass."""
+    """A plan with generated kernels: `expand_rows` and `compact_rows` take their C passes."""
 
     def __init__(self, cache):
         self.kernels = GeneratedKernels(cache=cache, nthreads=1)
