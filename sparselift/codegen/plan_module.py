@@ -43,6 +43,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.target import Target
 
+from sparselift.codegen.plan_joined import SEGMENT_EMITTERS
 from sparselift.codegen.plan_rows import ROWS_EMITTERS
 from sparselift.codegen.plan_segments import EmitError, Segment, find_segments, split_stages
 from sparselift.codegen.table_facts import PLAN_MODULE_IMPORTS, describe_tables, render_tables
@@ -63,6 +64,7 @@ from sparselift.ir.sparse import (
     FusedLookupOp,
     FusedLookupUpdateOp,
     FusedTableOp,
+    JoinSegmentsOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -70,6 +72,7 @@ from sparselift.ir.sparse import (
     PackOp,
     PermuteOp,
     RouteOp,
+    SplitSegmentsOp,
     UnpackIdsOp,
     UnpackOp,
 )
@@ -519,13 +522,19 @@ class _Emitter:
         holds rank `s`'s samples: pooled outputs sent back, pooled gradients received), this
         rank's own on the samples' side and for local regroups."""
         if isinstance(op, PackOp):
+            readers = self._readers(op.buffer)
+            for reader in readers:  # sent in a merged exchange (joins may nest): what sends the join
+                if isinstance(reader, JoinSegmentsOp):
+                    readers += self._readers(reader.buffer)
             to_samples = any(
                 isinstance(reader, ReduceScatterOp)
                 or (isinstance(reader, AllToAllOp | AllToAllStartOp) and OUTPUT_ROLES & set(reader.role.role_list))
-                for reader in self._readers(op.buffer)
+                for reader in readers
             )
             return "batches.ranks" if to_samples else "batches.own"
         source = op.buffer.owner
+        while isinstance(source, SplitSegmentsOp):  # received in a merged exchange (splits may nest)
+            source = source.buffer.owner
         if isinstance(source, WaitOp):
             source = source.handle.owner
         from_samples = isinstance(source, AllToAllOp | AllToAllStartOp) and bool(
@@ -836,6 +845,7 @@ _EMITTERS: dict[type[Operation], Callable[..., list[str]]] = {
     AllReduceOp: _Emitter.emit_all_reduce,
     AllReduceStartOp: _Emitter.emit_all_reduce,
     **ROWS_EMITTERS,
+    **SEGMENT_EMITTERS,
 }
 
 

@@ -166,13 +166,23 @@ def _add_backward(
     """Each backward op into the one segment whose values it reads, and each segment's
     gradients of its outputs."""
     owner = {op: seg for seg in segments for op in seg.ops}
-    for op in step.backward.block.ops:
-        if isinstance(op, DenseOp | YieldOp):
-            continue
+    block = step.backward.block
+    ops = [op for op in block.ops if not isinstance(op, DenseOp | YieldOp)]
+    index: dict[Operation, int] = {}
+    for op in ops:
+        if not op.operands and not op.regions:
+            continue  # reads nothing (`sparse.static_sizes`): its readers' segment, below
         segs = {owner[forward_of[v]].index for v in values_used_from_outside(op) if v in forward_of}
         if len(segs) != 1:
             raise EmitError(f"{op.name} in backward reads values of {len(segs)} sparse segments; expected one")
-        segments[segs.pop()].backward_ops.append(op)
+        index[op] = segs.pop()
+    for op in ops:
+        if op not in index:
+            segs = {index.get(_outer(u.operation, block), -1) for r in op.results for u in r.uses}
+            if len(segs) != 1 or -1 in segs:
+                raise EmitError(f"{op.name} in backward feeds ops of {len(segs)} sparse segments; expected one")
+            index[op] = segs.pop()
+        segments[index[op]].backward_ops.append(op)
     for seg in segments:
         used = {v for op in seg.backward_ops for v in values_used_from_outside(op)}
         seg.grad_of = [None] * len(seg.outputs)

@@ -12,7 +12,8 @@ member lives, in elements per sample (static) or as a jagged run of run-time len
 
 This module holds the opaque collection, the route and the per-table ops, and the one `Sparse`
 dialect; it re-exports the attributes (`sparse_attrs`), the buffer ops (`sparse_buffers`), the
-fused table ops (`sparse_fused`) and the jagged rows ops (`sparse_rows`), so
+fused table ops (`sparse_fused`), the jagged rows ops (`sparse_rows`) and the segment ops of
+merged dynamic exchanges (`sparse_segments`), so
 `from sparselift.ir.sparse import ...` reaches them all.
 """
 
@@ -103,6 +104,7 @@ from sparselift.ir.sparse_rows import (
     TakeRowsOp,
     UniqueIdsOp,
 )
+from sparselift.ir.sparse_segments import SEGMENT_OPS, JoinSegmentsOp, SplitSegmentsOp, StaticSizesOp
 
 
 @irdl_op_definition
@@ -504,6 +506,7 @@ Sparse = Dialect(
         FusedLookupUpdateOp,
         FusedLookupGradOp,
         *ROWS_OPS,
+        *SEGMENT_OPS,
     ],
     [TableAttr, FeatureAttr, PlacementAttr, OptimizerAttr, LayoutAttr],
 )
@@ -547,6 +550,10 @@ __all__ = [
     "TakeRowsOp",
     "SumRowsOp",
     "ROWS_OPS",
+    "StaticSizesOp",
+    "JoinSegmentsOp",
+    "SplitSegmentsOp",
+    "SEGMENT_OPS",
     "str_array",
     "strs",
 ]

@@ -10,6 +10,10 @@ Within one region (forward or backward) of a step, pairs of collectives are fold
   all-to-all: per sender (rank) the two packs become one whose segments hold the first
   collective's columns and then the second's, the splits add up, and per receiver (rank) the
   unpacks become one reading both sides' members at shifted columns. Nothing is copied twice.
+- `coll.all_to_all` ops of which at least one is sized at run time (an unpooled table's rows
+  one per id, after `compact-rows`) become one dynamic all-to-all (`merge_dynamic.py`): a
+  join of both sides' per-peer segments, a split of what arrives. Static pairs merge first, so
+  the static exchanges join a dynamic one as one side.
 - With role `input`, the exchanged groups' routes become one and their lengths, ids and weights
   one jagged exchange (`sparse.pack_ids` / `sparse.unpack_ids`; see `merge_inputs.py`).
 - With role `dense_grad`, the backward's replicated-table gradient all-reduce (role
@@ -19,9 +23,10 @@ Within one region (forward or backward) of a step, pairs of collectives are fold
 
 Feasibility checks, each refusal leaving a `#sched.remark` on the op that names the check:
 same group (`group`), same element type (`element-type`) and reduction (`reduction`), layout
-mapping computable (`layout`: static splits, pack-made send buffers, unpack-only receivers in
-compatible per-rank or uniform forms), the merged buffer under `max-bytes` (`max-bytes`; per
-rank: elements per sample x `batch` x element size), no dependency between the two collectives
+mapping computable (`layout`: for static pairs, pack-made send buffers and unpack-only
+receivers in compatible per-rank or uniform forms; for dynamic ones, receive sizes known
+without a sizes exchange), the merged buffer under `max-bytes` (`max-bytes`; per rank: elements
+per sample x `batch` x element size, the SRSV's estimate for a dynamic side), no dependency between the two collectives
 (`dependency`; networkx, on the step's def-use graph), and a consistent order (`order`: the
 merged collective takes the later one's place; ops between them that use the earlier one's
 results move after it, which is only possible when none of them feeds the later one).
@@ -39,13 +44,15 @@ from xdsl.ir import Attribute, Block, Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from sparselift.ir._refs import enclosing_world_size
 from sparselift.ir._syntax import DYNAMIC
 from sparselift.ir.coll import AllReduceOp, AllToAllOp, RoleAttr, SplitsAttr
 from sparselift.ir.sched import StepOp
 from sparselift.ir.sparse import LayoutAttr, PackOp, UnpackOp
+from sparselift.passes.merge_dynamic import dynamic_bytes, dynamic_refusal, merge_dynamic
 from sparselift.passes.merge_inputs import merge_input_exchanges
 from sparselift.passes.remarks import Refusal, remark
-from sparselift.passes.srsv import elem_bytes, step_batch
+from sparselift.passes.srsv import Sizer, elem_bytes, step_batch
 
 # "input": every exchanged group's lengths, ids and weights in one exchange (merge_inputs.py).
 MERGEABLE_ROLES = ("input", "output_pooled", "grad_pooled", "output_rows", "grad_rows", "sparse_grad", "dense_grad")
@@ -126,6 +133,12 @@ class _Merger:
         ]
 
     def run(self) -> None:
+        # Static pairs first (their merge adds no ops), then pairs sized at run time, so the
+        # static exchanges join a dynamic one as one member (one copy, not one per exchange).
+        for dynamic in (False, True):
+            self._run(dynamic)
+
+    def _run(self, dynamic: bool) -> None:
         # Greedy: fold every later candidate into the first compatible one, repeatedly.
         changed = True
         while changed:
@@ -133,7 +146,7 @@ class _Merger:
             ops = self.candidates()
             for i, first in enumerate(ops):
                 for second in ops[i + 1 :]:
-                    if type(first) is not type(second):
+                    if type(first) is not type(second) or (not dynamic and _sized_at_run_time(first, second)):
                         continue
                     reason = self.refusal(first, second)
                     if reason is not None:
@@ -155,12 +168,20 @@ class _Merger:
             return Refusal("element-type", "not merged with an earlier collective: element types differ")
         if isinstance(a, AllToAllOp):
             assert isinstance(b, AllToAllOp)  # run() pairs collectives of the same class
-            reason = _a2a_refusal(a) or _a2a_refusal(b) or _contexts_refusal(a, b)
-            if reason is not None:
-                return reason
-            assert a.splits is not None and b.splits is not None  # _a2a_refusal refuses dynamic splits
-            elems = max(sum(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a.splits.matrix, b.splits.matrix))
-            bytes_ = elems * self.batch * elem_bytes(ta)
+            if a.splits is None or b.splits is None:  # sized at run time: merge_dynamic.py
+                reason = dynamic_refusal(a, b)
+                if reason is not None:
+                    return reason
+                estimate = dynamic_bytes(a, b, Sizer(enclosing_world_size(a) or a.group.size, self.batch))
+                if estimate is None:
+                    return Refusal("max-bytes", "not merged: the SRSV has no size for the merged buffer")
+                bytes_ = int(estimate)
+            else:
+                reason = _a2a_refusal(a) or _a2a_refusal(b) or _contexts_refusal(a, b)
+                if reason is not None:
+                    return reason
+                elems = max(sum(x + y for x, y in zip(ra, rb)) for ra, rb in zip(a.splits.matrix, b.splits.matrix))
+                bytes_ = elems * self.batch * elem_bytes(ta)
         else:
             assert isinstance(b, AllReduceOp)  # run() pairs collectives of the same class
             if a.reduction != b.reduction:
@@ -219,8 +240,15 @@ class _Merger:
         Rewriter.erase_op(b)
 
     def _merge_a2a(self, a: AllToAllOp, b: AllToAllOp) -> None:
+        if a.splits is None or b.splits is None:
+            dependents = self._dependents_between(a, b)
+            split = merge_dynamic(a, b, _union_roles(a, b), _merged_attrs(a, b))
+            _move_after(dependents, split)
+            Rewriter.erase_op(a)
+            Rewriter.erase_op(b)
+            return
         g = a.group.size
-        assert a.splits is not None and b.splits is not None  # refusal() refused dynamic splits
+        assert a.splits is not None and b.splits is not None  # the dynamic merge returned above
         sa, sb = a.splits.matrix, b.splits.matrix
         dependents = self._dependents_between(a, b)
         # refusal() checked that every send buffer is made by a sparse.pack.
@@ -290,6 +318,10 @@ class _Merger:
         for pack in dict.fromkeys([*packs_a, *packs_b]):
             if not pack.buffer.uses:
                 Rewriter.erase_op(pack)
+
+
+def _sized_at_run_time(a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> bool:
+    return isinstance(a, AllToAllOp) and isinstance(b, AllToAllOp) and (a.splits is None or b.splits is None)
 
 
 def _move_after(ops: list[Operation], anchor: Operation) -> None:

@@ -45,7 +45,7 @@ import attrs
 from xdsl.dialects.builtin import DenseArrayBase
 from xdsl.ir import Attribute, Operation
 
-from sparselift.ir.coll import AllReduceOp, AllReduceStartOp
+from sparselift.ir.coll import AllReduceOp, AllReduceStartOp, AllToAllOp, AllToAllStartOp, WaitOp
 from sparselift.ir.sched import DenseOp, StepOp
 from sparselift.ir.sparse import (
     CompactRowsOp,
@@ -54,12 +54,14 @@ from sparselift.ir.sparse import (
     FusedLookupUpdateOp,
     FusedTableOp,
     GatherRowsOp,
+    JoinSegmentsOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
     PackOp,
     RouteOp,
     RowsUpdateOp,
+    SplitSegmentsOp,
     SumRowsOp,
     TakeRowsOp,
     UnpackOp,
@@ -77,6 +79,7 @@ from sparselift.passes.srsv import (
     attr_int,
     elem_bytes,
 )
+from sparselift.passes.srsv_rows import joined_sides
 
 CATEGORIES = ("coll_alpha", "coll_beta", "gather", "update", "copy", "fixed", "dense", "reference")
 """Cost categories; the runtime planner fits one scale per category (`sparselift.cost_fit`)."""
@@ -368,6 +371,38 @@ def _rows_terms(op: GatherRowsOp | RowsUpdateOp | ExpandRowsOp | CompactRowsOp, 
     return copy_op(p, 2 * width * elem_bytes(op.rows.type))  # the padded values written (read) and the rows
 
 
+def _segments_copy_bytes(op: JoinSegmentsOp | SplitSegmentsOp, sizer: Sizer) -> float:
+    """Bytes a join (split) of a merged dynamic exchange copies on its busiest rank: nothing
+    where a rank sends one side only (receives each side from one source only)."""
+    join: object = op
+    if isinstance(op, SplitSegmentsOp):
+        exchange = op.buffer.owner
+        if isinstance(exchange, WaitOp):
+            exchange = exchange.handle.owner
+        join = exchange.inputs[0].owner if isinstance(exchange, AllToAllOp | AllToAllStartOp) else None
+    if not isinstance(join, JoinSegmentsOp) or (sides := joined_sides(join, sizer.elems)) is None:
+        return 0.0
+    ranks = range(len(sides[0]))
+    a, b = sides
+    if isinstance(op, JoinSegmentsOp):  # a rank sending both sides copies both
+        per_rank = [sum(a[s]) + sum(b[s]) if sum(a[s]) and sum(b[s]) else 0.0 for s in ranks]
+    else:  # a side received with the other's data between its sources' is concatenated
+        per_rank = [_split_copy([(a[s][r], b[s][r]) for s in ranks]) for r in ranks]
+    return max(per_rank) * sizer.batch * elem_bytes(join.buffer.type)
+
+
+def _split_copy(received: list[tuple[float, float]]) -> float:
+    """Elements a split copies, given each source's (first, second) elements: a side whose
+    sources' data are interleaved with the other side's is concatenated."""
+    flat = [n for pair in received for n in pair]
+    copied = 0.0
+    for side in (0, 1):
+        filled = [i for i in range(side, len(flat), 2) if flat[i]]
+        if filled and any(flat[i] for i in range(filled[0], filled[-1] + 1) if i % 2 != side):
+            copied += sum(flat[side::2])
+    return copied
+
+
 def op_terms(
     op: Operation,
     view: SRSV,
@@ -388,6 +423,8 @@ def op_terms(
         return attrs.evolve(terms, reference=0.0) if step is not None and step.generated_kernels else terms
     if isinstance(op, GatherRowsOp | RowsUpdateOp | ExpandRowsOp | CompactRowsOp):
         return _rows_terms(op, view, p)
+    if isinstance(op, JoinSegmentsOp | SplitSegmentsOp):
+        return copy_op(p, _segments_copy_bytes(op, sizer))
     if isinstance(op, TakeRowsOp | SumRowsOp):  # one pass over the rows (the sort of unique_ids: free)
         return copy_op(p, 2 * (sizer.value_bytes(op.rows) or 0.0))
     if isinstance(op, COLLECTIVE_OPS):

@@ -67,6 +67,7 @@ from sparselift.ir.sparse import (
     FeatureAttr,
     FusedTableOp,
     GatherRowsOp,
+    JoinSegmentsOp,
     LookupGradOp,
     LookupOp,
     LookupUpdateOp,
@@ -79,7 +80,7 @@ from sparselift.ir.sparse import (
     TableAttr,
     UnpackOp,
 )
-from sparselift.passes.srsv_rows import rows_elems
+from sparselift.passes.srsv_rows import joined_sides, rows_elems
 
 COLLECTIVE_OPS = (AllToAllOp, AllToAllStartOp, AllReduceOp, AllReduceStartOp, ReduceScatterOp)
 """Ops that every rank of their group must issue, in the same order."""
@@ -474,6 +475,9 @@ class Sizer:
             return None  # the splits themselves
         if (rows := rows_elems(value, self.elems)) is not None:  # the jagged rows ops (srsv_rows.py)
             return rows
+        if isinstance(op, JoinSegmentsOp) and value is op.buffer:  # a merged dynamic exchange's
+            sides = joined_sides(op, self.elems)
+            return None if sides is None else [[x + y for x, y in zip(*rows)] for rows in zip(*sides)]
         if isinstance(op, PackIdsOp) and value is op.buffer:
             length_elems, id_elems = self.elems(op.lengths), self.elems(op.indices)
             if length_elems is None or id_elems is None:

@@ -6,6 +6,9 @@ transposed); a compacted gradient buffer sends a row per id the other way. Both 
 from the export's pooling factors, like the ids exchange's. With `dedup-ids`, the distinct ids,
 the rows gathered for them and the gradients summed per distinct id are the table's
 `distinct` share of those (measured at export; 1, the upper bound, where it was not).
+
+Rows merged with another exchange into one dynamic exchange (`sparse.join_segments`) carry
+the sum of both sides (`joined_sides`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from sparselift.ir.coll import AllToAllOp, AllToAllStartOp, WaitOp
 from sparselift.ir.sched import StepOp, YieldOp
-from sparselift.ir.sparse import CompactRowsOp, GatherRowsOp, RouteOp, SumRowsOp, UniqueIdsOp
+from sparselift.ir.sparse import (
+    CompactRowsOp,
+    GatherRowsOp,
+    JoinSegmentsOp,
+    RouteOp,
+    StaticSizesOp,
+    SumRowsOp,
+    UniqueIdsOp,
+)
 
 Elems = list[list[float]]
 
@@ -100,4 +111,21 @@ def _scaled(m: Elems | None, share: float) -> Elems | None:
     return None if m is None else [[v * share for v in row] for row in m]
 
 
-__all__ = ["distinct_share", "route_of_lengths", "rows_elems"]
+__all__ = ["distinct_share", "joined_sides", "route_of_lengths", "rows_elems"]
+
+
+def joined_sides(op: JoinSegmentsOp, elems: Callable[[SSAValue], Elems | None]) -> tuple[Elems, Elems] | None:
+    """`m[s][p]` of each side of a `sparse.join_segments` (rows one per id merged with another
+    exchange): a static side's splits, or what its member (rank `s`'s, when there is one per
+    rank) puts in each segment; None where the sizer has no estimate."""
+    sides = []
+    for members, send in ((op.first, op.first_send), (op.second, op.second_send)):
+        if isinstance(send.owner, StaticSizesOp):
+            sides.append([[float(v) for v in row] for row in send.owner.splits.matrix])
+            continue
+        per_member = [elems(v) for v in members]
+        mats = [m for m in per_member if m is not None]
+        if len(mats) < len(per_member):
+            return None
+        sides.append([mats[s % len(mats)][s] for s in range(len(mats[0]))])
+    return sides[0], sides[1]

@@ -2,7 +2,9 @@
 
 `plan_ops` re-exports every one of them (a plan module calls them as `rt.<name>`). Exchanges
 return their results, or with `async_op=True` a `_Pending` that `wait` finishes; `pack_ids` /
-`unpack_ids` lay out and split the jagged per-peer segments of a merged ids exchange.
+`unpack_ids` lay out and split the jagged per-peer segments of a merged ids exchange, and
+`static_sizes` / `join_segments` / `split_segments` those of two exchanges merged into one
+dynamic exchange (`sparselift/ir/sparse_segments.py`).
 """
 
 from __future__ import annotations
@@ -54,13 +56,8 @@ def all_to_all(
     `lengths_known` (bag lengths, when every rank's bags all hold one id, as agreed by the
     step's batch check): every received length is 1, so nothing is sent."""
     x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
-    r, world = plan.rank, plan.world
-    if OUTPUT_ROLES & set(role.split("+")):  # from the tables' owners back to the samples' ranks
-        send = [splits[r][p] * batches[p] for p in range(world)]
-        recv = [splits[s][r] * batches[r] for s in range(world)]
-    else:
-        send = [splits[r][p] * batches[r] for p in range(world)]
-        recv = [splits[s][r] * batches[s] for s in range(world)]
+    r = plan.rank
+    send, recv = _static_counts(plan, splits, role, batches)
     if x.numel() != sum(send):
         raise RuntimeError(
             f"{role} exchange on rank {r}: {x.numel()} elements to send, but the batch sizes "
@@ -73,6 +70,68 @@ def all_to_all(
     work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
     pending = _Pending([work], lambda: (out,))
     return pending if async_op else pending.wait()
+
+
+def _static_counts(plan: _Group, splits, role: str, batches: Sequence[int]) -> tuple[list[int], list[int]]:
+    """This rank's element counts to each peer and from each source of a static exchange."""
+    r, world = plan.rank, plan.world
+    if OUTPUT_ROLES & set(role.split("+")):  # from the tables' owners back to the samples' ranks
+        return [splits[r][p] * batches[p] for p in range(world)], [splits[s][r] * batches[r] for s in range(world)]
+    return [splits[r][p] * batches[r] for p in range(world)], [splits[s][r] * batches[s] for s in range(world)]
+
+
+def static_sizes(plan: _Group, *, splits, role: str, batches: Sequence[int]):
+    """A static exchange's counts as run-time sizes (sparse.static_sizes): to each peer, from each source."""
+    send, recv = _static_counts(plan, splits, role, batches)
+    return torch.tensor(send, dtype=torch.int64), torch.tensor(recv, dtype=torch.int64)
+
+
+def join_segments(plan: _Group, first, second, first_send, second_send, first_recv, second_recv):
+    """Per peer, `first`'s segment then `second`'s in one buffer (sparse.join_segments), and the
+    merged send and receive sizes. Where this rank sends only one side, that side is the buffer."""
+    a = first[0] if len(first) == 1 else first[plan.rank]
+    b = second[0] if len(second) == 1 else second[plan.rank]
+    sa, sb = first_send.tolist(), second_send.tolist()
+    for what, x, sizes in (("first", a, sa), ("second", b, sb)):
+        if x.numel() != sum(sizes):
+            raise RuntimeError(
+                f"join_segments on rank {plan.rank}: the {what} member holds {x.numel()} elements, but its "
+                f"sizes {sizes} add up to {sum(sizes)}"
+            )
+    send = torch.tensor([x + y for x, y in zip(sa, sb)], dtype=torch.int64)
+    recv = first_recv + second_recv
+    if not any(sb):
+        return a, send, recv
+    if not any(sa):
+        return b, send, recv
+    parts_a, parts_b = a.reshape(-1).split(sa), b.reshape(-1).split(sb)
+    return torch.cat([x for pair in zip(parts_a, parts_b) for x in pair]), send, recv
+
+
+def split_segments(plan: _Group, buffer, first_recv, second_recv):
+    """A received sparse.join_segments buffer back into its two members, each its segments from
+    every source in rank order; a member whose segments lie back to back (the other member's
+    between them are empty) is a view of the buffer, no copy."""
+    ra, rb = first_recv.tolist(), second_recv.tolist()
+    if buffer.numel() != sum(ra) + sum(rb):
+        raise RuntimeError(
+            f"split_segments on rank {plan.rank}: {buffer.numel()} elements received, but the sizes "
+            f"{ra} and {rb} add up to {sum(ra) + sum(rb)}"
+        )
+    sizes = [n for pair in zip(ra, rb) for n in pair]
+    return _member(buffer, sizes, 0), _member(buffer, sizes, 1)
+
+
+def _member(buffer: torch.Tensor, sizes: list[int], side: int) -> torch.Tensor:
+    """Member `side` (0: first, 1: second) of a joined buffer of `sizes` (both sides' per source)."""
+    filled = [i for i in range(side, len(sizes), 2) if sizes[i]]
+    if not filled:
+        return buffer[:0]
+    lo, hi = filled[0], filled[-1]
+    if not any(sizes[i] for i in range(lo, hi + 1) if i % 2 != side):
+        start = sum(sizes[:lo])
+        return buffer[start : start + sum(sizes[lo : hi + 1])]
+    return torch.cat(buffer.split(sizes)[side::2])
 
 
 def all_to_all_dynamic(plan: _Group, inputs, send_splits, recv_splits=None, *, role: str, async_op: bool = False):

@@ -39,16 +39,21 @@ def test_uneven_and_empty_batches_match_single_process():
     )
 
 
+# The ops of rows exchanged one per id merged with other exchanges into one dynamic exchange.
+JOINED = ("sparse.join_segments", "sparse.split_segments")
+
+
 @pytest.mark.parametrize(
-    "world, sharding, passes, pipeline",
+    "world, sharding, passes, pipeline, expect",
     [
-        # Rows and pooled vectors in one output exchange, their gradients in one; fused kernels.
-        pytest.param(2, "table_wise", "aggregate-comm,generate-kernels", False, id="ws2-aggregate-generate"),
-        pytest.param(2, "auto", ALL_FOUR, True, id="ws2-all-four-pipelined"),
-        pytest.param(3, "row_wise", ALL_FOUR, False, id="ws3-row-wise-all-four"),
+        # Rows (one per id) and pooled vectors in one output exchange, their gradients in one.
+        pytest.param(2, "table_wise", "aggregate-comm,generate-kernels", False, JOINED, id="ws2-aggregate-generate"),
+        pytest.param(3, "table_wise", "aggregate-comm", False, JOINED, id="ws3-aggregate"),
+        pytest.param(2, "auto", ALL_FOUR, True, (), id="ws2-all-four-pipelined"),
+        pytest.param(3, "row_wise", ALL_FOUR, False, (), id="ws3-row-wise-all-four"),
     ],
 )
-def test_optimized_sequence_model_matches_single_process(world, sharding, passes, pipeline):
+def test_optimized_sequence_model_matches_single_process(world, sharding, passes, pipeline, expect):
     check_parity(
         SEQUENCE,
         world,
@@ -59,7 +64,21 @@ def test_optimized_sequence_model_matches_single_process(world, sharding, passes
         rows_cap=200,
         passes=passes,
         pipeline=pipeline,
+        expect_ops=expect,
     )
+
+
+@pytest.mark.parametrize(
+    "passes",
+    [
+        pytest.param("aggregate-comm{roles=output_pooled,output_rows}", id="forward-only"),
+        pytest.param("aggregate-comm{roles=grad_pooled,grad_rows},hide-latency", id="backward-hidden"),
+    ],
+)
+def test_merged_dynamic_exchanges_with_uneven_batches_match_single_process(passes):
+    """One direction merged at a time, with uneven and empty batches: the static side's sizes
+    follow each rank's batch, and a rank that sends or receives one side only copies nothing."""
+    _three_steps(2, SGD, passes, sizes=[[8, 5], [3, 0], [6, 6]], expect_ops=JOINED)
 
 
 JAGGED = ("sparse.gather_rows", "sparse.expand_rows", "sparse.compact_rows", "sparse.rows_update")
@@ -90,8 +109,9 @@ def _three_steps(world, optimizer, passes, sharding="table_wise", **kwargs):
 )
 def test_rows_one_per_id_match_single_process(world, optimizer, passes):
     """The default lowering sends an unpooled table's rows one per id (compact-rows), sized at
-    run time: the plans hold the jagged rows ops, and train as single-process training does."""
-    _three_steps(world, optimizer, passes, expect_ops=JAGGED)
+    run time: the plans hold the jagged rows ops, and train as single-process training does
+    (with all four optimizations, the rows ride in merged dynamic exchanges)."""
+    _three_steps(world, optimizer, passes, expect_ops=JAGGED + (JOINED if passes else ()))
 
 
 @pytest.mark.parametrize(

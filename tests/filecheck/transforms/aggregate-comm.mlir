@@ -176,3 +176,37 @@ sched.step @sum_read_elsewhere world_size = 2 outputs = 0 {
   sparse.lookup_update grad %rra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x4xf32>
   sched.yield
 }
+
+// -----
+
+// Exchanges sized at run time (rows one per id) merge with a static one of the same direction
+// into one dynamic exchange (merge_dynamic.py); one whose receive sizes are exchanged at run
+// time (no recv_splits) cannot: its sizes would be needed before the merged exchange.
+// CHECK-LABEL: sched.step @dynamic_pairs
+// CHECK:       %[[SEND:[0-9]+]], %[[RECV:[0-9]+]] = sparse.static_sizes splits #coll.splits<{{\[\[}}4, 4], [4, 4]]> role #coll.role<output_pooled>
+// CHECK-NEXT:  %[[BUF:[0-9]+]], %[[BS:[0-9]+]], %[[BR:[0-9]+]] = sparse.join_segments(%rows) (%pk) send(%sizes, %[[SEND]]) recv(%back, %[[RECV]])
+// CHECK-NEXT:  %[[GOT:[0-9]+]], %{{[0-9]+}} = coll.all_to_all %[[BUF]] on #coll.group<[0, 1]> role #coll.role<output_rows, output_pooled> send_splits(%[[BS]] : tensor<2xi64>) recv_splits(%[[BR]] : tensor<2xi64>) {group = "g"}
+// CHECK-NEXT:  %[[R:[a-z0-9]+]], %[[P:[a-z0-9]+]] = sparse.split_segments %[[GOT]] recv(%back, %[[RECV]])
+// CHECK-NEXT:  sparse.unpack %[[P]] layout
+// CHECK:       coll.all_to_all %rows {{.*}} role #coll.role<output_rows> send_splits(%sizes : tensor<2xi64>) {group = "g", remark = #sched.remark<"aggregate-comm", "layout", "not merged: a dynamic exchange without recv_splits exchanges its sizes first (layout mapping not computable)">}
+// CHECK:       sched.yield %[[R]], %{{[a-z0-9]+}}, %back
+// CAP-LABEL:   sched.step @dynamic_pairs
+// CAP:         role #coll.role<output_pooled> {{.*}}remark = #sched.remark<"aggregate-comm", "max-bytes", "not merged: the merged buffer would hold {{[0-9]+}} bytes, over max-bytes 100">
+// CAP-NOT:     sparse.join_segments
+sched.step @dynamic_pairs world_size = 2 outputs = 3 attributes {batch = "4"} {
+^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %pooled: tensor<?x4xf32>):
+  %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"h" -> "item", pooling_factor = 1.0>] placements = [#sparse.placement<"item", table_wise, rank = 0>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+  %rl = coll.all_to_all %l on #coll.group<[0, 1]> role #coll.role<input_lengths> splits #coll.splits<[[1, 0], [1, 0]]> {group = "g"} : tensor<?xi32> -> tensor<?xi32>
+  %ri, %rs = coll.all_to_all %ix on #coll.group<[0, 1]> role #coll.role<input_indices> send_splits(%sp : tensor<2xi64>) {group = "g"} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+  %rows, %sizes = sparse.gather_rows %rl, %ri table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0] {group = "g"} : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
+  %back = sparse.row_splits %sp dim = 4 {group = "g"} : tensor<2xi64> -> tensor<2xi64>
+  %got, %gs = coll.all_to_all %rows on #coll.group<[0, 1]> role #coll.role<output_rows> send_splits(%sizes : tensor<2xi64>) recv_splits(%back : tensor<2xi64>) {group = "g"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
+  %pk = sparse.pack %pooled layout = #sparse.layout<[[0 : 4], [0 : 4]]> : tensor<?x4xf32> -> tensor<?xf32>
+  %pb = coll.all_to_all %pk on #coll.group<[0, 1]> role #coll.role<output_pooled> splits #coll.splits<[[4, 4], [4, 4]]> : tensor<?xf32> -> tensor<?xf32>
+  %pv = sparse.unpack %pb layout = #sparse.layout<[[0 : 4], [0 : 4]]> : tensor<?xf32> -> tensor<?x4xf32>
+  %ob, %os = coll.all_to_all %rows on #coll.group<[0, 1]> role #coll.role<output_rows> send_splits(%sizes : tensor<2xi64>) {group = "g"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
+  sched.yield %got, %pv, %gs : tensor<?xf32>, tensor<?x4xf32>, tensor<2xi64>
+} backward {
+^bb0(%g0: tensor<?xf32>, %g1: tensor<?x4xf32>, %g2: tensor<2xi64>):
+  sched.yield
+}

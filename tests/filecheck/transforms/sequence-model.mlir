@@ -11,6 +11,37 @@
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p 'lift-sparse,parallelize-tables{groups=2}' | filecheck %s --check-prefix=PAR
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p lift-sparse,print-srsv | filecheck %s --check-prefix=SRSV
 // RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p lift-sparse,generate-kernels | filecheck %s --check-prefix=GEN
+// RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p 'lift-sparse{rows=jagged},aggregate-comm' | filecheck %s --check-prefix=JAG
+// RUN: sparselift-opt %S/../inputs/sequence-ws2.mlir -p 'lift-sparse{rows=jagged},aggregate-comm{roles=output_rows,grad_rows}' | filecheck %s --check-prefix=JROWS
+
+// Rows one per id (the compiler's lowering) are sized at run time: they merge with the other
+// exchanges of their direction into one dynamic exchange. The two pooled groups merge first
+// (static), then join the two rows exchanges as one member; the split gives every reader what
+// its own exchange returned.
+// JAG:        %[[RB:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}} = sparse.join_segments(%{{[0-9]+}}) (%{{[0-9]+}}) send
+// JAG:        sparse.static_sizes splits #coll.splits<{{\[\[}}0, 0], [10, 10]]> role #coll.role<output_pooled>
+// JAG-NEXT:   %[[BUF:[0-9]+]], %{{[0-9]+}}, %{{[0-9]+}} = sparse.join_segments(%[[RB]]) (%{{[0-9]+}}, %{{[0-9]+}})
+// JAG-NEXT:   %[[GOT:[0-9]+]], %{{[0-9]+}} = coll.all_to_all %[[BUF]] on #coll.group<[0, 1]> role #coll.role<output_rows, output_pooled> send_splits
+// JAG-NEXT:   %[[R:[0-9]+]], %{{[0-9]+}} = sparse.split_segments %[[GOT]]
+// JAG-NEXT:   sparse.split_segments %[[R]]
+// JAG-NOT:    coll.all_to_all {{.*}} role #coll.role<output
+// JAG:        } backward {
+// JAG:        sparse.static_sizes splits #coll.splits<{{\[\[}}0, 10], [0, 10]]> role #coll.role<grad_pooled>
+// JAG:        coll.all_to_all {{.*}} role #coll.role<grad_pooled, grad_rows> send_splits
+// JAG-NOT:    coll.all_to_all
+
+// Option: only the rows' roles. The two rows exchanges merge (both dynamic); the pooled ones
+// stay static, apart.
+// JROWS:      sparse.join_segments
+// JROWS-NOT:  sparse.static_sizes
+// JROWS:      coll.all_to_all {{.*}} role #coll.role<output_rows> send_splits
+// JROWS:      role #coll.role<output_pooled> splits #coll.splits<{{\[\[}}0, 0], [6, 6]]>
+// JROWS:      role #coll.role<output_pooled> splits #coll.splits<{{\[\[}}0, 0], [4, 4]]>
+// JROWS:      } backward {
+// JROWS:      role #coll.role<grad_pooled> splits
+// JROWS:      role #coll.role<grad_pooled> splits
+// JROWS:      coll.all_to_all {{.*}} role #coll.role<grad_rows> send_splits
+// JROWS-NOT:  sparse.static_sizes
 
 // generate-kernels: one-table groups are fused when the table serves several slots (an
 // unpooled table's id positions): its rows go straight into the packed buffer. One-slot tables
