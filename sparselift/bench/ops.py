@@ -46,6 +46,9 @@ PLAN_OPS = (
     "lookup_grad",
     "pack_ids",
     "unpack_ids",
+    "static_sizes",  # a merged dynamic exchange's buffers
+    "join_segments",
+    "split_segments",
     *rows.__all__,  # the jagged rows ops
 )
 METHODS = (
