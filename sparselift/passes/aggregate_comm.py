@@ -26,10 +26,11 @@ same group (`group`), same element type (`element-type`) and reduction (`reducti
 mapping computable (`layout`: for static pairs, pack-made send buffers and unpack-only
 receivers in compatible per-rank or uniform forms; for dynamic ones, receive sizes known
 without a sizes exchange), the merged buffer under `max-bytes` (`max-bytes`; per rank: elements
-per sample x `batch` x element size, the SRSV's estimate for a dynamic side), no dependency between the two collectives
-(`dependency`; networkx, on the step's def-use graph), and a consistent order (`order`: the
-merged collective takes the later one's place; ops between them that use the earlier one's
-results move after it, which is only possible when none of them feeds the later one).
+per sample x `batch` x element size, the SRSV's estimate for a dynamic side), no dependency
+between the two collectives (`dependency`; networkx, on the step's def-use graph), and a
+consistent order (`order`: the merged collective takes the later one's place; ops between them
+that use the earlier one's results move after it, which is only possible when none of them
+feeds the later one).
 """
 
 from __future__ import annotations

@@ -477,7 +477,7 @@ class Sizer:
             return rows
         if isinstance(op, JoinSegmentsOp) and value is op.buffer:  # a merged dynamic exchange's
             sides = joined_sides(op, self.elems)
-            return None if sides is None else [[x + y for x, y in zip(*rows)] for rows in zip(*sides)]
+            return None if sides is None else [[x + y for x, y in zip(*per_rank)] for per_rank in zip(*sides)]
         if isinstance(op, PackIdsOp) and value is op.buffer:
             length_elems, id_elems = self.elems(op.lengths), self.elems(op.indices)
             if length_elems is None or id_elems is None:

@@ -12,7 +12,17 @@ import pytest
 from test_srsv import context, parse  # tests/passes is on sys.path (rootdir-relative import)
 
 from sparselift.ir.coll import AllReduceOp, AllToAllOp
-from sparselift.ir.sparse import FusedLookupOp, FusedTableOp, LookupGradOp, LookupOp, LookupUpdateOp, PackOp, UnpackOp
+from sparselift.ir.sparse import (
+    FusedLookupOp,
+    FusedTableOp,
+    JoinSegmentsOp,
+    LookupGradOp,
+    LookupOp,
+    LookupUpdateOp,
+    PackOp,
+    SplitSegmentsOp,
+    UnpackOp,
+)
 from sparselift.passes import cost_model
 from sparselift.passes.annotate_cost import annotate_step, op_cost
 from sparselift.passes.pipeline import parse_pipeline, run_pipeline
@@ -168,3 +178,28 @@ def test_categories_add_up_to_the_total_for_every_op_of_an_optimized_step():
     assert any(isinstance(op, FusedTableOp) for op in view.graph.nodes)
     assert {"sparse.fused_lookup", "sparse.fused_lookup_update", "sparse.fused_lookup_grad"} <= kinds
     assert {"coll.all_to_all", "coll.all_reduce", "sparse.pack", "sparse.route"} <= kinds
+
+
+def test_a_merged_dynamic_exchange_costs_the_copies_its_ranks_make():
+    """Rows one per id merged with the pooled vectors (sequence-ws2, `item` rows from rank 0, `cat`
+    rows, `user` and `tags` pooled from rank 1): forward, each rank sends one side only, and each
+    side arrives from one source: the join and split copy nothing. Backward, every rank sends
+    both sides' gradients (rows to rank 0, pooled to rank 1): the join copies them."""
+    module = parse((INPUTS / "sequence-ws2.mlir").read_text())
+    run_pipeline(module, parse_pipeline(["lift-sparse{rows=jagged}", "aggregate-comm"]), context())
+    step = steps_of(module)[0]
+    view = build_srsv(step)
+    sizer = Sizer(view.world_size, view.batch)
+
+    def copied(op) -> float:
+        return cost_model.op_terms(op, view, CPU_GLOO, sizer).bytes
+
+    forward = [op for op in step.forward.block.ops if isinstance(op, JoinSegmentsOp | SplitSegmentsOp)]
+    backward_joins = [op for op in step.backward.block.ops if isinstance(op, JoinSegmentsOp)]
+    assert forward and backward_joins
+    # The two rows exchanges' join: rank 0 sends item rows only, rank 1 cat rows only.
+    assert copied(forward[0]) == 0.0
+    # Their join with the pooled vectors: rank 1 sends cat rows and pooled vectors.
+    assert copied(forward[1]) > 0.0
+    assert all(copied(op) == 0.0 for op in forward if isinstance(op, SplitSegmentsOp))
+    assert copied(backward_joins[-1]) > 0.0
