@@ -49,6 +49,8 @@ JOINED = ("sparse.join_segments", "sparse.split_segments")
         # Rows (one per id) and pooled vectors in one output exchange, their gradients in one.
         pytest.param(2, "table_wise", "aggregate-comm,generate-kernels", False, JOINED, id="ws2-aggregate-generate"),
         pytest.param(3, "table_wise", "aggregate-comm", False, JOINED, id="ws3-aggregate"),
+        # The merged exchanges under TrainPipeline (the next batch's input exchange started ahead).
+        pytest.param(2, "table_wise", "aggregate-comm,hide-latency", True, JOINED, id="ws2-merged-pipelined"),
         pytest.param(2, "auto", ALL_FOUR, True, (), id="ws2-all-four-pipelined"),
         pytest.param(3, "row_wise", ALL_FOUR, False, (), id="ws3-row-wise-all-four"),
     ],
