@@ -24,7 +24,7 @@ from sparselift import cache as cache_files
 from sparselift.codegen.plan_module import emit_plan_module, plan_hash
 from sparselift.codegen.table_facts import describe_features, describe_tables, distinct_shares, sharding_plan
 from sparselift.frontend.errors import ExportError
-from sparselift.frontend.export import export, input_device
+from sparselift.frontend.export import export, input_device, trace
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
 from sparselift.optim import SGD, RowWiseAdagrad
 from sparselift.passes import get_all_passes
@@ -54,14 +54,24 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
     longest jagged bags from its example inputs) and broadcasts; the other ranks export with
     those decisions, so every rank builds the same plan.
 
+    Every rank traces its model at once first (torch.export, most of the time), since the trace
+    needs none of the decisions.
+
     A refusal on any rank (rank 0's export, or another rank's) is raised on every rank: the
     others would otherwise wait for the broadcast, or the next collective, until the timeout."""
     payload = [None]
     program = None
     with same_outcome(pg, world):
+        traced = trace(model, example_inputs)
         if world == 1 or dist.get_rank(pg) == 0:
             program = export(
-                model, example_inputs, world_size=world, sharding=sharding, init_seed=init_seed, max_lengths=max_lengths
+                model,
+                example_inputs,
+                world_size=world,
+                sharding=sharding,
+                init_seed=init_seed,
+                max_lengths=max_lengths,
+                traced=traced,
             )
             payload = [
                 (
@@ -85,6 +95,7 @@ def _export_same_on_every_rank(model, example_inputs, world, sharding, pg, init_
                 init_seed=init_seed,
                 max_lengths=chosen_lengths,
                 distinct=shares,
+                traced=traced,
             )
     return program
 

@@ -311,6 +311,7 @@ def export(
     init_seed: int = 0,
     max_lengths: Mapping[str, int] | None = None,
     distinct: Mapping[str, float] | None = None,
+    traced: Traced | None = None,
 ) -> SparseProgram:
     """Export `model` and import it as a `sched.step` with one opaque EBC per sharding group.
 
@@ -325,15 +326,17 @@ def export(
     unpooled, the longest bag the model is compiled for (default: the example's longest); a
     batch with a longer one is refused (`sparselift.frontend.jagged`). `distinct`: per unpooled
     table, the share of a batch's ids that are distinct (`TableAttr.distinct`; default: measured
-    on the example inputs, or on the `stats` sample).
+    on the example inputs, or on the `stats` sample). `traced`: `trace(model, example_inputs)`,
+    made already (default: traced here).
     """
     if world_size < 1:
         raise ExportError(f"world_size must be at least 1, got {world_size}")
-    if not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
-    example_inputs = distinct_input_tensors(example_inputs)
+    if traced is None:
+        traced = trace(model, example_inputs)
+    elif traced.model is not model:
+        raise ValueError("export: `traced` is the trace of another model")
+    example_inputs = traced.example_inputs
     model_name = type(model).__name__
-    traced = _trace(model, example_inputs)
     calls = _separable_lookups(traced.gm, model_name)
     jagged = _jagged_calls(calls, traced.input_objects, max_lengths)
     regions = _regions(traced, calls, jagged)
@@ -393,9 +396,11 @@ class _Feature:
 
 
 @attrs.frozen
-class _Traced:
-    """The exported graph and the model inputs as its placeholders see them."""
+class Traced:
+    """The exported graph and the model inputs as its placeholders see them (`trace`)."""
 
+    model: nn.Module
+    example_inputs: tuple  # as traced: `distinct_input_tensors` of the caller's
     ep: torch.export.ExportedProgram
     gm: fx.GraphModule
     placeholders: list[fx.Node]
@@ -422,8 +427,14 @@ class _Regions:
     outputs: list[fx.Node]
 
 
-def _trace(model: nn.Module, example_inputs: tuple) -> _Traced:
-    """torch.export the model (meta parameters faked) and pair graph inputs with input leaves."""
+def trace(model: nn.Module, example_inputs: tuple) -> Traced:
+    """torch.export the model (meta parameters faked) and pair graph inputs with input leaves.
+
+    The part of `export` that needs no decision (placement, statistics), so that the ranks of a
+    process group can run it at once, before rank 0's decisions reach them (`traced=`)."""
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    example_inputs = distinct_input_tensors(example_inputs)
     meta = has_meta_parameters(model)
     with fake_meta_parameters(model, input_device(example_inputs)) if meta else contextlib.nullcontext():
         ep = _torch_export(model, example_inputs)
@@ -437,7 +448,7 @@ def _trace(model: nn.Module, example_inputs: tuple) -> _Traced:
             f"model '{type(model).__name__}': {len(placeholders)} graph inputs but {len(flat_values)} input leaves"
         )
     input_objects = {n: (p, (example_inputs, {})) for n, p in zip(placeholders, flat_paths)}
-    return _Traced(ep, gm, placeholders, flat_paths, flat_values, input_objects)
+    return Traced(model, example_inputs, ep, gm, placeholders, flat_paths, flat_values, input_objects)
 
 
 def _separable_lookups(gm: fx.GraphModule, model_name: str) -> list[LookupCall]:
@@ -506,7 +517,7 @@ def _positions(call: LookupCall, jagged: Mapping[fx.Node, _Jagged]) -> int | Non
     return None if tail is None else math.prod(tail)
 
 
-def _regions(traced: _Traced, calls: Sequence[LookupCall], jagged: Mapping[fx.Node, _Jagged]) -> _Regions:
+def _regions(traced: Traced, calls: Sequence[LookupCall], jagged: Mapping[fx.Node, _Jagged]) -> _Regions:
     """The torch regions: `sparse_inputs` (each feature's ids/offsets/weights from the model
     inputs), `dense_pre` (what the dense part computes before the lookups, if anything) and
     `dense_post` (the outputs from the looked-up values; `UnpooledViews` around it when a call is
@@ -622,7 +633,7 @@ def _check_padding_row(table: str, param: torch.Tensor, padding_idx: int) -> Non
 
 
 def _workload(
-    traced: _Traced,
+    traced: Traced,
     regions: _Regions,
     features: Sequence[_Feature],
     stats: tuple | Mapping[str, float] | None,
@@ -690,7 +701,7 @@ def _dense_op(
 
 
 def _build_step(
-    traced: _Traced,
+    traced: Traced,
     regions: _Regions,
     tables: Mapping[str, _Table],
     features: Sequence[_Feature],
@@ -758,7 +769,7 @@ def _fx_region(region: nn.Module) -> fx.GraphModule:
 
 
 def _add_sparse_inputs(
-    fwd: Block, traced: _Traced, regions: _Regions, features: Sequence[_Feature], value_of: Mapping[fx.Node, SSAValue]
+    fwd: Block, traced: Traced, regions: _Regions, features: Sequence[_Feature], value_of: Mapping[fx.Node, SSAValue]
 ) -> dict[str, tuple[SSAValue, SSAValue, SSAValue | None]]:
     """The `sched.dense @sparse_inputs` op; per feature its (ids, offsets, weights) values."""
     sp_types: list[Attribute] = []
@@ -837,4 +848,4 @@ def _add_collections(
     return pooled_of
 
 
-__all__ = ["export", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]
+__all__ = ["export", "trace", "Traced", "input_device", "dynamic_shapes", "ExportError", "SHARDING_CHOICES"]

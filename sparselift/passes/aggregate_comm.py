@@ -192,15 +192,16 @@ class _Merger:
             return Refusal(
                 "max-bytes", f"not merged: the merged buffer would hold {bytes_} bytes, over max-bytes {self.max_bytes}"
             )
+        # Descendant sets, not nx.has_path: its "no path" exception prints both ops, whole.
         graph = _def_use_graph(self.block)
-        if nx.has_path(graph, a, b) or nx.has_path(graph, b, a):
+        after_a = nx.descendants(graph, a)
+        if b in after_a or a in nx.descendants(graph, b):
             return Refusal(
                 "dependency", "not merged: the collectives depend on each other (merging would create a cycle)"
             )
-        between = self._between(a, b)
-        moved = [op for op in between if nx.has_path(graph, a, op)]
+        moved = [op for op in self._between(a, b) if op in after_a]
         for op in moved:
-            if nx.has_path(graph, op, b):
+            if b in nx.descendants(graph, op):
                 return Refusal("order", f"not merged: {op.name} uses the earlier collective and feeds the later one")
         return None
 
@@ -211,8 +212,8 @@ class _Merger:
     # -- rewrite --------------------------------------------------------------------------
     def _dependents_between(self, a: Operation, b: Operation) -> list[Operation]:
         """Ops between `a` and `b` that use `a`'s results, in program order."""
-        graph = _def_use_graph(self.block)
-        return [op for op in self._between(a, b) if nx.has_path(graph, a, op)]
+        after_a = nx.descendants(_def_use_graph(self.block), a)
+        return [op for op in self._between(a, b) if op in after_a]
 
     def merge(self, a: AllReduceOp | AllToAllOp, b: AllReduceOp | AllToAllOp) -> None:
         if isinstance(a, AllToAllOp):

@@ -198,6 +198,8 @@ class SRSV:
     tables: tuple[TableEntry, ...]
     collectives: tuple[CollectiveEntry, ...]
     graph: nx.DiGraph = attrs.field(eq=False, repr=False)
+    # op -> the ops it reaches in `graph`, filled as `reaches` asks (the graph is not changed).
+    _reached: dict[Operation, set[Operation]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def table(self, name: str) -> TableEntry:
         for t in self.tables:
@@ -219,7 +221,15 @@ class SRSV:
                 raise KeyError(f"{op.name} is not a node of the SRSV graph of @{self.step_name}")
         if a is b:
             return False
-        return not nx.has_path(self.graph, a, b) and not nx.has_path(self.graph, b, a)
+        return not self.reaches(a, b) and not self.reaches(b, a)
+
+    def reaches(self, a: Operation, b: Operation) -> bool:
+        """A path of dependencies leads from `a` to `b`."""
+        # Cached descendant sets: passes ask about many pairs, and nx.has_path's "no path"
+        # exception prints both ops, whole, every time it answers no.
+        if a not in self._reached:
+            self._reached[a] = nx.descendants(self.graph, a)
+        return b in self._reached[a]
 
     def critical_path(
         self,

@@ -23,7 +23,17 @@ DEFAULT_TIMEOUT_S = 120.0
 # What a rank forked by the fork server finds already imported. A spawned rank imports torch and
 # the compiler afresh, about 2 s a rank on two cores; a fork of the server that imported them
 # once starts in about 0.05 s, and the server serves every later `launch` of this process.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "sparselift.compiler")
+# torch.export loads dynamo, sympy and triton lazily on its first call: another 3-5 s a rank,
+# which the server pays once instead of every rank of every launch.
+FORKSERVER_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "sparselift.compiler",
+    "torch.export._trace",
+    "torch._dynamo",
+    "sympy",
+    "triton",
+)
 
 
 def free_port() -> int:

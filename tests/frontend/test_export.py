@@ -231,3 +231,15 @@ def test_2d_input_and_int32_ids_and_functional_lookup():
     assert "tensor<?xi32>" in program.text
     out = run_regions(program, model, inputs)
     torch.testing.assert_close(out[0], model(*inputs))
+
+
+def test_an_export_of_a_trace_made_before_is_the_export():
+    from sparselift.frontend.export import trace
+
+    model, inputs = build("dlrm-kaggle", rows_cap=1000, batch_size=8)
+    fresh = export(model, inputs, world_size=2)
+    reused = export(model, inputs, world_size=2, traced=trace(model, inputs))
+    assert str(reused.module) == str(fresh.module) and reused.graph_code == fresh.graph_code
+    other, _ = build("dlrm-kaggle", rows_cap=1000, batch_size=8)
+    with pytest.raises(ValueError, match="trace of another model"):
+        export(other, inputs, world_size=2, traced=trace(model, inputs))

@@ -125,3 +125,33 @@ def test_dense_gradients_form_one_all_reduce_unless_the_plan_overlaps_them():
     assert [[p.numel() for p in b] for b in overlapped.buckets] == [[400], [100, 200], [300]]
     after_backward = _GradBuckets(params, None, 2, bucket_bytes=1600, overlap=False)
     assert [[p.numel() for p in b] for b in after_backward.buckets] == [[400, 100, 200, 300]]
+
+
+def _trace_and_broadcast_order(rank: int, world: int) -> list[str]:
+    """What this rank's compile does, in order: its torch.export traces and rank 0's broadcast."""
+    import torch.distributed as dist
+
+    import sparselift.compiler as compiler
+
+    events: list[str] = []
+    trace, broadcast = compiler.trace, dist.broadcast_object_list
+
+    def traced(*args, **kwargs):
+        events.append("trace")
+        return trace(*args, **kwargs)
+
+    def broadcasted(*args, **kwargs):
+        events.append("broadcast")
+        return broadcast(*args, **kwargs)
+
+    compiler.trace, dist.broadcast_object_list = traced, broadcasted  # this rank's process only
+    model, inputs = build("two-tower", rows_cap=100, batch_size=4)
+    sparselift.compile(model, inputs, options=sparselift.CompileOptions(plan="none"))
+    return events
+
+
+def test_every_rank_traces_its_model_once_before_rank_0s_decisions_arrive():
+    # The trace needs no decision, so no rank waits for another's before making it.
+    from sparselift.runtime.distributed import launch
+
+    assert launch(_trace_and_broadcast_order, 2, timeout_s=120) == [["trace", "broadcast"]] * 2

@@ -23,3 +23,12 @@ def test_a_rank_sees_the_environment_of_its_launch_not_of_the_server_start(monke
     assert second == [(0, "second", True), (1, "second", True), (2, "second", True)]
     monkeypatch.delenv(MARK)
     assert [m for _, m, _ in launch(_rank_view, 2, timeout_s=60)] == [None, None]
+
+
+def _lazy_modules_loaded(rank: int, world: int) -> list[str]:
+    return [m for m in ("torch._dynamo", "torch.export._trace", "sympy") if m not in sys.modules]
+
+
+def test_a_rank_starts_with_what_torch_export_loads_lazily():
+    # Each rank of each launch would otherwise import them on its first compile: seconds a rank.
+    assert launch(_lazy_modules_loaded, 2, timeout_s=60) == [[], []]
