@@ -15,7 +15,9 @@ Every plan gets one warmup step after it is built (`PlanTimer.warm`), not before
   two fastest screened schedules that screened
   below the incumbent are tested against it; if both are faster, they are tested against each
   other, and when that stays unclear the earlier in the planner's fixed candidate order wins, so
-  a tie is decided the same way in every run.
+  a tie is decided the same way in every run. When the family's part has no room to screen even
+  one schedule and then test it, but room to test one, the best predicted schedule is tested
+  directly, unscreened.
 - **Parallelism**: a sweep over G (from the best predicted G, up while faster, then down) with
   two observations per G, then the fastest G tested against the incumbent.
 - **Sharding** (opt-in): each placement policy's own T0 (the start plan on that placement)
@@ -65,6 +67,12 @@ def _screen_and_race_steps(schedules: int) -> int:
     each, two rounds of the incumbent), then test the fastest against it for the fewest rounds a
     clear gain needs."""
     return 3 * schedules + 2 + 2 * MIN_ROUNDS_FASTER
+
+
+def _direct_test_steps() -> int:
+    """Steps to test one new schedule against a warm incumbent without screening it first: its
+    warmup step, then the fewest paired rounds a clear gain needs."""
+    return 1 + 2 * MIN_ROUNDS_FASTER
 
 
 class Lookahead:
@@ -182,6 +190,8 @@ class Lookahead:
         # be rebuilt and its next observation would be a cold first step, not a steady-state
         # one. Then the cache goes back to its size: each built plan holds its own buffers, and
         # the later families' plans would otherwise be built beside all of them.
+        if not self.timer.fits(_screen_and_race_steps(1), builds=1):
+            return self._direct(inc, variants, predicted)
         previous = self.timer.cache_models
         self.timer.cache_models = max(previous, len(variants) + 1)
         try:
@@ -212,6 +222,40 @@ class Lookahead:
             return self._race(inc, [c for c, _ in variants], predicted, results, f[0])
         finally:
             self.timer.keep_models(previous)
+
+    def _direct(self, inc: Pipeline, variants, predicted) -> list[Decision]:
+        """The family's part leaves no room to screen even one schedule and race it, but may leave
+        room to test one directly: screening only chooses among schedules, so with room for one
+        the choice is the best predicted that builds. At real size on a 2-core host (DIN's 230 ms
+        steps, a 50-step budget shared by four families) this is what lets latency hiding, the
+        family there worth most, be measured at all."""
+        out: list[Decision] = []
+        tested: Candidate | None = None
+        for cand, _ in variants:  # best predicted first
+            p = predicted[cand.label]
+            if tested is not None:
+                reason = (
+                    "not screened: this family's part of the budget leaves room to test one schedule "
+                    f"unscreened, the best predicted that builds ({tested.label})"
+                )
+                out.append(decision(cand, False, reason, p))
+                continue
+            if not self.timer.fits(_direct_test_steps(), builds=1):
+                reason = (
+                    "not screened: this family's part of the budget leaves room to screen and test none "
+                    "(built best predicted first)"
+                )
+                out.append(decision(cand, False, reason, p))
+                continue
+            error = self.timer.ready([cand.pipeline])
+            if error:
+                out.append(decision(cand, False, error, p))
+                continue
+            self.timer.warm(inc)
+            self.timer.warm(cand.pipeline)
+            out.append(self._tested(cand, p, self._test(inc, cand.pipeline)))
+            tested = cand
+        return out
 
     def _sweep(self, inc: Pipeline, variants, predicted) -> list[Decision]:
         """Bidirectional sweep over G from the best predicted G: up while faster, then down."""

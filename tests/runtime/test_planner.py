@@ -710,6 +710,40 @@ def test_a_family_that_cannot_test_one_schedule_screens_none():
     assert built == [[()]] and screened == []  # only the incumbent's readiness was checked
 
 
+def test_a_family_with_room_for_one_test_tests_the_best_predicted_schedule_unscreened():
+    # 0.1 s steps, 1.3 s for this family: screening one schedule and racing it (11 steps) does
+    # not fit, its warmup and three paired rounds (7 steps) do. DIN at real size is this case
+    # (230 ms steps, a 50-step budget for four families), where latency hiding gains 4-11%:
+    # the best predicted schedule is tested directly, the others are not built.
+    now = [0.0]
+    times = {"": 0.100, "backward": 0.080}  # the first schedule (hide-latency{backward=false}): 20% faster
+
+    def measure(spec):
+        dt = times.get(spec.removeprefix("hide-latency{").split("=")[0], 0.100)
+        now[0] += dt
+        return dt
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=1.3, calibration_steps=1000)
+    built, screened = [], []
+    lookahead.timer.ready = lambda pipelines, program=None: built.append(pipelines)
+    lookahead.timer.observe(())
+    lookahead.timer.observe(())
+    lookahead.begin_family(0)
+    lookahead.timer.screen = lambda plans: screened.append(plans)
+    hides = [HideLatency(backward=False), HideLatency(forward=False)]
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    variants = [(c, Prediction(c.pipeline, -1.0, (), "")) for c in cands]
+    out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
+    assert out[0].accepted and out[0].reason.startswith("faster"), out[0].reason
+    assert out[0].measured_us == pytest.approx(-20_000, rel=0.01)
+    assert not out[1].accepted
+    assert out[1].reason.startswith("not screened") and "test one schedule unscreened" in out[1].reason
+    assert "(hide 0)" in out[1].reason
+    assert built == [[()], [(hides[0],)]]  # the incumbent, then the first schedule alone
+    assert screened == []  # tested directly: no screening rounds
+    assert now[0] <= 1.3
+
+
 def test_screened_schedules_are_dropped_once_the_race_is_decided():
     # Screening keeps every schedule built (an evicted one would be rebuilt cold); once the race
     # is decided only the usual few stay, so the next family's plans are not built beside them
