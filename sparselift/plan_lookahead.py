@@ -227,8 +227,8 @@ class Lookahead:
         """The family's part leaves no room to screen even one schedule and race it, but may leave
         room to test one directly: screening only chooses among schedules, so with room for one
         the choice is the best predicted that builds. At real size on a 2-core host (DIN's 230 ms
-        steps, a 50-step budget shared by four families) this is what lets latency hiding, the
-        family there worth most, be measured at all."""
+        steps, a 50-step budget shared by the families) this is what lets latency hiding be
+        measured at all."""
         out: list[Decision] = []
         tested: Candidate | None = None
         for cand, _ in variants:  # best predicted first
