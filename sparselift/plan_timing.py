@@ -354,13 +354,23 @@ class PlanTimer:
         slowest rank's, so every rank stops at the same step), at most `max_steps` or until the
         budget is spent. A process's first steps run slower than its later ones (heap growth,
         page faults, caches); the first paired test would otherwise read that as the candidate's
-        gain. Returns the steps' seconds; none of them is an observation."""
+        gain. Returns the steps' seconds; none of them is an observation, but the last two size
+        the budget until `plan` has one."""
         steps: list[float] = []
         while len(steps) < max_steps and not self.over_budget():
             steps.append(self.max([self.observe(plan, warmup=True)])[0])
             self.spent["settle_steps"] += 1
             if len(steps) >= max(2, min_steps) and all(s <= (1 + tolerance) * min(steps) for s in steps[-2:]):
                 break
+        if steps:
+            # The last steps size the budget and price the next steps until `plan` has an
+            # observation. Without them the first family to decide would plan its screening
+            # against the budget's cap, with steps that cost nothing, screen every schedule, and
+            # leave its race no rounds (as at real size, where latency hiding is decided first).
+            settled = steps[-2:]
+            key = (id(self.program), plan)
+            self._fastest[key] = min(self._fastest.get(key, math.inf), min(settled))
+            self._longest_step_s = max(self._longest_step_s, max(settled))
         return steps
 
     def observe(self, pipeline: Pipeline, program=None, label: str = "", warmup: bool = False) -> float:

@@ -768,3 +768,30 @@ def test_screened_schedules_are_dropped_once_the_race_is_decided():
     lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
     assert built == [len(hides) + 1]  # all of them built while screening
     assert timer.cache_models == usual and len(timer._models) <= usual
+
+
+def test_the_settled_steps_price_the_first_familys_screening():
+    # Latency hiding decided first, right after T0 settles (as at real size, on DLRM): T0's
+    # settling steps are warmups, not observations, but they are what a step costs. Priced at
+    # nothing, every schedule would be built and screened (14 steps) and the race would get no
+    # rounds of the family's part; priced by the settled steps, one schedule is screened and its
+    # 20% gain is found.
+    now = [0.0]
+    times = {"": 0.100, "backward": 0.080}  # the first schedule (hide-latency{backward=false})
+
+    def measure(spec):
+        dt = times.get(spec.removeprefix("hide-latency{").split("=")[0], 0.100)
+        now[0] += dt
+        return dt
+
+    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=3.0, calibration_steps=1000)
+    lookahead.timer.ready = lambda pipelines, program=None: None
+    assert lookahead.timer.settle(()) == pytest.approx([0.1] * plan_timing.SETTLE_MIN_STEPS)
+    assert lookahead.timer.measurements == {}  # still warmups, not observations
+    lookahead.begin_family(1)  # aggregation comes after
+    hides = [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    variants = [(c, Prediction(c.pipeline, 0.0, (), "")) for c in cands]
+    out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
+    assert out[0].accepted and "over 3 paired rounds" in out[0].reason, out[0].reason
+    assert [d.reason.startswith("not screened") for d in out] == [False, True, True, True]
