@@ -657,44 +657,56 @@ def test_schedules_are_built_for_screening_only_while_the_family_has_budget_left
     assert [r.startswith(room) for r in reasons] == [False, False, True], reasons
 
 
-def test_schedules_are_screened_only_as_far_as_the_family_can_still_test_the_fastest():
-    # 0.1 s steps, 2 s of budget for this family. Screening all four schedules would leave two
-    # paired rounds for the fastest (20% faster), cut by the budget: with any noise, "unclear" and
-    # the gain lost. The family screens the two best predicted, which leaves the three rounds a
-    # clear gain needs.
+def _first_schedule_faster(budget_s: float):
+    """A one-rank lookahead on a fake clock: 0.1 s steps, the first schedule of `_hide_variants`
+    (hide-latency{backward=false}) 20% faster, `budget_s` of budget; returns it and the clock."""
     now = [0.0]
-    times = {"": 0.100, "backward": 0.080}  # the first schedule (hide-latency{backward=false})
+    times = {"": 0.100, "backward": 0.080}
 
     def measure(spec):
         dt = times.get(spec.removeprefix("hide-latency{").split("=")[0], 0.100)
         now[0] += dt
         return dt
 
-    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=2.0, calibration_steps=1000)
+    lookahead = _one_rank_lookahead(
+        measure, clock=lambda: now[0], calibration_budget_s=budget_s, calibration_steps=1000
+    )
     lookahead.timer.ready = lambda pipelines, program=None: None
+    return lookahead, now
+
+
+def _hide_variants(hides, predicted_us: float = 0.0):
+    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
+    return [(c, Prediction(c.pipeline, predicted_us, (), "")) for c in cands]
+
+
+def test_schedules_are_screened_only_as_far_as_the_family_can_still_test_the_fastest():
+    # 0.1 s steps, 2 s of budget for this family. Screening all four schedules would leave two
+    # paired rounds for the fastest (20% faster), cut by the budget: with any noise, "unclear" and
+    # the gain lost. The family screens the two best predicted, which leaves the three rounds a
+    # clear gain needs.
+    lookahead, _ = _first_schedule_faster(2.0)
     lookahead.timer.observe(())  # the incumbent, measured by the families before
     lookahead.timer.observe(())
     lookahead.begin_family(0)
-    hides = [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
-    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
-    variants = [(c, Prediction(c.pipeline, 0.0, (), "")) for c in cands]
+    variants = _hide_variants(
+        [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
+    )
     out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
     assert out[0].accepted and "over 3 paired rounds" in out[0].reason, out[0].reason
     assert "budget spent" not in out[0].reason
     assert [d.reason.startswith("not screened") for d in out] == [False, False, True, True]
 
 
-def test_a_family_that_cannot_test_one_schedule_screens_none():
-    # 0.1 s steps, 1 s for this family: one schedule's screening and its three paired rounds
-    # (11 steps) do not fit. Screening it anyway would spend the part and leave its test 0-1
-    # rounds: nothing is built or screened, and the record says why.
-    now = [0.0]
-
-    def measure(spec):
-        now[0] += 0.100
-        return 0.100
-
-    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=1.0, calibration_steps=1000)
+@pytest.mark.parametrize("budget_s, tested", [(1.0, False), (1.3, True)])
+def test_a_family_without_room_to_screen_tests_the_best_predicted_schedule_directly_or_none(budget_s, tested):
+    # 0.1 s steps. Screening one schedule and racing it (11 steps) fits neither part. With 1.3 s
+    # the best predicted schedule's warmup and three paired rounds (7 steps) fit: it is tested
+    # directly and its 20% gain found, the others not built. DIN at real size is this case (230 ms
+    # steps, a 50-step budget for three families; hiding measured 0-11% faster in `bench
+    # ablation`). With 1.0 s not even that fits: screening anyway would leave the test 0-1 rounds,
+    # so nothing is built or screened, and the record says why.
+    lookahead, now = _first_schedule_faster(budget_s)
     built, screened = [], []
     lookahead.timer.ready = lambda pipelines, program=None: built.append(pipelines)
     lookahead.timer.observe(())
@@ -702,46 +714,20 @@ def test_a_family_that_cannot_test_one_schedule_screens_none():
     lookahead.begin_family(0)
     lookahead.timer.screen = lambda plans: screened.append(plans)
     hides = [HideLatency(backward=False), HideLatency(forward=False)]
-    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
-    variants = [(c, Prediction(c.pipeline, -1.0, (), "")) for c in cands]
-    out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
-    assert [d.accepted for d in out] == [False, False]
-    assert all("not screened" in d.reason and "test none" in d.reason for d in out), [d.reason for d in out]
-    assert built == [[()]] and screened == []  # only the incumbent's readiness was checked
-
-
-def test_a_family_with_room_for_one_test_tests_the_best_predicted_schedule_unscreened():
-    # 0.1 s steps, 1.3 s for this family: screening one schedule and racing it (11 steps) does
-    # not fit, its warmup and three paired rounds (7 steps) do. DIN at real size is this case
-    # (230 ms steps, a 50-step budget for three families; hiding measured 0-11% faster in
-    # `bench ablation`): the best predicted schedule is tested directly, the others are not built.
-    now = [0.0]
-    times = {"": 0.100, "backward": 0.080}  # the first schedule (hide-latency{backward=false}): 20% faster
-
-    def measure(spec):
-        dt = times.get(spec.removeprefix("hide-latency{").split("=")[0], 0.100)
-        now[0] += dt
-        return dt
-
-    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=1.3, calibration_steps=1000)
-    built, screened = [], []
-    lookahead.timer.ready = lambda pipelines, program=None: built.append(pipelines)
-    lookahead.timer.observe(())
-    lookahead.timer.observe(())
-    lookahead.begin_family(0)
-    lookahead.timer.screen = lambda plans: screened.append(plans)
-    hides = [HideLatency(backward=False), HideLatency(forward=False)]
-    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
-    variants = [(c, Prediction(c.pipeline, -1.0, (), "")) for c in cands]
-    out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
+    out = lookahead.confirm("latency-hiding", (), _hide_variants(hides, -1.0), Prediction((), 1.0, (), ""))
+    assert screened == []  # no screening rounds either way
+    if not tested:
+        assert [d.accepted for d in out] == [False, False]
+        assert all("not screened" in d.reason and "test none" in d.reason for d in out), [d.reason for d in out]
+        assert built == [[()]]  # only the incumbent's readiness was checked
+        return
     assert out[0].accepted and out[0].reason.startswith("faster"), out[0].reason
     assert out[0].measured_us == pytest.approx(-20_000, rel=0.01)
     assert not out[1].accepted
     assert out[1].reason.startswith("not screened") and "test one schedule unscreened" in out[1].reason
     assert "(hide 0)" in out[1].reason
     assert built == [[()], [(hides[0],)]]  # the incumbent, then the first schedule alone
-    assert screened == []  # tested directly: no screening rounds
-    assert now[0] <= 1.3
+    assert now[0] <= budget_s
 
 
 def test_screened_schedules_are_dropped_once_the_race_is_decided():
@@ -776,22 +762,13 @@ def test_the_settled_steps_price_the_first_familys_screening():
     # nothing, every schedule would be built and screened (14 steps) and the race would get no
     # rounds of the family's part; priced by the settled steps, one schedule is screened and its
     # 20% gain is found.
-    now = [0.0]
-    times = {"": 0.100, "backward": 0.080}  # the first schedule (hide-latency{backward=false})
-
-    def measure(spec):
-        dt = times.get(spec.removeprefix("hide-latency{").split("=")[0], 0.100)
-        now[0] += dt
-        return dt
-
-    lookahead = _one_rank_lookahead(measure, clock=lambda: now[0], calibration_budget_s=3.0, calibration_steps=1000)
-    lookahead.timer.ready = lambda pipelines, program=None: None
+    lookahead, _ = _first_schedule_faster(3.0)
     assert lookahead.timer.settle(()) == pytest.approx([0.1] * plan_timing.SETTLE_MIN_STEPS)
     assert lookahead.timer.measurements == {}  # still warmups, not observations
     lookahead.begin_family(1)  # aggregation comes after
-    hides = [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
-    cands = [Candidate("latency-hiding", f"hide {i}", h, (h,)) for i, h in enumerate(hides)]
-    variants = [(c, Prediction(c.pipeline, 0.0, (), "")) for c in cands]
+    variants = _hide_variants(
+        [HideLatency(backward=False), HideLatency(forward=False), HideLatency(), HideLatency(dense_grads=False)]
+    )
     out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
     assert out[0].accepted and "over 3 paired rounds" in out[0].reason, out[0].reason
     assert [d.reason.startswith("not screened") for d in out] == [False, True, True, True]
