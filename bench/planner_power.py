@@ -5,8 +5,11 @@ accepts no gain at all (an A/A test).
 The noise is resampled from planner records (`sparselift explain ... --json RECORD`): each paired
 test's per-round differences less that test's mean (its effect unknown, so only the spread around
 it is kept), relative to the test's baseline step, scaled by sqrt(n / (n - 1)) for the mean taken
-out. A simulated round's difference is the true gain plus one such residual, drawn at random. The
-test itself runs unchanged: its stopping rules, trimmed mean and t quantiles; only `z` varies.
+out, each residual also with its sign flipped: under no effect the two steps of a round, in
+alternating order, are exchangeable, so their difference is symmetric (a candidate whose own steps
+vary more would otherwise skew the null). A simulated round's difference is the true gain plus one
+such residual, drawn at random. The test itself runs unchanged: its stopping rules, trimmed mean
+and t quantiles; only `z` varies.
 
     .venv/bin/python bench/planner_power.py RECORD.json [RECORD.json ...] [--trials 2000]
 """
@@ -24,7 +27,8 @@ from sparselift.plan_confirm import WORTH, paired_test
 
 
 def residuals(paths: list[str]) -> list[float]:
-    """Relative per-round residuals of every paired test of at least 3 rounds in the records."""
+    """Relative per-round residuals of every paired test of at least 3 rounds in the records, each
+    with both signs."""
     out: list[float] = []
     for path in paths:
         record = json.loads(Path(path).read_text())
@@ -37,7 +41,9 @@ def residuals(paths: list[str]) -> list[float]:
             ref = statistics.median(base)
             diffs = [(b - c) / ref for b, c in zip(base, cand)]
             mean = sum(diffs) / n
-            out += [(d - mean) * math.sqrt(n / (n - 1)) for d in diffs]
+            for d in diffs:
+                r = (d - mean) * math.sqrt(n / (n - 1))
+                out += [r, -r]
     return out
 
 
@@ -77,7 +83,8 @@ def main() -> None:
     if len(noise) < 10:
         raise SystemExit(f"only {len(noise)} residuals in {a.records}: record more paired tests")
     sd = statistics.pstdev(noise)
-    print(f"{len(noise)} residuals from {len(a.records)} records; paired sd {100 * sd:.1f}% of the step")
+    pool = f"{len(noise) // 2} residuals (each with both signs) from {len(a.records)} records"
+    print(f"{pool}; paired sd {100 * sd:.1f}% of the step")
     gains = (0.0, 0.02, 0.05, 0.10, 0.20)
     print(f"accepted as 'faster' (share of {a.trials} trials; a gain must clear {100 * WORTH:g}% of the step):")
     print(f"{'z':>4} {'rounds':>6} " + " ".join(f"{'gain ' + format(g, '.0%'):>9}" for g in gains))

@@ -23,7 +23,8 @@ def power():
 
 def test_residuals_are_each_tests_rounds_less_its_own_mean(power, tmp_path):
     # A record as `sparselift explain --json` writes it: the effect (a 10% gain) is taken out,
-    # the spread around it kept, relative to the baseline's median; tests under 3 rounds skipped.
+    # the spread around it kept, relative to the baseline's median, with both signs (the null is
+    # symmetric); tests under 3 rounds skipped.
     tests = [
         {"baseline_rounds_us": [100.0, 100.0, 100.0], "candidate_rounds_us": [88.0, 90.0, 92.0]},
         {"baseline_rounds_us": [100.0, 100.0], "candidate_rounds_us": [50.0, 150.0]},
@@ -31,7 +32,8 @@ def test_residuals_are_each_tests_rounds_less_its_own_mean(power, tmp_path):
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"record": {"paired_tests": tests}}))
     scale = math.sqrt(3 / 2)
-    assert power.residuals([str(path)]) == pytest.approx([0.02 * scale, 0.0, -0.02 * scale])
+    r = 0.02 * scale
+    assert power.residuals([str(path)]) == pytest.approx([r, -r, 0.0, 0.0, -r, r])
 
 
 def test_accept_rates_separate_a_clear_gain_from_none(power):
