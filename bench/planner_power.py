@@ -11,7 +11,10 @@ vary more would otherwise skew the null). A simulated round's difference is the 
 such residual, drawn at random. The test itself runs unchanged: its stopping rules, trimmed mean
 and t quantiles; only `z` varies.
 
-    .venv/bin/python bench/planner_power.py RECORD.json [RECORD.json ...] [--trials 2000]
+    .venv/bin/python bench/planner_power.py RECORD.json [RECORD.json ...] [--trials 2000] [--gaussian]
+
+`--gaussian` draws the noise from a normal distribution of the pool's deviation instead: what the
+test's t quantiles assume, to tell its error from repeated looks apart from that of heavy tails.
 """
 
 from __future__ import annotations
@@ -78,12 +81,17 @@ def main() -> None:
     p.add_argument("records", nargs="+", help="planner records (`sparselift explain --json`)")
     p.add_argument("--trials", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gaussian", action="store_true", help="normal noise of the residuals' deviation")
     a = p.parse_args()
     noise = residuals(a.records)
     if len(noise) < 10:
         raise SystemExit(f"only {len(noise)} residuals in {a.records}: record more paired tests")
     sd = statistics.pstdev(noise)
     pool = f"{len(noise) // 2} residuals (each with both signs) from {len(a.records)} records"
+    if a.gaussian:
+        rng = random.Random(a.seed)
+        noise = [rng.gauss(0.0, sd) for _ in range(20_000)]
+        pool = f"normal noise of the deviation of {pool}"
     print(f"{pool}; paired sd {100 * sd:.1f}% of the step")
     gains = (0.0, 0.02, 0.05, 0.10, 0.20)
     print(f"accepted as 'faster' (share of {a.trials} trials; a gain must clear {100 * WORTH:g}% of the step):")

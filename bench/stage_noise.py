@@ -24,7 +24,7 @@ def worker(rank: int, world: int, cfg: ops.OpsConfig) -> list[list[float]] | Non
 
     torch.set_num_threads(1)
     apply_host_memory(cfg)
-    runner = ops._runner(rank, world, cfg)
+    runner = ops.ops_runner(rank, world, cfg)
     for _ in range(cfg.warmup):
         runner.progress()
     runner.enable_stage_timing(True)

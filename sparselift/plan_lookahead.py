@@ -69,6 +69,14 @@ def _screen_and_race_steps(schedules: int) -> int:
     return 3 * schedules + 2 + 2 * MIN_ROUNDS_FASTER
 
 
+def _no_room_to_screen(room: str) -> str:
+    """The decision's reason for a schedule the family's part of the budget left unbuilt."""
+    return (
+        f"not screened: this family's part of the budget leaves room to screen and test {room} "
+        "(built best predicted first)"
+    )
+
+
 def _direct_test_steps() -> int:
     """Steps to test one new schedule against a warm incumbent without screening it first: its
     warmup step, then the fewest paired rounds a clear gain needs."""
@@ -204,10 +212,7 @@ class Lookahead:
                 if not self.timer.fits(_screen_and_race_steps(len(ready) + 1), builds=1):
                     room = f"{len(ready)} schedule{'s' if len(ready) > 1 else ''}" if ready else "none"
                     for rest, _ in variants[i:]:
-                        results[rest.label] = (
-                            f"not screened: this family's part of the budget leaves room to screen and test {room} "
-                            "(built best predicted first)"
-                        )
+                        results[rest.label] = _no_room_to_screen(room)
                     break
                 error = self.timer.ready([cand.pipeline])
                 if error:
@@ -241,11 +246,7 @@ class Lookahead:
                 out.append(decision(cand, False, reason, p))
                 continue
             if not self.timer.fits(_direct_test_steps(), builds=1):
-                reason = (
-                    "not screened: this family's part of the budget leaves room to screen and test none "
-                    "(built best predicted first)"
-                )
-                out.append(decision(cand, False, reason, p))
+                out.append(decision(cand, False, _no_room_to_screen("none"), p))
                 continue
             error = self.timer.ready([cand.pipeline])
             if error:

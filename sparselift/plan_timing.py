@@ -367,10 +367,8 @@ class PlanTimer:
             # observation. Without them the first family to decide would plan its screening
             # against the budget's cap, with steps that cost nothing, screen every schedule, and
             # leave its race no rounds (as at real size, where latency hiding is decided first).
-            settled = steps[-2:]
-            key = (id(self.program), plan)
-            self._fastest[key] = min(self._fastest.get(key, math.inf), min(settled))
-            self._longest_step_s = max(self._longest_step_s, max(settled))
+            for step in steps[-2:]:
+                self._note_step((id(self.program), plan), step)
         return steps
 
     def observe(self, pipeline: Pipeline, program=None, label: str = "", warmup: bool = False) -> float:

@@ -78,16 +78,19 @@ class OpsConfig:
     host_memory: str = "default"  # as `bench seq`'s --host-memory: "retain" keeps freed heap memory
 
 
+def call_label(name: str, args: tuple, kwargs: dict) -> str:
+    """A wrapped call's label: exchanges are told apart by their role (`all_to_all[grad_pooled]`),
+    dense regions by their name (`PlanBase.dense[dense_post]`: args are the plan and the region's name)."""
+    if "role" in kwargs:
+        return f"{name}[{kwargs['role']}]"
+    if name == "PlanBase.dense" and len(args) > 1:
+        return f"{name}[{args[1]}]"
+    return name
+
+
 def _timed(fn, name: str, acc: dict[str, float]):
     def wrapper(*args, **kwargs):
-        # Exchanges are told apart by their role (`all_to_all[grad_pooled]`), dense regions by
-        # their name (`PlanBase.dense[dense_post]`: args are the plan and the region's name).
-        if "role" in kwargs:
-            label = f"{name}[{kwargs['role']}]"
-        elif name == "PlanBase.dense" and len(args) > 1:
-            label = f"{name}[{args[1]}]"
-        else:
-            label = name
+        label = call_label(name, args, kwargs)
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
@@ -97,7 +100,7 @@ def _timed(fn, name: str, acc: dict[str, float]):
     return wrapper
 
 
-def _runner(rank: int, world: int, cfg: OpsConfig) -> Any:
+def ops_runner(rank: int, world: int, cfg: OpsConfig) -> Any:
     """SparseLift on the model, compiled with exactly `cfg.passes`, cycling over 4 local batches."""
     if cfg.model == "din":
         from sparselift.bench.seq_systems import din_config, din_source, din_sparselift_runner
@@ -147,7 +150,7 @@ def ops_worker(rank: int, world: int, cfg: OpsConfig) -> dict[str, Any]:
         for owner, name, fn in saved:
             label = name if owner is plan_ops else f"{owner.__name__}.{name}"
             setattr(owner, name, _timed(fn, label, acc))
-        runner = _runner(rank, world, cfg)
+        runner = ops_runner(rank, world, cfg)
         for _ in range(cfg.warmup):
             runner.progress()
         acc.clear()
