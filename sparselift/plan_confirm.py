@@ -9,14 +9,20 @@ their 20%-trimmed mean (Yuen's trimmed t, `trimmed_gain`), and a verdict holds w
 gives it. One round that caught a stall of the machine (a step of 740 ms among steps of 370,
 measured at real size on this 2-core VM) inflates the mean's standard error enough to hide a 20%
 gain for the whole budget; the trimmed mean ignores it. Trimming in turn loses to the plain mean
-when the rounds are two-valued (slow drift under the alternating order). Two tests at `z` err
-together at most twice as often as one (one-sided 0.13% each at z = 3). It stops as soon as the
-verdict is clear (after `min_rounds_faster` rounds for "faster", `min_rounds` for the others):
-*faster* when the gain, less `z` standard errors (as a Student t quantile: `t_critical`), is still
-at least `WORTH` of the baseline step (a gain worth a pass, for sure); *slower* when the gain plus
-`z` standard errors is still a loss; or once a gain worth the pass is ruled out (futility), at the
-round limit or when the calibration budget is spent; then the effect is *unclear*, and the plan
-with fewer passes is kept.
+when the rounds are two-valued (slow drift under the alternating order).
+
+*Faster* means the gain, less `look_z(alpha)` standard errors (as a Student t quantile:
+`t_critical`), is still at least `WORTH` of the baseline step (a gain worth a pass, for sure). The
+test looks for it only at the rounds of `LOOKS`, and its error is spent over every look it may
+make, each estimate at each look (Bonferroni): a candidate whose true gain is below `WORTH` is
+called faster in at most `alpha` of tests (`ALPHA`, 2%), however many looks the test makes,
+including those of earlier compiles that a refining plan cache resumes (`prior`). Looking at
+every round at a fixed 3 standard errors erred 10-20x more often than its nominal 0.13% at the
+boundary (`bench/planner_power.py`, bench/RESULTS.md, "2026-12-06 (night session)").
+*Slower* (the gain plus `z` standard errors still a loss) and futility (a gain worth the pass
+ruled out) keep the incumbent, so they spend none of that error and are checked at every round
+from `min_rounds` on. The test stops at a clear verdict, futility, the round limit or the
+calibration budget; then the effect is *unclear*, and the plan with fewer passes is kept.
 
 `confirm_choice` runs the test on the plan the search chose against T0 before it is returned: a
 plan that is not faster than T0 beyond noise is never returned; the planner falls back to the
@@ -31,7 +37,8 @@ passes' specs joined by commas.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from statistics import NormalDist
 from typing import Any, Protocol
 
 import attrs
@@ -48,10 +55,22 @@ def plan_text(plan: PlanKey) -> str:
 
 
 Z_CLEAR = 3.0
-"""Standard errors the mean difference must clear: at 3, a false "faster" is a ~0.1% event per test."""
+"""Standard errors a loss must clear for "slower", and a gain's optimistic end for futility: both
+keep the incumbent, so they spend none of `ALPHA`."""
+ALPHA = 0.02
+"""The share of tests, at most, that call a candidate "faster" when its true gain is below `WORTH`
+(spent over every look of `LOOKS` and both estimates: `look_z`). About what one compile's test
+erred before its looks were counted (2.5% at 16 rounds, bench/RESULTS.md), now a bound that holds
+across the compiles a refining cache adds."""
+LOOKS = (3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+"""The rounds at which a test may stop as "faster": dense early, where a family's part of the
+budget ends a test, and sparse late, where a refining cache resumes it (`prior`). A test has at
+most `LOOKS[-1]` rounds."""
+MAX_ROUNDS = 16
+"""The rounds one compile's test may run (a refining compile resumes it up to `LOOKS[-1]`)."""
 WORTH = 0.01
 """The smallest gain worth a pass, as a share of the baseline step: a candidate is "faster" only
-when its gain is at least this with Z_CLEAR standard errors to spare; "unclear" keeps the plan
+when its gain is at least this for sure (`look_z`'s standard errors to spare); "unclear" keeps the plan
 with fewer passes."""
 TRIM = 0.2
 """The share of rounds trimmed from each end of the gains (Wilcox's usual 20%): none below 5 rounds,
@@ -78,7 +97,28 @@ class PairedComparison:
     baseline_rounds_us: tuple[float, ...]  # per round, the slowest rank's step
     candidate_rounds_us: tuple[float, ...]
     verdict: str  # faster | slower | unclear
-    stopped: str  # clear | futile | rounds | budget
+    stopped: str  # clear | futile | rounds | budget | share
+    earlier_rounds: int = 0  # the first rounds, from an earlier compile (a refining cache)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], baseline: PlanKey, candidate: PlanKey) -> PairedComparison:
+        """A test as `to_dict` wrote it, between the plans the caller knows as `baseline` and
+        `candidate` (the dict has them as text only)."""
+        return cls(
+            baseline,
+            candidate,
+            tuple(float(t) for t in d["baseline_rounds_us"]),
+            tuple(float(t) for t in d["candidate_rounds_us"]),
+            str(d["verdict"]),
+            str(d["stopped"]),
+            int(d.get("earlier_rounds", 0)),
+        )
+
+    @property
+    def resumable(self) -> bool:
+        """Undecided only for want of rounds: a later compile may go on with it (`paired_test`'s
+        `prior`). A clear verdict, futility or "unclear" at `LOOKS[-1]` rounds is a decision."""
+        return self.verdict == "unclear" and self.stopped in ("rounds", "budget", "share") and self.rounds < LOOKS[-1]
 
     @property
     def gains_us(self) -> tuple[float, ...]:
@@ -124,9 +164,10 @@ class PairedComparison:
             "budget": " (calibration budget spent)",
             "share": " (this family's part of the calibration budget spent)",
         }[self.stopped]
+        earlier = f", {self.earlier_rounds} of them in earlier compiles" if self.earlier_rounds else ""
         return (
             f"{self.verdict}: mean gain {self.mean_us / 1e3:+.2f} ms +- {se} ms (1 s.e.)"
-            f"{self._trimmed_text()} over {self.rounds} paired rounds{why}"
+            f"{self._trimmed_text()} over {self.rounds} paired rounds{earlier}{why}"
         )
 
     def _trimmed_text(self) -> str:
@@ -149,6 +190,7 @@ class PairedComparison:
             "candidate_us": round(self.candidate_us, 3),
             "verdict": self.verdict,
             "stopped": self.stopped,
+            "earlier_rounds": self.earlier_rounds,
             "baseline_rounds_us": [round(t, 1) for t in self.baseline_rounds_us],
             "candidate_rounds_us": [round(t, 1) for t in self.candidate_rounds_us],
         }
@@ -171,6 +213,12 @@ def t_critical(z: float, dof: int) -> float:
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
     return z + g1 / v + g2 / v**2 + g3 / v**3 + g4 / v**4
+
+
+def look_z(alpha: float = ALPHA, looks: Sequence[int] = LOOKS) -> float:
+    """The normal quantile each look's check of "faster" uses: all `looks`, each with two
+    estimates, err together at most `alpha` (Bonferroni: 3.14 standard errors at 2% over `LOOKS`)."""
+    return NormalDist().inv_cdf(1.0 - alpha / (2 * len(looks)))
 
 
 def trimmed_gain(gains: Sequence[float], trim: float = TRIM) -> tuple[float, float, int]:
@@ -201,28 +249,21 @@ def _intervals(gains: Sequence[float], z: float) -> list[tuple[float, float]]:
     return [(mean - t_critical(z, dof) * se, mean + t_critical(z, dof) * se) for mean, se, dof in estimates]
 
 
-def _futile(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> bool:
-    return all(high < worth * baseline_us for _, high in _intervals(gains, z))
+def _faster(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> bool:
+    """Even the low end of either of the gain's intervals (`_intervals`) is a gain worth a pass
+    (`worth` of the baseline step). Testing against the gain worth a pass rather than against
+    zero is what makes decisions repeat: a real 3% effect measured at 3.5 standard errors in one
+    run and 2.5 in the next flips a test against zero, while it stays below the bar of "at least
+    1% for sure" in both."""
+    return len(gains) >= 2 and any(low > worth * baseline_us for low, _ in _intervals(gains, z))
 
 
-def _verdict(gains: Sequence[float], baseline_us: float, z: float, worth: float) -> str:
-    """ "faster" when even the low end of either of the gain's intervals (`_intervals`) is a gain
-    worth a pass (`worth` of the baseline step), "slower" when even the high end of either is a
-    loss, else "unclear". Testing against the gain worth a pass rather than against zero is what
-    makes decisions repeat: a real 3% effect measured at 3.5 standard errors in one run and 2.5 in
-    the next flips a test against zero, while it stays below the bar of "at least 1% for sure" in
-    both."""
-    if len(gains) < 2:
-        return "unclear"
-    intervals = _intervals(gains, z)
-    if any(low > worth * baseline_us for low, _ in intervals):
-        return "faster"
-    if any(high < 0 for _, high in intervals):
-        return "slower"
-    return "unclear"
+def _slower(gains: Sequence[float], z: float) -> bool:
+    """Even the high end of either of the gain's intervals is a loss."""
+    return len(gains) >= 2 and any(high < 0 for _, high in _intervals(gains, z))
 
 
-MIN_ROUNDS_FASTER = 3
+MIN_ROUNDS_FASTER = LOOKS[0]
 """The fewest paired rounds after which a clear gain may stop a test."""
 
 
@@ -232,42 +273,49 @@ def paired_test(
     candidate: PlanKey,
     *,
     min_rounds: int = 6,
-    min_rounds_faster: int = MIN_ROUNDS_FASTER,
-    max_rounds: int = 16,
+    max_rounds: int = MAX_ROUNDS,
+    alpha: float = ALPHA,
     z: float = Z_CLEAR,
     worth: float = WORTH,
+    prior: tuple[Sequence[float], Sequence[float]] = ((), ()),
+    looks: Sequence[int] = LOOKS,
 ) -> PairedComparison:
-    """Paired rounds of `baseline` and `candidate` until the verdict is clear (see the module
-    docstring and `_verdict`: "faster" means a gain of at least `worth` of the baseline step with
-    `z` standard errors to spare). The rounds also stop once the gain is clearly below `worth`
-    (futility: even the optimistic end of its interval would not pay for the pass).
+    """Paired rounds of `baseline` and `candidate` until the verdict is clear (the module
+    docstring): "faster", checked at the rounds of `LOOKS` only, means a gain of at least `worth`
+    of the baseline step with `look_z(alpha)` standard errors to spare; "slower" and futility
+    (even the optimistic end of the gain's interval would not pay for the pass) need `min_rounds`
+    rounds: so few rounds can also understate the noise, and an early rejection of a real gain
+    would make the decision change from run to run. With the t quantile at 2 degrees of freedom
+    only a large, steady gain is clear at the first look, and at real size a round costs seconds.
 
-    A clear gain may stop the test after `min_rounds_faster` rounds: with the t quantile at 2
-    degrees of freedom (17 standard errors) only a large, steady gain is clear that early, and a
-    test against T0 at real size costs seconds a round. A loss or futility needs `min_rounds`: so
-    few rounds can also understate the noise, and an early rejection of a real gain would make the
-    decision change from run to run."""
-    base: list[float] = []
-    cand: list[float] = []
-    stopped = "rounds"
-    for i in range(max_rounds):
+    `prior` (baseline and candidate steps, us) are rounds of this same test in an earlier compile
+    (a refining plan cache): the test goes on from them, up to `max_rounds` in all, and its looks
+    stay those of `looks`, so the earlier compiles' looks are within `alpha` too."""
+    if not 1 <= max_rounds <= looks[-1]:
+        raise ValueError(f"paired_test: max_rounds={max_rounds}; a test looks at most {looks[-1]} rounds")
+    if len(prior[0]) != len(prior[1]):
+        raise ValueError(f"paired_test: prior rounds of {len(prior[0])} baseline and {len(prior[1])} candidate steps")
+    z_faster = look_z(alpha, looks)
+    base, cand = [float(t) for t in prior[0]], [float(t) for t in prior[1]]
+    stopped, faster = "rounds", False
+    while len(base) < max_rounds:
         if measure.over_budget():
             stopped = "budget" if getattr(measure, "exhausted", True) else "share"
             break
-        t_base, t_cand = measure.pair(baseline, candidate, candidate_first=bool(i % 2))
+        t_base, t_cand = measure.pair(baseline, candidate, candidate_first=bool(len(base) % 2))
         base.append(t_base * 1e6)
         cand.append(t_cand * 1e6)
         gains = [b - c for b, c in zip(base, cand)]
-        verdict = _verdict(gains, _median(base), z, worth) if len(gains) >= min_rounds_faster else "unclear"
-        if verdict == "faster" or (verdict == "slower" and len(gains) >= min_rounds):
+        faster = len(gains) in looks and _faster(gains, _median(base), z_faster, worth)
+        if faster or (len(gains) >= min_rounds and _slower(gains, z)):
             stopped = "clear"
             break
-        if len(gains) >= min_rounds and _futile(gains, _median(base), z, worth):
+        if len(gains) >= min_rounds and all(high < worth * _median(base) for _, high in _intervals(gains, z)):
             stopped = "futile"
             break
     gains = [b - c for b, c in zip(base, cand)]
-    verdict = _verdict(gains, _median(base), z, worth)
-    return PairedComparison(baseline, candidate, tuple(base), tuple(cand), verdict, stopped)
+    verdict = "faster" if faster else ("slower" if _slower(gains, z) else "unclear")
+    return PairedComparison(baseline, candidate, tuple(base), tuple(cand), verdict, stopped, len(prior[0]))
 
 
 @attrs.frozen
@@ -335,6 +383,9 @@ def confirm_choice(
 __all__ = [
     "MIN_ROUNDS_FASTER",
     "VERDICTS",
+    "ALPHA",
+    "LOOKS",
+    "MAX_ROUNDS",
     "Z_CLEAR",
     "WORTH",
     "TRIM",
@@ -343,6 +394,7 @@ __all__ = [
     "plan_text",
     "PairedComparison",
     "Confirmation",
+    "look_z",
     "t_critical",
     "trimmed_gain",
     "paired_test",

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -45,7 +45,7 @@ from sparselift.passes.pipeline import Pipeline, run_pipeline
 from sparselift.passes.plan_candidates import Candidate, Decision, PlacementChoice, decision, enumerate_candidates
 from sparselift.passes.plan_predict import Prediction, Predictor
 from sparselift.passes.profiles import HardwareProfile
-from sparselift.plan_confirm import MIN_ROUNDS_FASTER, PairedComparison, paired_test
+from sparselift.plan_confirm import LOOKS, MAX_ROUNDS, MIN_ROUNDS_FASTER, PairedComparison, paired_test, plan_text
 from sparselift.plan_timing import PlanTimer
 
 SEARCH_SHARE = 0.8
@@ -88,7 +88,12 @@ class Lookahead:
 
     `refit` re-fits the cost model to every plan measured so far and returns the fitted profile
     (the planner's); the next family is predicted with it. The sharding family may change the
-    program (and so the timer's program and the predictor)."""
+    program (and so the timer's program and the predictor).
+
+    `prior` are the paired tests of an earlier compile of the same program (a refining plan
+    cache, `plan="refine"`: the record's `paired_tests`): a test of the same two plans goes on
+    from its rounds, up to `LOOKS[-1]` in all, if it was undecided for want of rounds; if it was
+    decided, its verdict stands and nothing is built or timed for it."""
 
     def __init__(
         self,
@@ -98,8 +103,11 @@ class Lookahead:
         refit: Callable[[], HardwareProfile | None],
         *,
         builder: Any = None,
+        prior: Iterable[Mapping[str, Any]] = (),
     ):
         self.timer, self.predictor, self.plan_options = timer, predictor, plan_options
+        # The last earlier test of each pair of plans (as text: the record keeps them so).
+        self.prior = {(str(t["baseline"]), str(t["candidate"])): t for t in prior}
         self._refit_with, self.builder = refit, builder
         self.fitted: HardwareProfile | None = None
         self.sharding_json: str | None = None  # the placement chosen over "auto", if any
@@ -116,13 +124,37 @@ class Lookahead:
     def _refit(self) -> None:
         self.fitted = self._refit_with() or self.fitted
 
+    def _earlier(self, baseline: Measured, candidate: Measured) -> PairedComparison | None:
+        """This pair's test in the compile being refined, if any."""
+        d = self.prior.get((plan_text(baseline), plan_text(candidate)))
+        return None if d is None else PairedComparison.from_dict(d, baseline, candidate)
+
+    def _resumes(self, baseline: Measured, candidate: Measured) -> bool:
+        """An earlier compile tested this pair and did not reject the candidate: the test goes on
+        (or its "faster" stands) in place of screening."""
+        earlier = self._earlier(baseline, candidate)
+        return earlier is not None and (earlier.resumable or earlier.verdict == "faster")
+
+    def _decided_earlier(self, baseline: Measured, candidate: Measured) -> bool:
+        earlier = self._earlier(baseline, candidate)
+        return earlier is not None and not earlier.resumable
+
     def _test(self, baseline: Measured, candidate: Measured) -> PairedComparison:
-        test = paired_test(self.timer, baseline, candidate)
+        earlier = self._earlier(baseline, candidate)
+        if earlier is not None and not earlier.resumable:
+            test = attrs.evolve(earlier, earlier_rounds=earlier.rounds)  # decided: it stands
+        elif earlier is not None:
+            rounds = (earlier.baseline_rounds_us, earlier.candidate_rounds_us)
+            test = paired_test(self.timer, baseline, candidate, prior=rounds, max_rounds=LOOKS[-1])
+        else:
+            test = paired_test(self.timer, baseline, candidate, max_rounds=LOOKS[-1] if self.prior else MAX_ROUNDS)
         self.tests.append(test)
-        if test.rounds:
+        new = slice(test.earlier_rounds, None)  # this compile's rounds: the machine's state now
+        if test.rounds > test.earlier_rounds:
             se = 0.0 if math.isinf(test.se_us) else test.se_us
-            self.timer.record(baseline, min(test.baseline_rounds_us), se, [t / 1e6 for t in test.baseline_rounds_us])
-            self.timer.record(candidate, min(test.candidate_rounds_us), se, [t / 1e6 for t in test.candidate_rounds_us])
+            base, cand = test.baseline_rounds_us[new], test.candidate_rounds_us[new]
+            self.timer.record(baseline, min(base), se, [t / 1e6 for t in base])
+            self.timer.record(candidate, min(cand), se, [t / 1e6 for t in cand])
         return test
 
     # -- the Confirmer protocol's decisions --------------------------------------------------
@@ -185,6 +217,8 @@ class Lookahead:
         )
 
     def _single(self, inc: Pipeline, cand: Candidate, predicted: float) -> Decision:
+        if self._decided_earlier(inc, cand.pipeline):  # nothing to build or time
+            return self._tested(cand, predicted, self._test(inc, cand.pipeline))
         error = self.timer.ready([cand.pipeline])
         if error:
             return decision(cand, False, f"candidate {error}", predicted)
@@ -198,6 +232,12 @@ class Lookahead:
         # be rebuilt and its next observation would be a cold first step, not a steady-state
         # one. Then the cache goes back to its size: each built plan holds its own buffers, and
         # the later families' plans would otherwise be built beside all of them.
+        resumed = [v for v in variants if self._resumes(inc, v[0].pipeline)]
+        if resumed:  # refining: the schedule an earlier compile tested against this incumbent
+            rest = [v for v in variants if v not in resumed]
+            out = self._direct(inc, resumed[:1] + rest, predicted, "the one an earlier compile tested")
+            order = {c.label: i for i, (c, _) in enumerate(variants)}
+            return sorted(out, key=lambda d: order[d.label])
         if not self.timer.fits(_screen_and_race_steps(1), builds=1):
             return self._direct(inc, variants, predicted)
         previous = self.timer.cache_models
@@ -228,22 +268,28 @@ class Lookahead:
         finally:
             self.timer.keep_models(previous)
 
-    def _direct(self, inc: Pipeline, variants, predicted) -> list[Decision]:
+    def _direct(self, inc: Pipeline, variants, predicted, chosen: str = "") -> list[Decision]:
         """The family's part leaves no room to screen even one schedule and race it, but may leave
         room to test one directly: screening only chooses among schedules, so with room for one
         the choice is the best predicted that builds. At real size on a 2-core host (DIN's 230 ms
         steps, a 50-step budget shared by the families) this is what lets latency hiding be
-        measured at all."""
+        measured at all. A refining compile (`chosen`) puts first the schedule an earlier compile
+        tested, and goes on with that test."""
         out: list[Decision] = []
         tested: Candidate | None = None
         for cand, _ in variants:  # best predicted first
             p = predicted[cand.label]
             if tested is not None:
+                which = chosen or "the best predicted that builds"
                 reason = (
                     "not screened: this family's part of the budget leaves room to test one schedule "
-                    f"unscreened, the best predicted that builds ({tested.label})"
+                    f"unscreened, {which} ({tested.label})"
                 )
                 out.append(decision(cand, False, reason, p))
+                continue
+            if self._decided_earlier(inc, cand.pipeline):  # its verdict stands: nothing to build
+                out.append(self._tested(cand, p, self._test(inc, cand.pipeline)))
+                tested = cand
                 continue
             if not self.timer.fits(_direct_test_steps(), builds=1):
                 out.append(decision(cand, False, _no_room_to_screen("none"), p))

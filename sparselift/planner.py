@@ -36,7 +36,10 @@ makes one around the compiler's `CandidateBuilder`; tests give fake timings):
   device kind, the versions of torch, xdsl and sparselift and the planner's constraints. The
   key's fields are stored too, so a miss says which field changed. Rank 0 looks the plan up
   and broadcasts it (every rank then runs the same plan); steady-state runs reuse it with zero
-  calibration.
+  calibration. `plan="refine"` plans again on a cached record, going on with its paired tests
+  that were undecided for want of rounds (up to `plan_confirm.LOOKS[-1]` rounds each, within
+  the test's error bound over all its looks) and keeping its decided ones without measuring them:
+  the rounds one compile's budget cannot buy on a noisy host pile up over a user's runs.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions, s
 from sparselift.passes.plan_predict import Predictor
 from sparselift.passes.plan_search import search
 from sparselift.passes.profiles import HardwareProfile
-from sparselift.plan_confirm import Confirmation, confirm_choice
+from sparselift.plan_confirm import Confirmation, PairedComparison, confirm_choice
 from sparselift.plan_key import describe_miss, diff_fields, key_fields, plan_key, record_path
 from sparselift.plan_lookahead import SEARCH_SHARE, Lookahead
 from sparselift.plan_record import Measurement, PlanRecord
@@ -74,7 +77,7 @@ from sparselift.runtime.tables import LocalTables, local_shard_bytes
 
 log = logging.getLogger("sparselift")
 
-PLAN_MODES = ("auto", "reuse-only", "replan", "none")
+PLAN_MODES = ("auto", "reuse-only", "replan", "refine", "none")
 
 CALIBRATIONS = 0
 """Planning runs (calibrations) in this process; a reused plan does not add one."""
@@ -197,6 +200,8 @@ def _lookup(options: CompileOptions, directory: Path, key: str, fields: dict[str
     path = record_path(directory, key)
     if mode == "replan":
         return {"action": "plan", "reason": "re-planning: plan='replan'"}
+    if mode == "refine":
+        return _refine(path, describe_miss(directory, fields, key) if not path.is_file() else "")
     if path.is_file():
         try:
             record = PlanRecord.load(path)
@@ -209,6 +214,23 @@ def _lookup(options: CompileOptions, directory: Path, key: str, fields: dict[str
     if mode == "reuse-only":
         return {"action": "error", "reason": f"plan='reuse-only' but {miss}"}
     return {"action": "plan", "reason": f"re-planning: {miss}"}
+
+
+def _refine(path: Path, miss: str) -> dict[str, Any]:
+    """Rank 0's verdict for plan='refine': plan again, going on with the cached record's paired
+    tests (`Lookahead`'s `prior`), or plan afresh without one."""
+    if miss:
+        return {"action": "plan", "reason": f"plan='refine' with nothing to refine, planning: {miss}"}
+    try:
+        record = PlanRecord.load(path)
+    except ValueError as e:
+        return {"action": "plan", "reason": f"plan='refine' with an unreadable record, planning: {e}"}
+    resumable = sum(PairedComparison.from_dict(t, "", "").resumable for t in record.paired_tests)
+    return {
+        "action": "plan",
+        "reason": f"refining {path}: {resumable} of its {len(record.paired_tests)} paired tests go on",
+        "prior": list(record.paired_tests),
+    }
 
 
 def resolve_plan(
@@ -262,7 +284,7 @@ def resolve_plan(
             measure=measure,
             sync=torch.cuda.synchronize if device.startswith("cuda") else None,
         )
-        planner = Planner(timer, plan_options=popts, sharding=sharding)
+        planner = Planner(timer, plan_options=popts, sharding=sharding, prior_tests=verdict.get("prior", ()))
     record = planner.run(key, fields)
     # Decisions agree already (F is combined over the ranks); the broadcast also makes every
     # rank hold rank 0's record (its observations and timings), the one the cache keeps.
@@ -307,8 +329,9 @@ class Planner:
     (`plan_search.search`), and confirms the chosen plan against T0 before returning it
     (`plan_confirm.confirm_choice`, with the timer as its `PairMeasure`)."""
 
-    def __init__(self, timer: PlanTimer, *, plan_options: PlanOptions, sharding: Any = None):
+    def __init__(self, timer: PlanTimer, *, plan_options: PlanOptions, sharding: Any = None, prior_tests: Any = ()):
         self.timer, self.plan_options = timer, plan_options
+        self.prior_tests = tuple(prior_tests)  # a refined compile's paired tests (`Lookahead`'s prior)
         # The sharding family re-exports the model with each placement policy (a torch.export
         # per alternative and rank), so it is only tried when asked for and "auto" was requested.
         self.try_sharding = (
@@ -403,7 +426,9 @@ class Planner:
         with same_outcome(timer.pg, timer.world):
             lifted = timer.program.module.clone()
             run_pipeline(lifted, (timer.lift,))
-            lookahead = Lookahead(timer, Predictor(lifted), self.plan_options, self._refit, builder=timer.builder)
+            lookahead = Lookahead(
+                timer, Predictor(lifted), self.plan_options, self._refit, builder=timer.builder, prior=self.prior_tests
+            )
             self.lookahead = lookahead
         # Calibration must not move the RNG streams training draws from (dropout, sampling).
         devices = [torch.cuda.current_device()] if timer.synchronizes else []
@@ -438,9 +463,16 @@ class Planner:
             confirmed=confirmation.confirmed,
             confirmation=confirmation.to_dict(),
             cost_model=self._cost_model_report(lookahead),
-            paired_tests=tuple(t.to_dict() for t in lookahead.tests),
+            paired_tests=self._paired_tests(lookahead),
             created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
+
+    def _paired_tests(self, lookahead: Lookahead) -> tuple[dict[str, Any], ...]:
+        """This compile's paired tests, then those of the refined record it did not reach (the
+        budget ran out first): a later refining compile goes on with them."""
+        tests = [t.to_dict() for t in lookahead.tests]
+        reached = {(t["baseline"], t["candidate"]) for t in tests}
+        return (*tests, *(t for t in self.prior_tests if (t["baseline"], t["candidate"]) not in reached))
 
     def _confirmed_times(self, confirmation: Confirmation) -> tuple[float | None, float | None]:
         """F(T0) and F(returned plan): from the confirmation's paired rounds when it ran them."""

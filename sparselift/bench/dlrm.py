@@ -48,6 +48,9 @@ class BenchConfig:
     # "retain": every rank keeps freed heap memory for reuse (`runtime.allocator`), for every
     # system alike; "default": glibc's own policy (big temporaries faulted in again each step).
     host_memory: str = "default"
+    # A directory: SparseLift refines the plan cached there (`plan="refine"`), going on with the
+    # paired tests earlier runs left unclear; None: it plans afresh.
+    plan_cache: str | None = None
 
 
 def dlrm_config(cfg: BenchConfig):
@@ -89,7 +92,15 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
             return TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
     if name == "sparselift":
         return SparseLiftRunner(
-            config, rank, world, cfg.lr, cfg.seed, locals_[0], kernels=cfg.kernels, batches=itertools.cycle(locals_)
+            config,
+            rank,
+            world,
+            cfg.lr,
+            cfg.seed,
+            locals_[0],
+            kernels=cfg.kernels,
+            batches=itertools.cycle(locals_),
+            plan_cache=cfg.plan_cache,
         )
     if name == "dense_only":
         return DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
@@ -317,7 +328,8 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
     lines = [
         f"{title}: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
         f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds"
-        + (", freed host memory retained (every system)" if cfg.get("host_memory") == "retain" else ""),
+        + (", freed host memory retained (every system)" if cfg.get("host_memory") == "retain" else "")
+        + (f", SparseLift's plan refined in {cfg['plan_cache']}" if cfg.get("plan_cache") else ""),
         "",
         f"{'system':<{width}}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
         + "".join(f"{c:>11}" for c in COLUMNS)
@@ -438,6 +450,11 @@ def add_arguments(
         help="retain: every rank keeps freed heap memory for reuse instead of faulting big temporaries in "
         "again each step (glibc mallopt, process-wide: every system alike); default: glibc's policy",
     )
+    p.add_argument(
+        "--plan-cache",
+        help="SparseLift refines the plan cached in this directory (plan='refine': it goes on with the paired "
+        "tests earlier runs left unclear, their rounds piling up); default: it plans afresh",
+    )
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: throughput per step and the stage breakdown")
@@ -456,6 +473,7 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         threads=a.threads,
         kernels=a.kernels,
         host_memory=a.host_memory,
+        plan_cache=a.plan_cache,
     )
     known = getattr(a, "known_systems", SYSTEMS)
     unknown = [s for s in cfg.systems if s not in known]

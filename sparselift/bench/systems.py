@@ -49,9 +49,11 @@ class CompiledRunner:
         batches: Iterable[Any] | None = None,
         passes: str | None = None,
         max_lengths: dict[str, int] | None = None,
+        plan_cache: str | None = None,
     ) -> None:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides.
-        `max_lengths`: `CompileOptions.max_lengths` (a TorchRec EmbeddingCollection's keys)."""
+        `max_lengths`: `CompileOptions.max_lengths` (a TorchRec EmbeddingCollection's keys).
+        `plan_cache`: refine the plan cached there (`plan="refine"`) instead of planning afresh."""
         import sparselift
 
         self._inputs_of = inputs_of
@@ -63,12 +65,14 @@ class CompiledRunner:
             sharding=sharding,
             sparse_optimizer=sparselift.optim.SGD(lr=lr),
             # A benchmark plans afresh (calibration reported in its setup time), never from a
-            # plan cached by an earlier run.
+            # plan cached by an earlier run; with `plan_cache` it goes on with the earlier runs'
+            # undecided paired tests (calibrating as much as a fresh plan).
             options=sparselift.CompileOptions(
                 kernels=kernels,
                 benchmark=True,
                 passes=passes or "",
-                plan="none" if passes is not None else "replan",
+                plan="none" if passes is not None else "refine" if plan_cache else "replan",
+                cache_dir=plan_cache,
                 table_init=table_init,
                 max_lengths=max_lengths,
             ),
@@ -79,6 +83,7 @@ class CompiledRunner:
             "pipeline": "lift-sparse"
             + (f",{record.spec}" if record is not None and record.spec else f",{passes}" if passes else ""),
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
+            "planning": getattr(self.compiled.plan, "planning", ""),  # planned afresh, or refined from what
             # Why the planner chose this pipeline: what it kept from T0 (the default lowering),
             # each measured candidate and its verdict, and those the budget left untried.
             "decisions": plan_decisions(record),
@@ -166,6 +171,7 @@ class SparseLiftRunner(CompiledRunner):
         sharding: str = "auto",
         batches=None,
         passes: str | None = None,
+        plan_cache: str | None = None,
     ) -> None:
         model, _ = build_dlrm(
             attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
@@ -180,4 +186,5 @@ class SparseLiftRunner(CompiledRunner):
             sharding=sharding,
             batches=batches,
             passes=passes,
+            plan_cache=plan_cache,
         )

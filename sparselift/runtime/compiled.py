@@ -56,7 +56,8 @@ class CompileOptions:
     # pipeline, so no planning.
     passes: str = ""
     # The planner (sparselift.planner): "auto" reuses the cached plan for this key or plans;
-    # "reuse-only" fails without one; "replan" always calibrates; "none" skips planning (lifted
+    # "reuse-only" fails without one; "replan" always calibrates; "refine" calibrates again, going
+    # on with the cached plan's undecided paired tests (sparselift.planner); "none" skips planning (lifted
     # plan, plus generate-kernels when kernels="generated"); anything else is a plan record JSON.
     plan: str = attrs.field(default="auto", validator=attrs.validators.min_len(1))
     # The calibration budget, in steps of the plan the planner would return now (50: 5% of a

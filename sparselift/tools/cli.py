@@ -187,13 +187,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.world_size < 1:
         print(f"sparselift explain: --world-size must be at least 1, got {args.world_size}", file=sys.stderr)
         return 2
+    if args.replan and args.refine:
+        print("sparselift explain: give --replan or --refine, not both", file=sys.stderr)
+        return 2
     if args.calibration_steps < 1:
         print(
             f"sparselift explain: --calibration-steps must be at least 1, got {args.calibration_steps}", file=sys.stderr
         )
         return 2
     options = {
-        "plan": args.plan or ("replan" if args.replan else "auto"),
+        "plan": args.plan or ("replan" if args.replan else "refine" if args.refine else "auto"),
         "calibration_budget_s": args.budget,
         "calibration_steps": args.calibration_steps,
         "memory_cap_bytes": args.memory_cap_bytes,
@@ -326,6 +329,11 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
     exp.add_argument("--world-size", type=int, default=2)
     exp.add_argument("--plan", help="a plan record JSON: printed as is (alone), or used for the compile")
     exp.add_argument("--replan", action="store_true", help="calibrate even if a cached plan matches")
+    exp.add_argument(
+        "--refine",
+        action="store_true",
+        help="calibrate again, going on with the cached plan's undecided paired tests (their rounds pile up)",
+    )
     exp.add_argument("--budget", type=float, default=60.0, help="cap of the calibration budget in seconds (default 60)")
     exp.add_argument(
         "--calibration-steps",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,8 @@ def dlrm_run(tmp_path_factory):
         "1",
         "--host-memory",
         "retain",
+        "--plan-cache",
+        str(out / "plans"),
         "--json",
         str(out / "r.json"),
         "--plot",
@@ -49,6 +52,7 @@ def test_dlrm_bench_prints_one_row_per_system(dlrm_run):
         assert label in stdout
     assert "sparselift_vs_torchrec" in stdout and "ceiling_vs_torchrec" in stdout
     assert "freed host memory retained (every system)" in stdout  # --host-memory retain
+    assert "SparseLift's plan refined in " in stdout  # --plan-cache
 
 
 def test_dlrm_bench_json_has_every_key(dlrm_run):
@@ -71,6 +75,10 @@ def test_dlrm_bench_json_has_every_key(dlrm_run):
     assert any(d.startswith("[accepted] codegen") for d in plan["decisions"]) == (
         "generate-kernels" in plan["pipeline"]
     )
+    # --plan-cache: the first run has nothing to refine; its record is what the next run goes on with.
+    assert plan["planning"].startswith("plan='refine' with nothing to refine, planning: no cached plan")
+    assert result["config"]["plan_cache"].endswith("plans")
+    assert list(Path(result["config"]["plan_cache"]).glob("plan_record_*.json"))
 
 
 def test_dlrm_bench_png_opens(dlrm_run):

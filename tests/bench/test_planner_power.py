@@ -39,9 +39,9 @@ def test_residuals_are_each_tests_rounds_less_its_own_mean(power, tmp_path):
 def test_accept_rates_separate_a_clear_gain_from_none(power):
     rng = random.Random(0)
     noise = [rng.gauss(0, 0.02) for _ in range(2000)]  # 2% of the step
-    assert power.accept_rate(noise, 0.20, 8, 3.0, trials=200, seed=1) == 1.0
-    assert power.accept_rate(noise, 0.0, 8, 3.0, trials=200, seed=1) <= 0.02
+    assert power.accept_rate(noise, 0.20, 8, 0.02, trials=200, seed=1) == 1.0
+    assert power.accept_rate(noise, 0.0, 8, 0.02, trials=200, seed=1) <= 0.02
     # A smaller gain needs more rounds: the rate grows with the rounds the budget leaves.
-    assert power.accept_rate(noise, 0.03, 4, 3.0, trials=200, seed=1) < power.accept_rate(
-        noise, 0.03, 16, 3.0, trials=200, seed=1
+    assert power.accept_rate(noise, 0.03, 4, 0.02, trials=200, seed=1) < power.accept_rate(
+        noise, 0.03, 16, 0.02, trials=200, seed=1
     )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import re
 import time
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -420,9 +422,10 @@ def test_parallelism_sweep_turns_where_steps_get_slower():
     assert len(seen) == 3 * 4 + 2 * 3
 
 
-def _one_rank_lookahead(measure, clock=time.perf_counter, **options):
+def _one_rank_lookahead(measure, clock=time.perf_counter, prior=(), **options):
     """The measured decisions on one rank with no tables, whose step times come from
-    `measure(plan text)`; no cost model (the candidates' order is the order given)."""
+    `measure(plan text)`; no cost model (the candidates' order is the order given); `prior`: the
+    paired tests of a compile being refined."""
     compile_options = sparselift.CompileOptions(**options)
     timer = PlanTimer(
         None,
@@ -436,7 +439,7 @@ def _one_rank_lookahead(measure, clock=time.perf_counter, **options):
         clock=clock,
     )
     timer.start()
-    return Lookahead(timer, None, planner.planner_options(compile_options, "cpu"), refit=lambda: None)
+    return Lookahead(timer, None, planner.planner_options(compile_options, "cpu"), refit=lambda: None, prior=prior)
 
 
 def _drifting_planner(means_s):
@@ -772,3 +775,85 @@ def test_the_settled_steps_price_the_first_familys_screening():
     out = lookahead.confirm("latency-hiding", (), variants, Prediction((), 1.0, (), ""))
     assert out[0].accepted and "over 3 paired rounds" in out[0].reason, out[0].reason
     assert [d.reason.startswith("not screened") for d in out] == [False, True, True, True]
+
+
+# -- refining a cached plan (plan="refine") ---------------------------------------------------
+
+
+def _noisy_hiding_lookahead(budget_s: float, seed: int, prior=()):
+    """A one-rank lookahead on a fake clock: T0's steps 100 ms and hiding's 90 ms, each with 6 ms
+    of normal noise (a 10% gain that one small budget cannot show beyond the looks' bar)."""
+    rng = random.Random(seed)
+    now, calls = [0.0], []
+
+    def measure(spec):
+        calls.append(spec)
+        dt = (0.100 if spec == "" else 0.090) + rng.gauss(0.0, 0.006)
+        now[0] += dt
+        return dt
+
+    lookahead = _one_rank_lookahead(
+        measure, clock=lambda: now[0], prior=prior, calibration_budget_s=budget_s, calibration_steps=1000
+    )
+    built = []
+    lookahead.timer.ready = lambda pipelines, program=None: built.append(pipelines)
+    return lookahead, calls, built
+
+
+def _decide_hiding(lookahead, hides):
+    lookahead.begin_family(0)
+    return lookahead.confirm("latency-hiding", (), _hide_variants(hides), Prediction((), 1.0, (), ""))
+
+
+def test_a_refining_compile_goes_on_with_an_undecided_test_and_keeps_a_decided_one():
+    hide = HideLatency()
+    first, _, _ = _noisy_hiding_lookahead(0.9, seed=1)
+    (d1,) = _decide_hiding(first, [hide])
+    (t1,) = first.tests
+    assert not d1.accepted and t1.verdict == "unclear" and t1.resumable and 3 <= t1.rounds < 16, d1.reason
+    # The next compile goes on from those rounds (the record's dicts, as the cache keeps them).
+    second, _, _ = _noisy_hiding_lookahead(6.0, seed=2, prior=[t1.to_dict()])
+    (d2,) = _decide_hiding(second, [hide])
+    (t2,) = second.tests
+    assert d2.accepted and t2.verdict == "faster", d2.reason
+    assert t2.earlier_rounds == t1.rounds < t2.rounds
+    assert t2.baseline_rounds_us[: t1.rounds] == pytest.approx(t1.baseline_rounds_us, abs=0.1)
+    assert f"over {t2.rounds} paired rounds, {t1.rounds} of them in earlier compiles" in d2.reason
+    # Only this compile's rounds are observations of the machine now.
+    observed = second.timer.measurements[(hide,)].observations_us
+    assert observed == pytest.approx(t2.candidate_rounds_us[t1.rounds :], abs=0.01)
+    # A decided test stands: the third compile builds and times nothing for it.
+    third, calls, built = _noisy_hiding_lookahead(6.0, seed=3, prior=[t2.to_dict()])
+    (d3,) = _decide_hiding(third, [hide])
+    assert d3.accepted and calls == [] and built == [[()]]  # only the incumbent's readiness
+    assert third.tests[0].earlier_rounds == t2.rounds
+
+
+def test_a_refining_compile_tests_the_schedule_it_tested_before_without_screening():
+    hides = [HideLatency(backward=False), HideLatency()]
+    first, _, _ = _noisy_hiding_lookahead(0.9, seed=1)
+    earlier = attrs.evolve(_decide_hiding_test(first, hides[1]), baseline=(), candidate=(hides[1],))
+    second, _, built = _noisy_hiding_lookahead(6.0, seed=2, prior=[earlier.to_dict()])
+    second.timer.screen = lambda plans: pytest.fail(f"screened {plans}")
+    out = _decide_hiding(second, hides)
+    assert out[1].accepted and "of them in earlier compiles" in out[1].reason, out[1].reason
+    assert out[0].reason.startswith("not screened") and "the one an earlier compile tested (hide 1)" in out[0].reason
+    assert built == [[()], [(hides[1],)]]
+
+
+def _decide_hiding_test(lookahead, hide):
+    _decide_hiding(lookahead, [hide])
+    return lookahead.tests[0]
+
+
+def test_explain_refine_goes_on_with_the_cached_record(tmp_path, capsys):
+    from sparselift.tools.cli import main
+
+    args = ["explain", "--model", MODEL, "--world-size", "1", "--rows-cap", str(ROWS), "--batch-size", str(BATCH)]
+    args += ["--budget", "5", "--optimizations", "codegen,parallelism", "--cache-dir", str(tmp_path)]
+    assert main([*args, "--refine"]) == 0  # nothing cached yet: it plans
+    assert "plan='refine' with nothing to refine, planning: no cached plan" in capsys.readouterr().out
+    assert main([*args, "--refine"]) == 0
+    assert re.search(r"refining \S+\.json: \d+ of its \d+ paired tests go on", capsys.readouterr().out)
+    assert main([*args, "--refine", "--replan"]) == 2
+    assert "give --replan or --refine, not both" in capsys.readouterr().err
