@@ -17,7 +17,7 @@ test looks for it only at the rounds of `LOOKS`, and its error is spent over eve
 make, each estimate at each look (Bonferroni): a candidate whose true gain is below `WORTH` is
 called faster in at most `alpha` of tests (`ALPHA`, 2%), however many looks the test makes,
 including those of earlier compiles that a refining plan cache resumes (`prior`). Looking at
-every round at a fixed 3 standard errors erred 10-20x more often than its nominal 0.13% at the
+every round at a fixed 3 standard errors erred 8-18x more often than its nominal 0.13% at the
 boundary (`bench/planner_power.py`, bench/RESULTS.md, "2026-12-06 (night session)").
 *Slower* (the gain plus `z` standard errors still a loss) and futility (a gain worth the pass
 ruled out) keep the incumbent, so they spend none of that error and are checked at every round
