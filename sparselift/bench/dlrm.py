@@ -91,20 +91,18 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
         with quiet_torchrec_setup():
             return TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
     if name == "sparselift":
-        return SparseLiftRunner(
-            config,
-            rank,
-            world,
-            cfg.lr,
-            cfg.seed,
-            locals_[0],
-            kernels=cfg.kernels,
-            batches=itertools.cycle(locals_),
-            plan_cache=cfg.plan_cache,
-        )
+        return SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], **compiled_options(cfg, locals_))
     if name == "dense_only":
         return DenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
     raise ValueError(f"unknown system '{name}'; use {', '.join(SYSTEMS)}")
+
+
+def compiled_options(cfg: Any, locals_: Sequence[Any]) -> dict[str, Any]:
+    """A compiled system's options from the benchmark's config (`CompiledRunner`'s): its kernels,
+    its training batches (this rank's, cycled) and the plan cache it refines, if any."""
+    import itertools
+
+    return {"kernels": cfg.kernels, "batches": itertools.cycle(locals_), "plan_cache": cfg.plan_cache}
 
 
 def apply_host_memory(cfg: Any) -> None:

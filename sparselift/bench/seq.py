@@ -32,6 +32,7 @@ from sparselift.bench.dlrm import (
     BenchConfig,
     apply_host_memory,
     cli_main,
+    compiled_options,
     format_table,
     measure_systems,
     summarize,
@@ -72,29 +73,13 @@ def _build_runner(name: str, cfg: BenchConfig, config: Any, rank: int, world: in
             return DINTorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
     if name == "sparselift":
         return systems.din_sparselift_runner(
-            config,
-            rank,
-            world,
-            cfg.lr,
-            cfg.seed,
-            locals_[0],
-            kernels=cfg.kernels,
-            batches=itertools.cycle(locals_),
-            plan_cache=cfg.plan_cache,
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], **compiled_options(cfg, locals_)
         )
     if name == "sparselift_ec":
         from sparselift.bench.seq_torchrec import din_ec_sparselift_runner
 
         return din_ec_sparselift_runner(
-            config,
-            rank,
-            world,
-            cfg.lr,
-            cfg.seed,
-            locals_[0],
-            kernels=cfg.kernels,
-            batches=itertools.cycle(locals_),
-            plan_cache=cfg.plan_cache,
+            config, rank, world, cfg.lr, cfg.seed, locals_[0], **compiled_options(cfg, locals_)
         )
     if name == "dense_only":
         return systems.DINDenseOnlyRunner(config, rank, world, cfg.lr, cfg.seed)
