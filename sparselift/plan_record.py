@@ -17,6 +17,7 @@ import attrs
 
 from sparselift.passes.pipeline import Pipeline, parse_pipeline, pipeline_specs, pipeline_text
 from sparselift.passes.plan_candidates import Decision, change_text
+from sparselift.plan_confirm import PairedComparison
 
 RECORD_FORMAT = 2  # 2: the confirmation before return, the cost model's error
 
@@ -200,6 +201,12 @@ def explain_record(record: PlanRecord) -> str:
     budget = f" of a {record.budget_s:g} s budget" if record.budget_s else ""
     exhausted = " (budget exhausted: later candidates not tried)" if record.budget_exhausted else ""
     lines.append(f"  calibration: {record.calibration_s:.2f} s{budget}{exhausted}")
+    undecided = sum(PairedComparison.from_dict(t, "", "").resumable for t in record.paired_tests)
+    if undecided:
+        lines.append(
+            f"    {undecided} paired test{'s' if undecided > 1 else ''} stopped unclear for want of rounds: "
+            "plan='refine' (sparselift explain --refine) goes on with them"
+        )
     if record.spent:
         sp = record.spent
         parts = [

@@ -857,3 +857,11 @@ def test_explain_refine_goes_on_with_the_cached_record(tmp_path, capsys):
     assert re.search(r"refining \S+\.json: \d+ of its \d+ paired tests go on", capsys.readouterr().out)
     assert main([*args, "--refine", "--replan"]) == 2
     assert "give --replan or --refine, not both" in capsys.readouterr().err
+
+
+def test_a_record_says_which_tests_a_refining_compile_would_go_on_with():
+    cut = {"baseline_rounds_us": [1.0] * 5, "candidate_rounds_us": [1.0] * 5, "verdict": "unclear", "stopped": "share"}
+    decided = {**cut, "verdict": "slower", "stopped": "clear"}
+    record = PlanRecord(key="k", pipeline=(GenerateKernels(),), kernels="generated", paired_tests=(cut, decided, cut))
+    assert "2 paired tests stopped unclear for want of rounds: plan='refine'" in record.explain()
+    assert "want of rounds" not in attrs.evolve(record, paired_tests=(decided,)).explain()
