@@ -367,11 +367,15 @@ class Lookahead:
                     d = _with_reason(d, f"{d.reason}; {duel_note}")
                 out.append(d)
             else:
+                one = "not the fastest screened, which was tested"
+                among = f"not among the {contenders} fastest screened, which were tested"
+                why = "slower" if r >= f0 else f"faster, but {one if contenders == 1 else among}"
+                screened = f"screened at {r / 1e3:.2f} ms against the incumbent's {f0 / 1e3:.2f} ms"
                 out.append(
                     decision(
                         cand,
                         False,
-                        f"screened at {r / 1e3:.2f} ms against the incumbent's {f0 / 1e3:.2f} ms: not a contender",
+                        f"{screened}: not a contender ({why})",
                         p,
                         measured_us=round(r - f0, 3),
                         incumbent_us=round(f0, 3),
