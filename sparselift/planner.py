@@ -47,7 +47,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -329,7 +329,14 @@ class Planner:
     (`plan_search.search`), and confirms the chosen plan against T0 before returning it
     (`plan_confirm.confirm_choice`, with the timer as its `PairMeasure`)."""
 
-    def __init__(self, timer: PlanTimer, *, plan_options: PlanOptions, sharding: Any = None, prior_tests: Any = ()):
+    def __init__(
+        self,
+        timer: PlanTimer,
+        *,
+        plan_options: PlanOptions,
+        sharding: Any = None,
+        prior_tests: Sequence[Mapping[str, Any]] = (),
+    ):
         self.timer, self.plan_options = timer, plan_options
         self.prior_tests = tuple(prior_tests)  # a refined compile's paired tests (`Lookahead`'s prior)
         # The sharding family re-exports the model with each placement policy (a torch.export
