@@ -19,7 +19,9 @@ predicts every row's forward + backward time, next to the measured one (median a
 in `cost_model`; `--no-cost-model` skips this). `--pipeline NAME=PIPELINE` (repeated) runs those
 pipelines instead of the ten rows: an interleaved A/B of chosen schedules.
 JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p25",
-"step_ms_p75", "speedup", "breakdown": {...}}], "config": {...}, "machine": {...}}`.
+"step_ms_p75", "speedup", "breakdown": {...}, "steps_ms": [...], "stage_steps_ms": [{...}]}],
+"config": {...}, "machine": {...}}`; `steps_ms` and `stage_steps_ms` are every timed step (the
+slowest rank's, each stage's slowest rank) in timed order.
 """
 
 from __future__ import annotations
@@ -226,11 +228,12 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
         n = len(per_rank[0]["step_ms"][name])
         steps = [max(p["step_ms"][name][i] for p in per_rank) for i in range(n)]  # a step ends with its slowest rank
         records = per_rank[0]["breakdown"][name]
+        # Per step, each stage's slowest rank (as a step ends with its slowest rank).
+        stage_steps = [
+            {c: max(p["breakdown"][name][i][c] for p in per_rank) for c in COLUMNS} for i in range(len(records))
+        ]
         breakdown = {
-            c: statistics.median(max(p["breakdown"][name][i][c] for p in per_rank) for i in range(len(records)))
-            if records
-            else float("nan")
-            for c in COLUMNS
+            c: statistics.median(st[c] for st in stage_steps) if stage_steps else float("nan") for c in COLUMNS
         }
         out.append(
             {
@@ -241,6 +244,10 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
                 "step_ms_p25": _pct(steps, 0.25),
                 "step_ms_p75": _pct(steps, 0.75),
                 "breakdown": breakdown,
+                # In timed order, `steps // rounds` a round: for paired analyses across rows
+                # (`bench/stage_bias.py`).
+                "steps_ms": steps,
+                "stage_steps_ms": stage_steps,
                 "setup_s": max(p["setup_s"][name] for p in per_rank),
                 "compiled": per_rank[0]["compiled"][name],
             }

@@ -197,6 +197,9 @@ def test_ablation_runs_every_configuration(tmp_path):
     for r in result["rows"]:
         assert set(r["breakdown"]) == {"sparse_fwd", "other_fwd", "sparse_bwd", "other_bwd", "other"}
         assert r["step_ms_p25"] <= r["step_ms_median"] <= r["step_ms_p75"] and r["speedup"] > 0
+        # Every timed step, for paired analyses across rows (bench/stage_bias.py).
+        assert len(r["steps_ms"]) == len(r["stage_steps_ms"]) == 2
+        assert set(r["stage_steps_ms"][0]) == set(r["breakdown"])
         assert r["predicted_fwd_bwd_ms"] > 0 and r["cost_model_error_pct"] >= 0
     # The planner's calibrated cost model predicts every row; the error is reported, not asserted.
     errors = sorted(r["cost_model_error_pct"] for r in result["rows"])
