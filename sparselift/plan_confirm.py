@@ -103,16 +103,30 @@ class PairedComparison:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], baseline: PlanKey, candidate: PlanKey) -> PairedComparison:
         """A test as `to_dict` wrote it, between the plans the caller knows as `baseline` and
-        `candidate` (the dict has them as text only)."""
-        return cls(
-            baseline,
-            candidate,
-            tuple(float(t) for t in d["baseline_rounds_us"]),
-            tuple(float(t) for t in d["candidate_rounds_us"]),
-            str(d["verdict"]),
-            str(d["stopped"]),
-            int(d.get("earlier_rounds", 0)),
-        )
+        `candidate` (the dict has them as text only). A malformed one is a `ValueError` saying
+        which field is wrong: a refining compile must not go on from rounds it cannot read."""
+        try:
+            test = cls(
+                baseline,
+                candidate,
+                tuple(float(t) for t in d["baseline_rounds_us"]),
+                tuple(float(t) for t in d["candidate_rounds_us"]),
+                str(d["verdict"]),
+                str(d["stopped"]),
+                int(d.get("earlier_rounds", 0)),
+            )
+        except KeyError as e:
+            raise ValueError(f"a paired test without its field {e}") from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"a paired test with a malformed field: {e}") from None
+        if len(test.baseline_rounds_us) != len(test.candidate_rounds_us):
+            raise ValueError(
+                f"a paired test of {len(test.baseline_rounds_us)} baseline and "
+                f"{len(test.candidate_rounds_us)} candidate rounds"
+            )
+        if test.verdict not in VERDICTS:
+            raise ValueError(f"a paired test with verdict {test.verdict!r}, not one of {', '.join(VERDICTS)}")
+        return test
 
     @property
     def resumable(self) -> bool:

@@ -119,6 +119,15 @@ class PlanRecord:
             values["pipeline"] = parse_pipeline(values["pipeline"])
             values["start"] = parse_pipeline(values.get("start", ()))
             values["decisions"] = tuple(Decision.from_dict(x) for x in values.get("decisions", ()))
+            for i, test in enumerate(values.get("paired_tests", ())):  # a refining compile goes on from them
+                if not isinstance(test, dict) or not all(
+                    isinstance(test.get(k), str) for k in ("baseline", "candidate")
+                ):
+                    raise ValueError(f"paired test {i} is not an object naming its baseline and candidate plans")
+                try:
+                    PairedComparison.from_dict(test, test.get("baseline"), test.get("candidate"))
+                except ValueError as e:
+                    raise ValueError(f"paired test {i}: {e}") from None
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         values["measurements"] = tuple(Measurement.from_dict(x) for x in values.get("measurements", ()))

@@ -866,3 +866,25 @@ def test_a_record_says_which_tests_a_refining_compile_would_go_on_with():
     record = PlanRecord(key="k", pipeline=(GenerateKernels(),), kernels="generated", paired_tests=(cut, decided, cut))
     assert "2 paired tests stopped unclear for want of rounds: plan='refine'" in record.explain()
     assert "want of rounds" not in attrs.evolve(record, paired_tests=(decided,)).explain()
+
+
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        ({"candidate_rounds_us": [1.0, 2.0]}, "paired test 0: a paired test of 3 baseline and 2 candidate rounds"),
+        ({"verdict": "better"}, "paired test 0: a paired test with verdict 'better', not one of faster, slower"),
+        ({"baseline_rounds_us": None}, "paired test 0: a paired test with a malformed field"),
+        ({"candidate": None}, "paired test 0 is not an object naming its baseline and candidate plans"),
+    ],
+)
+def test_a_record_with_a_malformed_paired_test_is_refused_and_refining_plans_afresh(tmp_path, broken, message):
+    test = {"baseline": "", "candidate": "generate-kernels", "baseline_rounds_us": [1.0, 2.0, 3.0]}
+    test |= {"candidate_rounds_us": [1.0, 2.0, 3.0], "verdict": "unclear", "stopped": "share"}
+    record = PlanRecord(key="k", pipeline=(GenerateKernels(),), kernels="generated", paired_tests=(test | broken,))
+    path = tmp_path / "plan_record_k.json"
+    path.write_text(record.to_json())
+    with pytest.raises(ValueError, match=re.escape(f"plan record {path}: {message}")):
+        PlanRecord.load(path)
+    verdict = planner._refine(path, "")
+    assert verdict["action"] == "plan" and "prior" not in verdict
+    assert verdict["reason"].startswith("plan='refine' with an unreadable record, planning: ")
