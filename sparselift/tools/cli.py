@@ -187,8 +187,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.world_size < 1:
         print(f"sparselift explain: --world-size must be at least 1, got {args.world_size}", file=sys.stderr)
         return 2
-    if args.replan and args.refine:
-        print("sparselift explain: give --replan or --refine, not both", file=sys.stderr)
+    chosen = [
+        flag
+        for flag, on in (("--plan RECORD.json", args.plan), ("--replan", args.replan), ("--refine", args.refine))
+        if on
+    ]
+    if len(chosen) > 1:  # each says how to plan; one would silently win
+        print(f"sparselift explain: give one of {', '.join(chosen)}, not several", file=sys.stderr)
         return 2
     if args.calibration_steps < 1:
         print(

@@ -857,7 +857,9 @@ def test_explain_refine_goes_on_with_the_cached_record(tmp_path, capsys):
     assert main([*args, "--refine"]) == 0
     assert re.search(r"refining \S+\.json: \d+ of its \d+ paired tests go on", capsys.readouterr().out)
     assert main([*args, "--refine", "--replan"]) == 2
-    assert "give --replan or --refine, not both" in capsys.readouterr().err
+    assert "give one of --replan, --refine, not several" in capsys.readouterr().err
+    assert main([*args, "--refine", "--plan", str(tmp_path / "plan.json")]) == 2
+    assert "give one of --plan RECORD.json, --refine, not several" in capsys.readouterr().err
 
 
 def test_a_record_says_which_tests_a_refining_compile_would_go_on_with():
