@@ -106,8 +106,14 @@ class Lookahead:
         prior: Iterable[Mapping[str, Any]] = (),
     ):
         self.timer, self.predictor, self.plan_options = timer, predictor, plan_options
-        # The last earlier test of each pair of plans (as text: the record keeps them so).
-        self.prior = {(str(t["baseline"]), str(t["candidate"])): t for t in prior}
+        # The last earlier test of each pair of plans, by the plans' text (the record keeps them
+        # so; `PlanRecord` checked them when it loaded).
+        self.prior = {
+            (str(t["baseline"]), str(t["candidate"])): PairedComparison.from_dict(t, t["baseline"], t["candidate"])
+            for t in prior
+        }
+        # A refining compile may take any test to the last look; otherwise one compile's limit.
+        self.max_rounds = LOOKS[-1] if self.prior else MAX_ROUNDS
         self._refit_with, self.builder = refit, builder
         self.fitted: HardwareProfile | None = None
         self.sharding_json: str | None = None  # the placement chosen over "auto", if any
@@ -126,8 +132,8 @@ class Lookahead:
 
     def _earlier(self, baseline: Measured, candidate: Measured) -> PairedComparison | None:
         """This pair's test in the compile being refined, if any."""
-        d = self.prior.get((plan_text(baseline), plan_text(candidate)))
-        return None if d is None else PairedComparison.from_dict(d, baseline, candidate)
+        earlier = self.prior.get((plan_text(baseline), plan_text(candidate)))
+        return None if earlier is None else attrs.evolve(earlier, baseline=baseline, candidate=candidate)
 
     def _resumes(self, baseline: Measured, candidate: Measured) -> bool:
         """An earlier compile tested this pair and did not reject the candidate: the test goes on
@@ -145,9 +151,9 @@ class Lookahead:
             test = attrs.evolve(earlier, earlier_rounds=earlier.rounds)  # decided: it stands
         elif earlier is not None:
             rounds = (earlier.baseline_rounds_us, earlier.candidate_rounds_us)
-            test = paired_test(self.timer, baseline, candidate, prior=rounds, max_rounds=LOOKS[-1])
+            test = paired_test(self.timer, baseline, candidate, prior=rounds, max_rounds=self.max_rounds)
         else:
-            test = paired_test(self.timer, baseline, candidate, max_rounds=LOOKS[-1] if self.prior else MAX_ROUNDS)
+            test = paired_test(self.timer, baseline, candidate, max_rounds=self.max_rounds)
         self.tests.append(test)
         new = slice(test.earlier_rounds, None)  # this compile's rounds: the machine's state now
         if test.rounds > test.earlier_rounds:

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "planner_power.py"
-
 
 @pytest.fixture(scope="module")
-def power():
-    spec = importlib.util.spec_from_file_location("planner_power", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def power(bench_script):
+    return bench_script("planner_power")
 
 
 def test_residuals_are_each_tests_rounds_less_its_own_mean(power, tmp_path):

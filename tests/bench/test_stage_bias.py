@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "stage_bias.py"
-
 
 @pytest.fixture(scope="module")
-def bias():
-    spec = importlib.util.spec_from_file_location("stage_bias", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bias(bench_script):
+    return bench_script("stage_bias")
 
 
 def _row(name: str, dense_ms: list[float], rest_ms: list[float]) -> dict:
@@ -24,12 +17,8 @@ def _row(name: str, dense_ms: list[float], rest_ms: list[float]) -> dict:
         {"sparse_fwd": r / 2, "other_fwd": d / 3, "sparse_bwd": r / 2, "other_bwd": 2 * d / 3, "other": 0.0}
         for d, r in zip(dense_ms, rest_ms)
     ]
-    return {
-        "config": name,
-        "step_ms_median": 0.0,
-        "steps_ms": [d + r for d, r in zip(dense_ms, rest_ms)],
-        "stage_steps_ms": stages,
-    }
+    steps = [d + r for d, r in zip(dense_ms, rest_ms)]
+    return {"config": name, "step_ms_median": 0.0, "steps_ms": steps, "stage_steps_ms": stages}
 
 
 def test_a_candidate_that_moves_the_dense_stages_shows_its_shift_and_the_noise_the_control_removes(bias):
