@@ -756,10 +756,16 @@ def pack(plan: PlanBase, members, layout, dtype, *, batch: int | Sequence[int]):
 
 
 def unpack(plan: PlanBase, buffer, layout, widths, *, batch: int | Sequence[int]):
-    """`batch` as for `pack`."""
+    """`batch` as for `pack`. Where every segment lays the members out alike (a replicated
+    table's positions packed by its own lookup), the members are the buffer's column blocks, read
+    in place: on DIN that copy was 0.7 ms a step (`bench ops`, bench/RESULTS.md)."""
     common = _common_batch(batch)
     if common is None:
         return ref.unpack(buffer, layout, batch, widths)
+    views = _column_blocks(buffer, layout, common) if common else None
+    if views is not None and [v.shape[1] for v in views] == [int(w) for w in widths]:
+        # Column blocks at a regular offset: stacking the positions is still a view (strided_rows).
+        return views
     return _kernel_or_ref(plan, "unpack")(buffer, layout, common, widths)
 
 

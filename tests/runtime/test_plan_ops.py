@@ -11,6 +11,7 @@ import torch
 from sparselift.runtime import plan_ops as rt
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernels import default_kernels
+from sparselift.strided_rows import block_run
 
 ROWS, DIMS, BATCH, FEATURES = (7, 3, 11), (4, 8, 4), 5, 3
 
@@ -177,6 +178,28 @@ def test_pack_with_per_segment_batches_round_trips():
             poolings=[],
             segment_batches=SEGMENT_BATCHES,
         )
+
+
+@pytest.mark.parametrize("generated", [True, False])
+def test_unpack_returns_views_where_every_segment_lays_the_members_out_alike(generated):
+    # A replicated table's positions packed by its lookup ([B, positions * dim]): the members are
+    # its column blocks, read in place (no copy), and stacking them is still a view.
+    batch, positions, dim = 5, 4, 3
+    layout = [[(p * dim, dim) for p in range(positions)]] * 2
+    buffer = torch.randn(2 * batch * positions * dim)
+    plan = SimpleNamespace(kernels=default_kernels() if generated else None)
+    members = rt.unpack(plan, buffer, layout, [dim] * positions, batch=batch)
+    want = ref.unpack(buffer, layout, batch, [dim] * positions)
+    assert all(torch.equal(m, w) for m, w in zip(members, want))
+    assert all(m.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() for m in members)
+    stacked = block_run(members)
+    assert stacked is not None and torch.equal(stacked, torch.stack(want))
+    # Segments that lay the members out differently (a table-wise exchange): copied, as before.
+    swapped = [layout[0], [(dim, dim), (0, dim), *layout[0][2:]]]
+    members = rt.unpack(plan, buffer, swapped, [dim] * positions, batch=batch)
+    want = ref.unpack(buffer, swapped, batch, [dim] * positions)
+    assert all(torch.equal(m, w) for m, w in zip(members, want))
+    assert all(m.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr() for m in members)
 
 
 @pytest.mark.parametrize("world", [2, 3])
