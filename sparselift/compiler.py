@@ -107,11 +107,17 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
         return build_compiled(*args, **kwargs)
 
 
-def lift_pass(optimizer: SGD | RowWiseAdagrad, rows: str | None = None) -> LiftSparse:
-    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to); `rows`:
-    `CompileOptions.rows` (None: its default)."""
-    rows = CompileOptions().rows if rows is None else rows
-    return LiftSparse(optimizer=optimizer.kind, lr=float(optimizer.lr), eps=float(optimizer.eps), rows=rows)
+def lift_pass(optimizer: SGD | RowWiseAdagrad, options: CompileOptions | None = None) -> LiftSparse:
+    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to), lowering as
+    `options` ask (`rows`, `replicated_grads`; None: the defaults)."""
+    options = options or CompileOptions()
+    return LiftSparse(
+        optimizer=optimizer.kind,
+        lr=float(optimizer.lr),
+        eps=float(optimizer.eps),
+        rows=options.rows,
+        replicated_grads=options.replicated_grads,
+    )
 
 
 def build_compiled(
@@ -239,7 +245,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     # The compiled model keeps its options: not the hook, which may be a bound method of the
     # model (`model.table_init`) and would keep the whole model alive after the user drops it.
     options = attrs.evolve(options, table_init=None)
-    lift = lift_pass(optimizer, options.rows)
+    lift = lift_pass(optimizer, options)
 
     if options.passes or options.plan == "none":
         return _build_on_every_rank(

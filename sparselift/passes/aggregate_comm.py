@@ -96,12 +96,13 @@ class AggregateComm(ModulePass):
             for region in (step.forward, step.backward):
                 _Merger(region.block, set(self.roles), self.max_bytes, batch).run()
             if "dense_grad" in self.roles:
-                _ride_with_dense_grads(step)
+                ride_with_dense_grads(step, self.name)
 
 
-def _ride_with_dense_grads(step: StepOp) -> None:
+def ride_with_dense_grads(step: StepOp, pass_name: str) -> None:
     """Mark the backward's replicated-table gradient all-reduces `with_dense_grads`: they join
-    the dense gradients' all-reduce at the end of backward (one collective less a step)."""
+    the dense gradients' all-reduce at the end of backward (one collective less a step).
+    `pass_name`: the pass its refusals' remarks name (`lift-sparse` lowers this by default)."""
     if step.world_size.data == 1:
         return
     for op in step.backward.block.ops:
@@ -109,11 +110,11 @@ def _ride_with_dense_grads(step: StepOp) -> None:
             continue
         users = {use.operation.name for r in op.outputs for use in r.uses} - {"sparse.lookup_update"}
         if op.reduction.data != "sum":
-            remark(op, AggregateComm.name, "reduction", "not merged with the dense gradients: not a sum")
+            remark(op, pass_name, "reduction", "not merged with the dense gradients: not a sum")
         elif users:
             remark(
                 op,
-                AggregateComm.name,
+                pass_name,
                 "dependency",
                 f"not merged with the dense gradients: its results feed {', '.join(sorted(users))}, "
                 "which cannot wait for the end of backward",

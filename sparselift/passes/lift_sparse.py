@@ -17,6 +17,11 @@ Per sharding group (world size W > 1):
 Unpooled tables' rows travel padded (a row per id position) or, with `rows=jagged`, one per id
 where `compact-rows` applies (what the compiler lowers by default: `CompileOptions.rows`).
 
+The replicated tables' gradients get an all-reduce of their own (`replicated-grads=own`) or,
+with `replicated-grads=with-dense`, ride in the dense gradients' all-reduce at the end of backward
+(`with_dense_grads`, as `aggregate-comm{roles=dense_grad}` marks them; what the compiler lowers by
+default: `CompileOptions.replicated_grads`).
+
 World size 1 emits no collective at all. Afterwards no opaque op is left and every table is
 looked up once and updated once per step; the pass checks both.
 """
@@ -63,9 +68,13 @@ from sparselift.ir.sparse import (
     TableAttr,
     UnpackOp,
 )
+from sparselift.passes.aggregate_comm import ride_with_dense_grads
 from sparselift.passes.compact_rows import CompactRows
 
 _OpT = TypeVar("_OpT", bound=Operation)
+
+REPLICATED_GRADS = ("own", "with-dense")
+"""`LiftSparse.replicated_grads`'s values."""
 
 
 def _t(shape: Sequence[int], elt: Attribute) -> TensorType:
@@ -528,10 +537,17 @@ class LiftSparse(ModulePass):
     # How unpooled tables' rows travel: "padded", a row per id position (empty ones included);
     # "jagged", a row per id where `compact-rows` can and it pays (its checks, its remarks).
     rows: str = "padded"
+    # Where the replicated tables' gradients are summed: "own", an all-reduce of their own in
+    # backward; "with-dense", in the dense gradients' all-reduce (one collective less a step).
+    replicated_grads: str = "own"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.rows not in ("padded", "jagged"):
             raise PassFailedException(f"lift-sparse: rows must be 'padded' or 'jagged', got '{self.rows}'")
+        if self.replicated_grads not in REPLICATED_GRADS:
+            raise PassFailedException(
+                f"lift-sparse: replicated-grads must be 'own' or 'with-dense', got '{self.replicated_grads}'"
+            )
         optimizer = OptimizerAttr(self.optimizer, self.lr, self.eps if self.optimizer == "rowwise_adagrad" else 0.0)
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             for ebc in [o for o in step.forward.block.ops if isinstance(o, EmbeddingBagCollectionOp)]:
@@ -541,6 +557,9 @@ class LiftSparse(ModulePass):
         verify_lifted(op)
         if self.rows == "jagged":
             CompactRows().apply(ctx, op)
+        if self.replicated_grads == "with-dense":
+            for step in [s for s in op.walk() if isinstance(s, StepOp)]:
+                ride_with_dense_grads(step, self.name)
 
     @staticmethod
     def _check_supported(step: StepOp, ebc: EmbeddingBagCollectionOp) -> None:

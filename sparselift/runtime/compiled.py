@@ -28,6 +28,7 @@ from torch import nn
 
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
+from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import huge_pages
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
@@ -52,6 +53,10 @@ class CompileOptions:
     # where compact-rows applies and a tenth or more of the id positions are empty (padding);
     # "padded", a row per id position (the rows exchange of fixed size).
     rows: str = attrs.field(default="jagged", validator=attrs.validators.in_(("jagged", "padded")))
+    # Replicated tables' gradients: "with-dense" sums them in the dense gradients' all-reduce at
+    # the end of backward, as DDP does TorchRec's data-parallel tables (one collective less a
+    # step; bench/RESULTS.md: 1-3% of the step at real size); "own", an all-reduce of their own.
+    replicated_grads: str = attrs.field(default="with-dense", validator=attrs.validators.in_(REPLICATED_GRADS))
     # Extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax): an explicit
     # pipeline, so no planning.
     passes: str = ""
@@ -79,12 +84,12 @@ class CompileOptions:
     # from `init_seed` (None: rank 0's torch.initial_seed()) so every placement gets the same values.
     table_init: TableInit | None = None
     init_seed: int | None = None
-    # CPU table shards of at least this many bytes live on transparent huge pages (fewer TLB
-    # misses for random rows; runtime/huge_pages.py); None: plain pages.
     # Per KeyedJaggedTensor key an EmbeddingCollection looks up (unpooled): the longest bag the
     # model is compiled for; None (or a key left out): the example inputs' longest. A batch with
     # a longer bag is refused, on every rank.
     max_lengths: dict[str, int] | None = None
+    # CPU table shards of at least this many bytes live on transparent huge pages (fewer TLB
+    # misses for random rows; runtime/huge_pages.py); None: plain pages.
     huge_page_min_bytes: int | None = attrs.field(
         default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
     )

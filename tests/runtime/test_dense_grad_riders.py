@@ -1,9 +1,11 @@
 """Replicated tables' gradients riding in the dense gradients' all-reduce (`with_dense_grads`).
 
-`aggregate-comm`'s `dense_grad` role drops the replicated tables' own all-reduce: their
-gradients travel in the dense gradients' one bucket at the end of backward, and their updates
-run after it. Where no dense bucket carries them (overlapped buckets, `dense_sync=False`), they
-get an all-reduce of their own. Every way must update the tables exactly as before.
+The compiler's default lowering (`CompileOptions.replicated_grads="with-dense"`), like
+`aggregate-comm`'s `dense_grad` role on a plan lowered with `replicated_grads="own"`, drops the
+replicated tables' own all-reduce: their gradients travel in the dense gradients' one bucket at
+the end of backward, and their updates run after it. Where no dense bucket carries them
+(overlapped buckets, `dense_sync=False`), they get an all-reduce of their own. Every way must
+update the tables exactly as with their own all-reduce.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import sparselift
 from sparselift.models.registry import build
 
 
-def _worker(rank, world, cache, passes, dense_sync):
-    compiled = small_kaggle(passes, cache, dense_sync=dense_sync)
+def _worker(rank, world, cache, passes, dense_sync, replicated_grads="own"):
+    # `replicated_grads=None`: the compiler's default lowering.
+    options = {} if replicated_grads is None else {"replicated_grads": replicated_grads}
+    compiled = small_kaggle(passes, cache, dense_sync=dense_sync, **options)
     collectives = count_calls(torch.distributed, "all_reduce")
     for step in range(3):
         _, batch = build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=10 * step + rank)
@@ -44,10 +48,12 @@ def own(tmp_path_factory) -> list[dict]:
         pytest.param("aggregate-comm{roles=dense_grad}", True, 1, id="in-the-dense-bucket"),
         pytest.param("aggregate-comm{roles=dense_grad},hide-latency", True, None, id="overlapped-buckets"),
         pytest.param("aggregate-comm{roles=dense_grad}", False, 1, id="without-dense-sync"),
+        pytest.param("", True, 1, id="the-default-lowering"),
     ],
 )
 def test_riders_update_replicated_tables_like_their_own_all_reduce(own, tmp_path, passes, dense_sync, all_reduces):
-    ride = sparselift.launch(_worker, 2, str(tmp_path), passes, dense_sync, timeout_s=300)
+    replicated_grads = None if not passes else "own"
+    ride = sparselift.launch(_worker, 2, str(tmp_path), passes, dense_sync, replicated_grads, timeout_s=300)
     assert "rt.all_reduce_with_dense_grads" in ride[0]["source"]
     assert "rt.all_reduce_with_dense_grads" not in own[0]["source"]
     # Without riders: the tables' all-reduce, then the dense gradients' one bucket.

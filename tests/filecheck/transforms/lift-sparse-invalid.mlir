@@ -13,10 +13,12 @@
 // RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=adam}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
 // RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{lr=-0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
 // RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=rowwise_adagrad eps=0.0}' 2>&1 | filecheck %s --check-prefix=BAD-EPS
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{replicated-grads=twice}' 2>&1 | filecheck %s --check-prefix=BAD-REPLICATED-GRADS
 // Bad pass options are rejected before any step is touched:
 // BAD-OPTIMIZER: sparselift-opt: error: pass 'lift-sparse': unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
 // BAD-LR: sparselift-opt: error: pass 'lift-sparse': optimizer lr must be positive, got -0.5
 // BAD-EPS: sparselift-opt: error: pass 'lift-sparse': rowwise_adagrad eps must be positive, got 0.0
+// BAD-REPLICATED-GRADS: sparselift-opt: error: lift-sparse: replicated-grads must be 'own' or 'with-dense', got 'twice'
 
 // lift-sparse rejects what it cannot lift with a PassFailedException naming the module, table
 // or feature. The first RUN checks every message (one per case); the others run each
@@ -176,7 +178,7 @@ sched.step @opaque_left world_size = 2 outputs = 1 {
 
 // Two groups reading the same table: the verifier rejects the input (a table belongs to one
 // group), before lift-sparse's final check (one lookup and one update per table) would.
-// CHECK: lift-sparse-invalid.mlir:186:3: error: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'emb'; a table belongs to one sharding group
+// CHECK: lift-sparse-invalid.mlir:[[# @LINE + 7]]:3: error: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'emb'; a table belongs to one sharding group
 // TABLE-TWICE-NOT: Traceback
 // TABLE-TWICE: stdin:4:3: error: sparse.embedding_bag_collection: table 't0' is also in the sparse.embedding_bag_collection 'emb'; a table belongs to one sharding group
 // TABLE-TWICE-NEXT: %p1 = sparse.embedding_bag_collection "emb2"

@@ -41,8 +41,19 @@
 // KAGGLE2-COUNT-15: sparse.lookup_update %{{[0-9]+}}, %{{[0-9]+}} grad
 // KAGGLE2-NEXT:     sched.dense @dense_pre
 
-// dlrm-kaggle, world size 1: one table-wise group on rank 0 and no collective at all.
+// `replicated-grads=with-dense` (the compiler's default lowering): the data-parallel group's
+// all-reduce rides in the dense gradients' one (`with_dense_grads`); nothing else changes.
+// RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws2.mlir -p 'lift-sparse{replicated-grads=with-dense}' | filecheck %s --check-prefix=KAGGLE2-RIDE
+// KAGGLE2-RIDE:          } backward {
+// KAGGLE2-RIDE-COUNT-11: sparse.lookup_grad
+// KAGGLE2-RIDE-NEXT:     coll.all_reduce %{{[0-9]+}}, {{.*}} role #coll.role<sparse_grad> reduce "sum" with_dense_grads {group = "emb_l/data_parallel"}
+// KAGGLE2-RIDE-NOT:      coll.all_reduce
+// KAGGLE2-RIDE-COUNT-11: sparse.lookup_update {{.*}} data_parallel>
+
+// dlrm-kaggle, world size 1: one table-wise group on rank 0 and no collective at all (also
+// when the replicated gradients would ride with the dense ones).
 // RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws1.mlir -p lift-sparse | filecheck %s --check-prefix=KAGGLE1
+// RUN: sparselift-opt %S/../inputs/dlrm-kaggle-ws1.mlir -p 'lift-sparse{replicated-grads=with-dense}' | filecheck %s --check-prefix=KAGGLE1
 // KAGGLE1-NOT:      coll.
 // KAGGLE1-NOT:      sparse.embedding_bag_collection
 // KAGGLE1-LABEL:    sched.step @step world_size = 1
