@@ -30,7 +30,7 @@ from sparselift.optim import SGD, RowWiseAdagrad
 from sparselift.passes import get_all_passes
 from sparselift.passes.generate_kernels import GenerateKernels
 from sparselift.passes.lift_sparse import LiftSparse
-from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, run_pipeline
+from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, pass_spec, run_pipeline
 from sparselift.placement import ShardingPlan
 from sparselift.planner import resolve_plan
 from sparselift.runtime.agree import register_error_type, same_outcome
@@ -156,7 +156,8 @@ def build_compiled(
         cache_files.atomic_write(path, source)  # ranks sharing the cache may write it at once
         log.info("sparselift: plan %s written to %s", digest, path)
     loaded = _load_module(path, f"sparselift_plan_{digest}")
-    plan = Plan(ir_text, source, path, digest, lifted)
+    lift = find_pass(pipeline, LiftSparse.name)
+    plan = Plan(ir_text, source, path, digest, lifted, lowering=pass_spec(lift) if lift else "")
     return CompiledModel(lifted, plan, loaded.Plan, rank, world, process_group, optimizer, options, local)
 
 

@@ -80,7 +80,7 @@ class CompiledRunner:
         self.compile_s = time.perf_counter() - start
         record = getattr(self.compiled.plan, "record", None)
         self.plan_summary = {
-            "pipeline": "lift-sparse"
+            "pipeline": self.compiled.plan.lowering
             + (f",{record.spec}" if record is not None and record.spec else f",{passes}" if passes else ""),
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
             "planning": getattr(self.compiled.plan, "planning", ""),  # planned afresh, or refined from what

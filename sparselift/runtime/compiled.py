@@ -114,6 +114,8 @@ class Plan:
     calibration_s: float = 0.0  # calibration this compile spent (0 when reused)
     planning: str = ""  # why the planner planned, or where the reused plan came from
     huge_page_bytes: dict[str, int] = attrs.field(factory=dict)  # this rank's big shards on huge pages
+    # The lift-sparse spec the plan was lowered with (its options that differ from the pass's defaults).
+    lowering: str = ""
 
     def _huge_pages_line(self) -> list[str]:
         if not self.huge_page_bytes:
@@ -124,6 +126,8 @@ class Plan:
     def explain(self) -> str:
         lines = [f"plan hash: {self.hash} ({self.path})", sharding_plan(self.program.module).describe()]
         lines += [f"groups: {', '.join(group_names(self.program.module))}", *self._huge_pages_line()]
+        if self.lowering:
+            lines.append(f"lowering: {self.lowering}")
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
             lines.append(

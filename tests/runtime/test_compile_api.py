@@ -21,6 +21,9 @@ def test_compile_exposes_plan_ir_source_and_explain(tmp_path):
     assert plan.path.exists() and plan.path.read_text() == plan.source
     text = plan.explain()
     assert plan.hash in text and "sharding plan for world size 1" in text
+    # The lowering says how lift-sparse ran: the compiler's defaults that differ from the pass's.
+    assert plan.lowering.startswith("lift-sparse{") and 'replicated_grads="with-dense"' in plan.lowering
+    assert f"lowering: {plan.lowering}" in text
 
 
 def test_second_compile_reuses_the_cached_plan(tmp_path, caplog):
