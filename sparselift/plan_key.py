@@ -68,7 +68,8 @@ def key_fields(
         "shapes": _sha(shapes),
         "world_size": str(sharding.world_size),
         "sharding": _sha(sharding.to_json()),
-        "optimizer": str(lift.spec(include_default=True)),  # the lift-sparse pass: the fused update
+        # The lift-sparse pass: the fused update, and how rows and replicated gradients are lowered.
+        "optimizer": str(lift.spec(include_default=True)),
         "device": device,
         "versions": f"torch {torch.__version__}, xdsl {xdsl.__version__}, sparselift {sparselift.__version__}",
         "constraints": json.dumps(constraints, sort_keys=True),

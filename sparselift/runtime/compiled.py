@@ -55,7 +55,7 @@ class CompileOptions:
     rows: str = attrs.field(default="jagged", validator=attrs.validators.in_(("jagged", "padded")))
     # Replicated tables' gradients: "with-dense" sums them in the dense gradients' all-reduce at
     # the end of backward, as DDP does TorchRec's data-parallel tables (one collective less a
-    # step; bench/RESULTS.md: 1-3% of the step at real size); "own", an all-reduce of their own.
+    # step; bench/RESULTS.md: 1-2% of the step at real size); "own", an all-reduce of their own.
     replicated_grads: str = attrs.field(default="with-dense", validator=attrs.validators.in_(REPLICATED_GRADS))
     # Extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax): an explicit
     # pipeline, so no planning.

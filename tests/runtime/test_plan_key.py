@@ -88,3 +88,13 @@ def test_distinct_shares_enter_the_key_to_a_tenth():
 
     near, close, far = key_text({"item": 0.41}), key_text({"item": 0.38}), key_text({"item": 0.7})
     assert "distinct = 0.4>" in near and near == close and near != far
+
+
+def test_a_plan_lowered_another_way_misses(features):
+    # A record planned with the replicated gradients' own all-reduce measured other plans than
+    # the riding lowering compiles: the lift-sparse options are part of the key.
+    program = _export({f: 4.0 for f in features})
+    own = key_fields(program, lift=LiftSparse(replicated_grads="own"), plan_options=PlanOptions(), device="cpu")
+    ride = key_fields(program, lift=LiftSparse(replicated_grads="with-dense"), plan_options=PlanOptions(), device="cpu")
+    changed = diff_fields(own, ride)
+    assert len(changed) == 1 and changed[0].startswith("optimizer") and plan_key(own) != plan_key(ride)
