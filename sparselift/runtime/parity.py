@@ -135,6 +135,7 @@ def compiled_worker(
     device: str = "cpu",
     sizes=None,
     rows: str = "jagged",
+    replicated_grads: str = "with-dense",
 ) -> dict[str, Any]:
     """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
@@ -151,7 +152,12 @@ def compiled_worker(
         sharding=sharding,
         sparse_optimizer=opt,
         options=sparselift.CompileOptions(
-            grad_reduction="mean", kernels=kernels, passes=passes, plan="none", rows=rows
+            grad_reduction="mean",
+            kernels=kernels,
+            passes=passes,
+            plan="none",
+            rows=rows,
+            replicated_grads=replicated_grads,
         ),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
@@ -199,14 +205,16 @@ def check_parity(
     sizes=None,
     rows: str = "jagged",
     expect_ops: Sequence[str] = (),
+    replicated_grads: str = "with-dense",
 ) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
     `device="cuda"` trains the compiled side on the GPU; with `backend` (say "nccl") the ranks
     join a process group even when `world` is 1, so the plan's collectives run too. `sizes`
     (`sizes[step][rank]`, then `steps = len(sizes)`) gives each rank's local batch at each step;
-    the model is compiled on an example batch of `batch` samples either way. `rows` is
-    `CompileOptions.rows` (how unpooled tables' rows travel); `expect_ops` are op names the
+    the model is compiled on an example batch of `batch` samples either way. `rows` and
+    `replicated_grads` are `CompileOptions.rows` (how unpooled tables' rows travel) and
+    `CompileOptions.replicated_grads` (where replicated tables' gradients are summed); `expect_ops` are op names the
     compiled plan must hold (that the lowering under test is the one that ran).
     """
     from sparselift.runtime.distributed import launch
@@ -233,6 +241,7 @@ def check_parity(
                 device,
                 sizes,
                 rows,
+                replicated_grads,
             )
         ]
     else:
@@ -252,6 +261,7 @@ def check_parity(
             device,
             sizes,
             rows,
+            replicated_grads,
             backend=backend or "gloo",
             timeout_s=120,
         )

@@ -35,6 +35,19 @@ def test_training_matches_single_process(model, world, sharding, optimizer, rows
 
 
 @pytest.mark.parametrize(
+    "model, world, optimizer",
+    [
+        pytest.param("dlrm-kaggle", 2, ("sgd", 0.05, 0.0), id="ws2-kaggle"),
+        pytest.param("two-tower", 3, ("rowwise_adagrad", 0.1, 1e-8), id="ws3-two-tower-adagrad"),
+    ],
+)
+def test_replicated_gradients_own_all_reduce_matches_single_process(model, world, optimizer):
+    # The lowering the compiler no longer chooses by default (CompileOptions.replicated_grads):
+    # the replicated tables' gradients summed by an all-reduce of their own, mid-backward.
+    check_parity(model, world, sharding="auto", optimizer=optimizer, steps=3, batch=8, replicated_grads="own")
+
+
+@pytest.mark.parametrize(
     "model, world, sharding, optimizer",
     [
         pytest.param("two-tower", 2, "auto", ("rowwise_adagrad", 0.1, 1e-8), id="ws2-reference-lowering"),
