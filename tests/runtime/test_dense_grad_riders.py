@@ -43,16 +43,17 @@ def own(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    ("passes", "dense_sync", "all_reduces"),
+    ("passes", "dense_sync", "all_reduces", "replicated_grads"),
     [
-        pytest.param("aggregate-comm{roles=dense_grad}", True, 1, id="in-the-dense-bucket"),
-        pytest.param("aggregate-comm{roles=dense_grad},hide-latency", True, None, id="overlapped-buckets"),
-        pytest.param("aggregate-comm{roles=dense_grad}", False, 1, id="without-dense-sync"),
-        pytest.param("", True, 1, id="the-default-lowering"),
+        pytest.param("aggregate-comm{roles=dense_grad}", True, 1, "own", id="in-the-dense-bucket"),
+        pytest.param("aggregate-comm{roles=dense_grad},hide-latency", True, None, "own", id="overlapped-buckets"),
+        pytest.param("aggregate-comm{roles=dense_grad}", False, 1, "own", id="without-dense-sync"),
+        pytest.param("", True, 1, None, id="the-default-lowering"),
     ],
 )
-def test_riders_update_replicated_tables_like_their_own_all_reduce(own, tmp_path, passes, dense_sync, all_reduces):
-    replicated_grads = None if not passes else "own"
+def test_riders_update_replicated_tables_like_their_own_all_reduce(
+    own, tmp_path, passes, dense_sync, all_reduces, replicated_grads
+):
     ride = sparselift.launch(_worker, 2, str(tmp_path), passes, dense_sync, replicated_grads, timeout_s=300)
     assert "rt.all_reduce_with_dense_grads" in ride[0]["source"]
     assert "rt.all_reduce_with_dense_grads" not in own[0]["source"]
