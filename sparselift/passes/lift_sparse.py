@@ -546,7 +546,8 @@ class LiftSparse(ModulePass):
             raise PassFailedException(f"lift-sparse: rows must be 'padded' or 'jagged', got '{self.rows}'")
         if self.replicated_grads not in REPLICATED_GRADS:
             raise PassFailedException(
-                f"lift-sparse: replicated-grads must be 'own' or 'with-dense', got '{self.replicated_grads}'"
+                f"lift-sparse: replicated-grads must be {' or '.join(map(repr, REPLICATED_GRADS))}, "
+                f"got '{self.replicated_grads}'"
             )
         optimizer = OptimizerAttr(self.optimizer, self.lr, self.eps if self.optimizer == "rowwise_adagrad" else 0.0)
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:

@@ -184,7 +184,19 @@ def compiled_worker(
     state = compiled.state_dict()
     tables = {info.param: state[info.param] for info in compiled.table_facts}
     ops = sorted(set(re.findall(r"\b(?:sparse|coll|sched)\.[a-z_]+", compiled.plan.ir_text)))
-    return _to("cpu", {"outputs": outputs, "tables": tables, "grads": grads, "table_names": list(tables), "ops": ops})
+    # Whether replicated tables' gradients ride in the dense all-reduce: the lowering under test ran.
+    riding = "with_dense_grads" in compiled.plan.ir_text
+    return _to(
+        "cpu",
+        {
+            "outputs": outputs,
+            "tables": tables,
+            "grads": grads,
+            "table_names": list(tables),
+            "ops": ops,
+            "riding": riding,
+        },
+    )
 
 
 def check_parity(
@@ -269,6 +281,8 @@ def check_parity(
         model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"], sizes=sizes
     )
     for rank, res in enumerate(results):
+        if replicated_grads == "own" and "dense_grad" not in passes:
+            assert not res["riding"], f"rank {rank}'s plan sums replicated gradients with the dense ones"
         missing = [name for name in expect_ops if name not in res["ops"]]
         assert not missing, f"rank {rank}'s plan has no {', '.join(missing)} (it has {', '.join(res['ops'])})"
         assert len(res["outputs"]) == steps, f"rank {rank} ran {len(res['outputs'])} of {steps} steps"
