@@ -93,7 +93,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "int",
         _args(
             "int ntab, const int32_t* fn, float* const* G, const int64_t* rows, const int32_t* slot_off, "
-            "const int32_t* slots, const float* const* grad, const int64_t* ldg, "
+            "const int32_t* slots, const float* const* slot_grad, const int64_t* slot_ldg, "
             + _BAGS
             + ", float gscale, int64_t* err"
         ),

@@ -430,8 +430,13 @@ class _Emitter:
         return self._guard(ranks, assign(self.targets(op.pooled), f"rt.fused_lookup(self, {common})"), list(op.pooled))
 
     def emit_fused_lookup_grad(self, op: FusedLookupGradOp) -> list[str]:
-        """The replicated tables' gradients in one call (laid out back to back for the all-reduce)."""
-        call = f"rt.fused_lookup_grad(self, {self._fused_common(op)}, grads=[{self.names_of(op.grads)}])"
+        """The replicated tables' gradients in one call (laid out back to back for the all-reduce);
+        in the per-slot form each table's gradient is the list of its slots' gradients."""
+        if op.per_slot:
+            grads = ", ".join(f"[{self.names_of(g)}]" for g in op.grads_per_table())
+        else:
+            grads = self.names_of(op.grads)
+        call = f"rt.fused_lookup_grad(self, {self._fused_common(op)}, grads=[{grads}])"
         return self._guard(op.owner_ranks(self.world), assign(self.targets(op.table_grads), call), list(op.table_grads))
 
     def emit_fused_lookup_update(self, op: FusedLookupUpdateOp) -> list[str]:

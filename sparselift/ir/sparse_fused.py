@@ -9,7 +9,9 @@ the reference kernels, as the per-table lowering). Each fused op lists its `tabl
 - `sparse.fused_lookup_update`: the pooled-gradient update, one gradient per table (`grads`), and
   the `optimizer` fused into it;
 - `sparse.fused_lookup_grad`: the replicated tables' whole-table gradients (before their
-  all-reduce), one `[rows, dim]` gradient per table.
+  all-reduce), one `[rows, dim]` gradient per table. Its pooled gradients come one per table
+  (`[bags, dim x slots]`), or one per slot (`[bags, dim]` each, table after table): the per-slot
+  form reads the slots' gradients where the dense backward left them, without packing them.
 
 All read the shared `lengths`, `indices` and optional `weights`; "reads weights" is
 `op.weights is not None`. The verifiers check each table as its per-table op would, against the
@@ -222,7 +224,11 @@ class FusedLookupUpdateOp(FusedTableOp, PooledGradients):
 @irdl_op_definition
 class FusedLookupGradOp(FusedTableOp, PooledGradients):
     """Several replicated tables' whole-table gradients in one call: one [rows, dim] per table,
-    which the runtime lays out back to back so the all-reduce after it reads them without a copy."""
+    which the runtime lays out back to back so the all-reduce after it reads them without a copy.
+
+    `grads`: one `[bags, dim x slots]` per table, or (the per-slot form) one `[bags, dim]` per
+    slot, table after table, in each table's slot order. The two agree where every table has one
+    slot."""
 
     name = "sparse.fused_lookup_grad"
 
@@ -252,8 +258,46 @@ class FusedLookupGradOp(FusedTableOp, PooledGradients):
             properties=self.table_properties(tables, placements, slots),
         )
 
+    @property
+    def per_slot(self) -> bool:
+        """Whether the gradients come one per slot (and some table has several slots)."""
+        return len(self.grads) != len(self.tables.data)
+
+    def grads_per_table(self) -> list[list[SSAValue]]:
+        """Each table's gradients: its one pooled gradient, or its slots' (the per-slot form)."""
+        if not self.per_slot:
+            return [[g] for g in self.grads]
+        out, at = [], 0
+        for sl in self.slot_lists:
+            out.append(list(self.grads[at : at + len(sl)]))
+            at += len(sl)
+        return out
+
+    def _verify_per_slot(self, tables: list[TableAttr], slots: list[list[int]]) -> None:
+        """The per-slot form: one [bags, dim] gradient per slot, table after table."""
+        grads = iter(self.grads)
+        for t, sl in zip(tables, slots):
+            for k in range(len(sl)):
+                g = next(grads)
+                shape = g.type.get_shape() if isinstance(g.type, TensorType) else ()
+                if len(shape) != 2 or (shape[1] >= 0 and shape[1] != t.dim.data):
+                    raise VerifyException(
+                        f"{self.name}: gradient of slot {k} of table '{t.name_str}' must be "
+                        f"[bags, {t.dim.data}] (one gradient per slot), got {g.type}"
+                    )
+                check_pooled(g.type, t, f"{self.name}: gradient of slot {k} of table '{t.name_str}'")
+
     def verify_values(self, tables: list[TableAttr], slots: list[list[int]]) -> None:
-        self._verify_pooled(self.grads, tables, slots, "gradient")
+        nslots = sum(len(sl) for sl in slots)
+        if len(self.grads) == nslots and nslots != len(tables):
+            self._verify_per_slot(tables, slots)
+        elif len(self.grads) != len(tables):
+            raise VerifyException(
+                f"{self.name}: needs one gradient per table ({_count(len(tables), 'table')}) or one per "
+                f"slot ({_count(nslots, 'slot')}), got {len(self.grads)}"
+            )
+        else:
+            self._verify_pooled(self.grads, tables, slots, "gradient")
         if len(self.table_grads) != len(tables):
             raise VerifyException(
                 f"{self.name}: needs one table gradient per table ({_count(len(tables), 'table')}), "

@@ -155,8 +155,9 @@ class CCalls:
     def _call_grad(
         self, prep, gs, lengths, indices, weights, features_per_segment, batch, grad_scale, names_fn
     ) -> None:
-        """The `sl_grad` call of `fused_lookup_grad` (checked inputs, prepared constants)."""
-        n = len(gs)
+        """The `sl_grad` call of `fused_lookup_grad` (checked inputs, prepared constants); `gs`: one
+        `[rows, dim]` gradient block per slot, table after table."""
+        n = len(prep["widths"])  # tables
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
         la, l_p = _addr_array(ctypes.c_int64, [g.stride(0) for g in gs])
         err = (ctypes.c_int64 * 4)()

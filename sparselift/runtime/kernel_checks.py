@@ -42,6 +42,32 @@ def _rows_apart(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x if _is_rows_apart(x, dtype) else x.to(dtype).contiguous()
 
 
+def _slot_blocks(grad, nrows: int, dim: int, nslots: int, table: int, names_fn) -> list[torch.Tensor]:
+    """Table `table`'s pooled gradient as one `[nrows, dim]` float32 block per slot, each read in
+    place where the kernels can (a column slice of a wider gradient, as a concatenation's
+    backward gives it), else copied. `grad`: `[nrows, dim x nslots]`, or one tensor per slot."""
+    if isinstance(grad, torch.Tensor):
+        if grad.dim() != 2 or tuple(grad.shape) != (nrows, dim * nslots):
+            raise ValueError(
+                f"gradient of table '{names_fn()[table]}': pooled gradient of shape {tuple(grad.shape)}, "
+                f"expected {(nrows, dim * nslots)}"
+            )
+        grad = _rows_apart(grad, torch.float32)
+        return [grad[:, k * dim : (k + 1) * dim] for k in range(nslots)]
+    blocks = list(grad)
+    if len(blocks) != nslots:
+        raise ValueError(
+            f"gradient of table '{names_fn()[table]}': {len(blocks)} per-slot gradients for its {nslots} slots"
+        )
+    for k, g in enumerate(blocks):
+        if g.dim() != 2 or tuple(g.shape) != (nrows, dim):
+            raise ValueError(
+                f"gradient of table '{names_fn()[table]}', slot {k}: pooled gradient of shape "
+                f"{tuple(g.shape)}, expected {(nrows, dim)}"
+            )
+    return [_rows_apart(g, torch.float32) for g in blocks]
+
+
 def _addr_array(ctype, values: Sequence[int]):
     arr = (ctype * max(len(values), 1))(*values)
     return arr, ctypes.addressof(arr)

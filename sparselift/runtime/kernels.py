@@ -55,6 +55,7 @@ from sparselift.runtime.kernel_checks import (
     _is_rows_apart,
     _on_cpu,
     _rows_apart,
+    _slot_blocks,
     spec_for,
 )
 from sparselift.runtime.kernel_library import (
@@ -514,7 +515,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         lengths: torch.Tensor,
         indices: torch.Tensor,
         weights: torch.Tensor | None,
-        grads: Sequence[torch.Tensor],
+        grads: Sequence[torch.Tensor | Sequence[torch.Tensor]],
         slots_per_table: Sequence[Sequence[int]],
         features_per_segment: int,
         batch: int,
@@ -523,7 +524,11 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         names: Sequence[str] | None = None,
     ) -> None:
         """Add `reference.lookup_grad` of several tables into `buffers` (zeroed float32, one per
-        table, of its shape), in one C call: all or nothing on bad input."""
+        table, of its shape), in one C call: all or nothing on bad input.
+
+        A table's gradient is one `[rows, dim x slots]` tensor, or a list of one `[rows, dim]`
+        tensor per slot (`sparse.fused_lookup_grad`'s per-slot form: the slots' gradients read
+        where the dense backward left them, without packing them first)."""
         buffers = list(buffers)
         n = len(buffers)
         poolings, names_fn = self._per_table(
@@ -538,9 +543,11 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
 
         def reference() -> None:
             for b, g, sl, p in zip(buffers, grads, slots_per_table, poolings):
+                g = g if isinstance(g, torch.Tensor) else torch.cat(list(g), dim=1)
                 b += ref.lookup_grad(b, lengths, indices, weights, g * grad_scale, sl, features_per_segment, batch, p)
 
-        if not _on_cpu(*buffers, *grads, lengths, indices, weights):
+        flat_grads = [x for g in grads for x in ([g] if isinstance(g, torch.Tensor) else g)]
+        if not _on_cpu(*buffers, *flat_grads, lengths, indices, weights):
             return reference()
         self._check_index_dtype(indices, names_fn, n, "gradient")
         lengths, indices, weights, segments = self._check_common(
@@ -566,15 +573,10 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
             )
             return reference()
         nrows = segments * int(batch)
-        gs = []
+        slot_grads = []
         for i, (b, g, sl) in enumerate(zip(buffers, grads, slots_per_table)):
-            want = (nrows, b.shape[1] * len(sl))
-            if g.dim() != 2 or tuple(g.shape) != want:
-                raise ValueError(
-                    f"gradient of table '{names_fn()[i]}': pooled gradient of shape {tuple(g.shape)}, expected {want}"
-                )
-            gs.append(_rows_apart(g, torch.float32))  # a column slice of the interaction's gradient: in place
-        self._call_grad(prep, gs, lengths, indices, weights, features_per_segment, batch, grad_scale, names_fn)
+            slot_grads += _slot_blocks(g, nrows, int(b.shape[1]), len(sl), i, names_fn)
+        self._call_grad(prep, slot_grads, lengths, indices, weights, features_per_segment, batch, grad_scale, names_fn)
 
     def lookup_update(
         self,

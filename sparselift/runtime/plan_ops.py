@@ -691,9 +691,11 @@ def fused_lookup_grad(
     plan: PlanBase, names, lengths, indices, weights, *, slots, features_per_segment, poolings, segment_batches, grads
 ):
     """Several replicated tables' whole-table gradients, back to back in one zeroed float32
-    buffer (returned as views), so the all-reduce that follows needs no copy."""
+    buffer (returned as views), so the all-reduce that follows needs no copy. A table's gradient
+    is one tensor, or a list of one per slot (the op's per-slot form, read where it lies)."""
     bags = _Bags(lengths, features_per_segment, segment_batches)
-    lengths, grads = bags.lengths, [bags.padded(g) for g in grads]
+    lengths = bags.lengths
+    grads = [bags.padded(g) if isinstance(g, torch.Tensor) else [bags.padded(x) for x in g] for g in grads]
     tables = [plan.tables[n] for n in names]
     sizes = [t.numel() for t in tables]
     flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].device)
@@ -721,6 +723,7 @@ def fused_lookup_grad(
         )
         return views
     for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
+        g = g if isinstance(g, torch.Tensor) else torch.cat(g, dim=1)
         v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, bags.batch, p))
     return views
 

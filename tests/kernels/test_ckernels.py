@@ -203,25 +203,53 @@ def test_sgd_update_rounds_exactly_as_torch_sgd(gk_sgd, dim, pooling, weighted):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("column_slices", [False, True])
-def test_fused_lookup_grad_equals_reference_bit_for_bit(gk, weighted, column_slices):
+@pytest.mark.parametrize("layout", ["dense", "column_slices", "per_slot"])
+def test_fused_lookup_grad_equals_reference_bit_for_bit(gk, weighted, layout):
     """Replicated tables' whole-table gradients: every occurrence added in the reference's order;
     gradients that are column slices of one wider gradient (as a concatenation's backward gives
-    them) are read in place."""
+    them) are read in place, and so are per-slot gradients, each a block of its own wider
+    tensor (a history position's columns of `[B, positions, width]`), in any order in memory."""
     tables, lengths, idx, w, slots, poolings, features = _fused_case(weighted, seed=11)
     g = torch.Generator().manual_seed(12)
     widths = [t.shape[1] * len(sl) for t, sl in zip(tables, slots)]
-    if column_slices:
+    if layout == "column_slices":
         wide = torch.randn(S * B, sum(widths) + 5, generator=g)
         grads = list(wide[:, 5:].split(widths, dim=1))
         assert not any(gr.is_contiguous() for gr in grads)
     else:
         grads = [torch.randn(S * B, wd, generator=g) for wd in widths]
+    given: list = grads
+    if layout == "per_slot":
+        given = []
+        for t, sl, gr in zip(tables, slots, grads):
+            d = t.shape[1]
+            # Slots laid out in reverse inside one [rows, slots, d + 3] tensor: each slot's block
+            # is strided and they are not in slot order in memory.
+            wide = torch.randn(S * B, len(sl), d + 3, generator=g)
+            for k in range(len(sl)):
+                wide[:, len(sl) - 1 - k, 3:] = gr[:, k * d : (k + 1) * d]
+            given.append([wide[:, len(sl) - 1 - k, 3:] for k in range(len(sl))])
+        assert not any(b.is_contiguous() for blocks in given for b in blocks)
     bufs = [torch.zeros(t.shape) for t in tables]
-    gk.fused_lookup_grad(bufs, lengths, idx, w, grads, slots, features, B, poolings)
+    gk.fused_lookup_grad(bufs, lengths, idx, w, given, slots, features, B, poolings)
     for buf, t, gr, sl, p in zip(bufs, tables, grads, slots, poolings):
         want = ref.lookup_grad(t, lengths, idx, w, gr, sl, features, B, p)
         assert want.abs().sum() > 0 and torch.equal(buf, want)
+
+
+def test_fused_lookup_grad_per_slot_gradients_are_checked(gk):
+    """A per-slot gradient list of the wrong length or a block of the wrong shape is refused,
+    naming the table (and the slot), before anything is written."""
+    tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=14)
+    blocks = [[torch.randn(S * B, t.shape[1]) for _ in sl] for t, sl in zip(tables, slots)]
+    bufs = [torch.zeros(t.shape) for t in tables]
+    short = [blocks[0][:-1], *blocks[1:]]
+    with pytest.raises(ValueError, match=r"gradient of table '.+': 1 per-slot gradients for its 2 slots"):
+        gk.fused_lookup_grad(bufs, lengths, idx, None, short, slots, features, B, poolings)
+    narrow = [[blocks[0][0][:, :-1], blocks[0][1]], *blocks[1:]]
+    with pytest.raises(ValueError, match=r"gradient of table '.+', slot 0: pooled gradient of shape"):
+        gk.fused_lookup_grad(bufs, lengths, idx, None, narrow, slots, features, B, poolings)
+    assert all(b.abs().sum() == 0 for b in bufs)
 
 
 def test_fused_lookup_grad_bad_id_names_the_table_and_writes_nothing(gk):

@@ -187,5 +187,5 @@ typedef int (*sl_fwd_fn)(const void*, int64_t, const int32_t*, const int64_t*, c
 typedef int (*sl_upd_fn)(void*, float*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
                          const float*, const float*, int64_t, const int32_t*, int, int64_t, int64_t, int64_t,
                          float, float, float, int64_t*);
-typedef void (*sl_grd_fn)(float*, const int64_t*, const void*, const float*, const float*, int64_t, const int32_t*,
+typedef void (*sl_grd_fn)(float*, const int64_t*, const void*, const float*, const float* const*, const int64_t*, const int32_t*,
                           int, int64_t, int64_t, int64_t, float);

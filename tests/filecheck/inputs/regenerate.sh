@@ -12,6 +12,7 @@
 #   two-tower-ws2.mlir      sparselift export --model two-tower     --world-size 2 --batch-size 8 --sharding auto
 #   torchrec-ebc-ws2.mlir   sparselift export --model torchrec-ebc  --world-size 2 --batch-size 8 --sharding auto
 #   sequence-ws2.mlir       sparselift export tests/runtime/parity_models.py:sequence_model --world-size 2 --batch-size 8 --sharding table_wise
+#   din-ws2.mlir            sparselift export --model din           --world-size 2 --rows-cap 1000 --batch-size 8 --sharding auto
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -33,3 +34,4 @@ export_fixture dlrm-terabyte-ws2.mlir       dlrm-terabyte 2 --rows-cap 20000 --s
 export_fixture two-tower-ws2.mlir           two-tower     2 --sharding auto
 export_fixture torchrec-ebc-ws2.mlir        torchrec-ebc  2 --sharding auto
 export_fixture sequence-ws2.mlir           tests/runtime/parity_models.py:sequence_model 2 --sharding table_wise
+export_fixture din-ws2.mlir                 din           2 --rows-cap 1000 --sharding auto

@@ -198,6 +198,24 @@ func.func @fused_table_grad_grads(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tens
 
 // -----
 
+// ... or one per slot, [bags, dim] each, table after table: here t's second slot is too wide.
+// CHECK: sparse.fused_lookup_grad: gradient of slot 1 of table 't' must be [bags, 4] (one gradient per slot), got tensor<?x8xf32>
+func.func @fused_table_grad_per_slot_width(%l: tensor<?xi32>, %i: tensor<?xi64>, %a: tensor<?x4xf32>, %b: tensor<?x8xf32>, %c: tensor<?x2xf32>) {
+  %t, %u = sparse.fused_lookup_grad %l, %i grads(%a, %b, %c : tensor<?x4xf32>, tensor<?x8xf32>, tensor<?x2xf32>) tables = [#sparse.table<"t", rows = 10, dim = 4, f32, none>, #sparse.table<"u", rows = 6, dim = 2, f32, sum>] placements = [#sparse.placement<"t", data_parallel>, #sparse.placement<"u", data_parallel>] slots = [array<i64: 0, 1>, array<i64: 2>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x4xf32>, tensor<6x2xf32>
+  func.return
+}
+
+// -----
+
+// Neither one gradient per table (2) nor one per slot (3).
+// CHECK: sparse.fused_lookup_grad: needs one gradient per table (2 tables) or one per slot (3 slots), got 4
+func.func @fused_table_grad_neither_form(%l: tensor<?xi32>, %i: tensor<?xi64>, %a: tensor<?x4xf32>, %c: tensor<?x2xf32>) {
+  %t, %u = sparse.fused_lookup_grad %l, %i grads(%a, %a, %a, %c : tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x2xf32>) tables = [#sparse.table<"t", rows = 10, dim = 4, f32, none>, #sparse.table<"u", rows = 6, dim = 2, f32, sum>] placements = [#sparse.placement<"t", data_parallel>, #sparse.placement<"u", data_parallel>] slots = [array<i64: 0, 1>, array<i64: 2>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x4xf32>, tensor<6x2xf32>
+  func.return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // The fused ops' tables against the routes of the enclosing sched.step (`_refs`)
 //===----------------------------------------------------------------------===//

@@ -264,6 +264,17 @@ func.func @fused_lookup_grad(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: tensor<?
   func.return %t0, %t1 : tensor<10x8xf32>, tensor<6x4xf32>
 }
 
+// The per-slot form: table t0's two slots give their gradients one by one ([bags, dim] each),
+// then t1's one slot.
+// CHECK-LABEL: func.func @fused_lookup_grad_per_slot(%l: tensor<?xi32>, %i: tensor<?xi64>, %a: tensor<?x4xf32>, %b: tensor<?x4xf32>, %g1: tensor<?x8xf32>) -> (tensor<10x4xf32>, tensor<6x8xf32>) {
+// CHECK-NEXT:    %t0, %t1 = sparse.fused_lookup_grad %l, %i grads(%a, %b, %g1 : tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, none>, #sparse.table<"t1", rows = 6, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", data_parallel>, #sparse.placement<"t1", data_parallel>] slots = [array<i64: 0, 1>, array<i64: 2>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x4xf32>, tensor<6x8xf32>
+// CHECK-NEXT:    func.return %t0, %t1 : tensor<10x4xf32>, tensor<6x8xf32>
+// CHECK-NEXT:  }
+func.func @fused_lookup_grad_per_slot(%l: tensor<?xi32>, %i: tensor<?xi64>, %a: tensor<?x4xf32>, %b: tensor<?x4xf32>, %g1: tensor<?x8xf32>) -> (tensor<10x4xf32>, tensor<6x8xf32>) {
+  %t0, %t1 = sparse.fused_lookup_grad %l, %i grads(%a, %b, %g1 : tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, none>, #sparse.table<"t1", rows = 6, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", data_parallel>, #sparse.placement<"t1", data_parallel>] slots = [array<i64: 0, 1>, array<i64: 2>] : tensor<?xi32>, tensor<?xi64> -> tensor<10x4xf32>, tensor<6x8xf32>
+  func.return %t0, %t1 : tensor<10x4xf32>, tensor<6x8xf32>
+}
+
 // A fused lookup in a routed step (rank 1 serves f0 then f1): its tables, placements and slots
 // are the route's.
 // CHECK-LABEL: sched.step @fused_lookup_routed world_size = 2 outputs = 2 {
