@@ -123,6 +123,19 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "void* out, int64_t* err"
         ),
     ),
+    EntryPoint(
+        "sl_unique_ids",
+        "int",
+        _args(
+            "int64_t n, const void* ids, int idx64, int64_t nseg, const int64_t* splits, void* distinct, "
+            "int64_t* counts, int64_t* inverse, int64_t* ndistinct, int64_t* err"
+        ),
+    ),
+    EntryPoint(
+        "sl_sum_rows",
+        "int",
+        _args("int64_t n, const float* rows, const int64_t* inverse, int64_t m, int64_t dim, float* out, int64_t* err"),
+    ),
     EntryPoint("sl_abi_version", "int"),
     EntryPoint("sl_have_openmp", "int"),
 )

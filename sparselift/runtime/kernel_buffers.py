@@ -1,6 +1,7 @@
 """The generated C kernels' buffer ops: `concat_ids`, `pack` and `unpack` (strided block copies),
-and `expand_rows` / `compact_rows` (an unpooled table's received rows spread to their bags, and
-the gradients' rows of the non-empty bags packed back).
+`expand_rows` / `compact_rows` (an unpooled table's received rows spread to their bags, and
+the gradients' rows of the non-empty bags packed back), and `dedup-ids`' `unique_ids` /
+`sum_rows` (distinct ids by one radix sort, and their gradients' sums).
 
 `BufferOps` is a base of `sparselift.runtime.kernels.GeneratedKernels` (which provides `_lib` and
 `_ensure`); jagged layouts and tensors off the CPU use `sparselift.runtime.reference`.
@@ -18,7 +19,8 @@ from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
 
 
 class BufferOps:
-    """`concat_ids`, `pack`, `unpack`, `expand_rows` and `compact_rows` of `GeneratedKernels`."""
+    """`concat_ids`, `pack`, `unpack`, `expand_rows`, `compact_rows`, `unique_ids` and `sum_rows`
+    of `GeneratedKernels`."""
 
     def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
         """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to
@@ -152,6 +154,65 @@ class BufferOps:
             raise ValueError(f"compact_rows: a bag holds {err[2]} ids (bag {err[1]}); unpooled rows travel one per id")
         if rc:
             raise ValueError(f"compact_rows: {err[1]} filled bags, {err[2]} rows")
+        return out
+
+    def unique_ids(self, ids: torch.Tensor, splits: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`rows.unique_ids` in one C pass (a radix sort): each destination segment's distinct ids
+        (sorted, segment after segment, in the ids' dtype), how many each keeps (int64) and where
+        each routed id went (int64). `ValueError` on splits that do not tile the ids or a
+        negative id; `OverflowError` where the (segment, id) keys do not fit 32 bits (the caller
+        falls back to `torch.unique`)."""
+        if ids.dim() != 1 or ids.dtype not in _INDEX or not _on_cpu(ids):
+            raise ValueError("unique_ids: 1-D int32/int64 CPU ids")
+        ids = ids.contiguous()
+        n, nseg = ids.numel(), len(splits)
+        distinct = torch.empty(n, dtype=ids.dtype)
+        counts = torch.zeros(nseg, dtype=torch.int64)
+        inverse = torch.empty(n, dtype=torch.int64)
+        lib = self._lib or self._ensure(set())
+        sp, sp_p = _addr_array(ctypes.c_int64, [int(x) for x in splits])
+        total = ctypes.c_int64(0)
+        err = (ctypes.c_int64 * 3)()
+        rc = lib.lib.sl_unique_ids(
+            n,
+            ids.data_ptr(),
+            int(ids.dtype == torch.int64),
+            nseg,
+            sp_p,
+            distinct.data_ptr(),
+            counts.data_ptr(),
+            inverse.data_ptr(),
+            ctypes.addressof(total),
+            err,
+        )
+        if rc == 5:
+            raise OverflowError(f"unique_ids: {nseg} segments of ids up to {err[2] - 1} do not fit 32-bit keys")
+        if rc == 4:
+            raise MemoryError(f"unique_ids: no memory to sort {n} ids")
+        if rc == 3:
+            raise ValueError(f"unique_ids: id {err[2]} at position {err[1]} is negative")
+        if rc:
+            raise ValueError(f"unique_ids: splits {list(splits)} do not tile {n} ids")
+        return distinct[: total.value], counts, inverse
+
+    def sum_rows(self, rows: torch.Tensor, inverse: torch.Tensor, distinct: int) -> torch.Tensor:
+        """`[distinct, dim]` float32: row k the sum of the rows of `rows` (2-D float32) whose
+        `inverse` entry is k, added in order (as `index_add_` adds them). An inverse entry
+        outside `[0, distinct)` raises `ValueError` before anything is written."""
+        if rows.dim() != 2 or rows.dtype != torch.float32 or inverse.dim() != 1 or not _on_cpu(rows, inverse):
+            raise ValueError("sum_rows: 2-D float32 CPU rows and 1-D CPU inverse")
+        if inverse.numel() != rows.shape[0]:
+            raise ValueError(f"sum_rows: {inverse.numel()} inverse entries for {rows.shape[0]} rows")
+        rows = rows.contiguous()
+        inverse = inverse.to(torch.int64).contiguous()
+        out = torch.empty(int(distinct), rows.shape[1], dtype=torch.float32)
+        lib = self._lib or self._ensure(set())
+        err = (ctypes.c_int64 * 3)()
+        rc = lib.lib.sl_sum_rows(
+            rows.shape[0], rows.data_ptr(), inverse.data_ptr(), out.shape[0], rows.shape[1], out.data_ptr(), err
+        )
+        if rc:
+            raise ValueError(f"sum_rows: routed id {err[1]} goes to distinct id {err[2]}, of {out.shape[0]}")
         return out
 
     def unpack(

@@ -163,6 +163,13 @@ def unique_ids(plan: Any, indices: torch.Tensor, splits: torch.Tensor) -> tuple[
     world = splits.numel()
     if indices.numel() == 0:
         return indices, torch.zeros(world, dtype=torch.int64, device=indices.device), indices.to(torch.int64)
+    kernels = getattr(plan, "kernels", None)
+    if kernels is not None and hasattr(kernels, "unique_ids") and indices.device.type == "cpu":
+        # One radix sort in C: `torch.unique` sorts by comparisons (1.2 ms for DIN's 30k ids).
+        try:
+            return kernels.unique_ids(indices, splits.tolist())
+        except OverflowError:  # (segment, id) keys over 32 bits: the comparison sort below
+            pass
     ids = indices.to(torch.int64)
     span = int(ids.max()) + 1
     segment = torch.repeat_interleave(torch.arange(world, device=ids.device), splits.to(torch.int64))
@@ -178,6 +185,10 @@ def take_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, *, dim: int)
 
 def sum_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, counts: torch.Tensor, *, dim: int) -> torch.Tensor:
     """One row per distinct id: the sum of its routed ids' rows (in routed order)."""
+    kernels = getattr(plan, "kernels", None)
+    c_sum = kernels is not None and hasattr(kernels, "sum_rows") and rows.device.type == "cpu"
+    if c_sum and rows.dtype == torch.float32:  # one C pass, no zeroing first
+        return kernels.sum_rows(rows.view(-1, dim), inverse, int(counts.sum())).reshape(-1)
     out = rows.new_zeros(int(counts.sum()), dim)
     return out.index_add_(0, inverse, rows.view(-1, dim)).reshape(-1)
 

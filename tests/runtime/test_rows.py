@@ -95,10 +95,10 @@ def test_gather_with_generated_kernels_reads_the_same_rows(index_dtype):
     assert torch.equal(rows.view(-1, 8), Plan.tables["item"][ids.long()])
 
 
-def test_distinct_ids_per_destination_round_trip():
+def test_distinct_ids_per_destination_round_trip(plan):
     ids = torch.tensor([5, 2, 5, 9, 2, 2, 7, 7], dtype=torch.int32)
     splits = torch.tensor([5, 3])  # destination 0: 5, 2, 5, 9, 2; destination 1: 2, 7, 7
-    distinct, counts, inverse = unique_ids(None, ids, splits)
+    distinct, counts, inverse = unique_ids(plan, ids, splits)
     assert distinct.tolist() == [2, 5, 9, 2, 7] and distinct.dtype == torch.int32
     assert counts.tolist() == [3, 2]
     assert torch.equal(distinct[inverse], ids)  # each routed id finds itself, within its segment
@@ -106,8 +106,50 @@ def test_distinct_ids_per_destination_round_trip():
     rows = torch.arange(5 * D, dtype=torch.float32)  # one row per distinct id
     spread = take_rows(None, rows, inverse, dim=D).view(-1, D)
     assert torch.equal(spread, rows.view(-1, D)[inverse])
-    summed = sum_rows(None, spread.reshape(-1), inverse, counts, dim=D).view(-1, D)
+    summed = sum_rows(plan, spread.reshape(-1), inverse, counts, dim=D).view(-1, D)
     times = torch.bincount(inverse, minlength=5).float()[:, None]
     assert torch.equal(summed, rows.view(-1, D) * times)
-    empty, none, no_inverse = unique_ids(None, ids[:0], torch.tensor([0, 0]))
+    empty, none, no_inverse = unique_ids(plan, ids[:0], torch.tensor([0, 0]))
     assert empty.numel() == 0 and none.tolist() == [0, 0] and no_inverse.numel() == 0
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_distinct_ids_and_gradient_sums_in_c_equal_torch_bit_for_bit(index_dtype, tmp_path):
+    """The C radix sort gives `torch.unique`'s distinct ids, counts and inverse, and the C sums
+    add the routed rows in `index_add_`'s order: the same floats, on Zipf-like repeats over three
+    destinations (one of them empty)."""
+    g = torch.Generator().manual_seed(3)
+    n, rows = 3000, 100_000
+    ids = (torch.rand(n, generator=g) ** 12 * rows).to(index_dtype)  # skewed: many repeats
+    splits = torch.tensor([1700, 0, 1300])
+    c_plan = _KernelPlan(tmp_path)
+    got = unique_ids(c_plan, ids, splits)
+    want = unique_ids(None, ids, splits)
+    assert got[0].numel() < n // 2  # the case has repeats to merge
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    grads = torch.randn(n, 16, generator=g)
+    c_sums = sum_rows(c_plan, grads.reshape(-1), got[2], got[1], dim=16)
+    torch_sums = sum_rows(None, grads.reshape(-1), want[2], want[1], dim=16)
+    assert torch.equal(c_sums, torch_sums)
+
+
+def test_distinct_ids_and_sums_refuse_bad_input_before_writing(tmp_path):
+    kernels = _KernelPlan(tmp_path).kernels
+    ids = torch.tensor([3, 1, 3, 2])
+    with pytest.raises(ValueError, match=r"splits \[3, 2\] do not tile 4 ids"):
+        kernels.unique_ids(ids, [3, 2])
+    with pytest.raises(ValueError, match="id -1 at position 2 is negative"):
+        kernels.unique_ids(torch.tensor([3, 1, -1, 2]), [2, 2])
+    with pytest.raises(OverflowError, match="do not fit 32-bit keys"):
+        kernels.unique_ids(torch.tensor([3, 1 << 31]), [1, 1])
+    with pytest.raises(ValueError, match="routed id 1 goes to distinct id 5, of 2"):
+        kernels.sum_rows(torch.ones(3, 4), torch.tensor([0, 5, 1]), 2)
+
+
+def test_distinct_ids_past_32_bit_keys_take_the_comparison_sort(tmp_path):
+    """Ids whose (segment, id) keys do not fit the C sort's 32 bits still get their distinct ids."""
+    ids = torch.tensor([1 << 40, 7, 1 << 40, 7], dtype=torch.int64)
+    distinct, counts, inverse = unique_ids(_KernelPlan(tmp_path), ids, torch.tensor([2, 2]))
+    assert distinct.tolist() == [7, 1 << 40, 7, 1 << 40] and counts.tolist() == [2, 2]
+    assert torch.equal(distinct[inverse], ids)
