@@ -40,11 +40,13 @@ from sparselift.bench.dlrm import (
     BenchConfig,
     _pct,
     _progress,
+    apply_host_memory,
     dlrm_config,
     machine_info,
     report,
     rows_cap_arg,
 )
+from sparselift.tools.arguments import add_host_memory_argument
 
 SEQUENCE_MODELS = ("din",)  # `bench seq`'s model: batch 1,024 per rank by default, no cost-model rows
 
@@ -192,6 +194,7 @@ def ablation_worker(
     import torch.distributed as dist
 
     torch.set_num_threads(cfg.threads)
+    apply_host_memory(cfg)  # before any runner exists, as `bench seq` does
     runners, setup_s, predicted = _runners(cfg, rank, world, rows, cost_model)
     for runner in runners.values():
         dist.barrier()
@@ -280,7 +283,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"Ablation: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
         f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per configuration in {cfg['rounds']} "
-        "interleaved rounds",
+        "interleaved rounds" + (", freed host memory retained" if cfg.get("host_memory") == "retain" else ""),
         "",
         f"{'configuration':<34}{'median ms':>10}{'p25':>9}{'p75':>9}{'speedup':>9}"
         + "".join(f"{c:>11}" for c in COLUMNS),
@@ -322,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small"
     )
+    add_host_memory_argument(p)
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
     p.add_argument(
         "--no-cost-model",
@@ -358,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup=a.warmup,
         batch_size=a.batch_size or (1024 if a.model in SEQUENCE_MODELS else 2048),
         rows_cap=a.rows_cap,
+        host_memory=a.host_memory,
     )
     if a.quick:
         cfg = attrs.evolve(

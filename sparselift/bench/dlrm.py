@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from sparselift.bench.memory import AddedMemory
-from sparselift.tools.arguments import rows_cap_arg
+from sparselift.tools.arguments import add_host_memory_argument, rows_cap_arg
 
 SYSTEMS = ("baseline", "torchrec", "sparselift")
 LABELS = {"baseline": "DLRM-Baseline", "torchrec": "TorchRec", "sparselift": "SparseLift", "dense_only": "dense-only"}
@@ -441,13 +441,7 @@ def add_arguments(
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1: 2 ranks on 2 cores)")
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
-    p.add_argument(
-        "--host-memory",
-        default="default",
-        choices=("default", "retain"),
-        help="retain: every rank keeps freed heap memory for reuse instead of faulting big temporaries in "
-        "again each step (glibc mallopt, process-wide: every system alike); default: glibc's policy",
-    )
+    add_host_memory_argument(p)
     p.add_argument(
         "--plan-cache",
         help="SparseLift refines the plan cached in this directory (plan='refine': it goes on with the paired "

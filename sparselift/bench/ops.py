@@ -24,7 +24,7 @@ import attrs
 
 from sparselift.frontend.export import SHARDING_CHOICES
 from sparselift.runtime import rows
-from sparselift.tools.arguments import rows_cap_arg
+from sparselift.tools.arguments import add_host_memory_argument, rows_cap_arg
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
 # and of the dense-gradient buckets.
@@ -193,12 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000)
     p.add_argument("--sharding", default="auto", choices=SHARDING_CHOICES)
-    p.add_argument(
-        "--host-memory",
-        default="default",
-        choices=("default", "retain"),
-        help="as in bench seq: retain keeps freed heap memory for reuse (no page faults of big temporaries)",
-    )
+    add_host_memory_argument(p)
     p.add_argument("--json", help="write the results as JSON")
     return p
 

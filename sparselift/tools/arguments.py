@@ -27,4 +27,16 @@ def max_length_arg(text: str) -> tuple[str, int]:
     return key, int(value)
 
 
-__all__ = ["max_length_arg", "rows_cap_arg"]
+def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
+    """`--host-memory default|retain`, the ranks' host-allocator policy, alike in every benchmark
+    (`sparselift.bench.dlrm.apply_host_memory` applies it)."""
+    parser.add_argument(
+        "--host-memory",
+        default="default",
+        choices=("default", "retain"),
+        help="retain: every rank keeps freed heap memory for reuse instead of faulting big temporaries in "
+        "again each step (glibc mallopt, process-wide: every system alike); default: glibc's policy",
+    )
+
+
+__all__ = ["add_host_memory_argument", "max_length_arg", "rows_cap_arg"]

@@ -208,9 +208,11 @@ def test_ablation_runs_every_configuration(tmp_path):
     assert "median absolute error" in proc.stdout
 
 
-def _ablation_of(pipelines: dict[str, str], model: str, batch_size: int, json_path) -> subprocess.CompletedProcess:
+def _ablation_of(
+    pipelines: dict[str, str], model: str, batch_size: int, json_path, *extra: str
+) -> subprocess.CompletedProcess:
     """`bench ablation` of the named pipelines: tiny tables, 2 steps in 2 rounds, no cost model."""
-    cmd = CLI + ["bench", "ablation", "--model", model, "--world-size", "2", "--rows-cap", "500"]
+    cmd = CLI + ["bench", "ablation", "--model", model, "--world-size", "2", "--rows-cap", "500", *extra]
     cmd += ["--batch-size", str(batch_size), "--steps", "2", "--rounds", "2", "--warmup", "1", "--no-cost-model"]
     for name, pipeline in pipelines.items():
         cmd += ["--pipeline", f"{name}={pipeline}"]
@@ -248,9 +250,12 @@ def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
 def test_ablation_of_the_sequence_model_compiles_din_under_each_pipeline(tmp_path):
     # `--model din` is `bench seq`'s DIN: its unpooled item table travels as per-id rows, so
     # the generated kernels include the rows path, and each row's pipeline is what compiled.
-    _ablation_of({"gk": "generate-kernels", "agg": "aggregate-comm,generate-kernels"}, "din", 16, tmp_path / "din.json")
+    # `--host-memory retain`, as `bench seq` runs it (and its planner calibrates).
+    pipelines = {"gk": "generate-kernels", "agg": "aggregate-comm,generate-kernels"}
+    proc = _ablation_of(pipelines, "din", 16, tmp_path / "din.json", "--host-memory", "retain")
     result = json.loads((tmp_path / "din.json").read_text())
     assert result["config"]["model"] == "din" and result["config"]["batch_size"] == 16
+    assert result["config"]["host_memory"] == "retain" and "freed host memory retained" in proc.stdout
     assert [(r["config"], _without_lowering_options(r["compiled"])) for r in result["rows"]] == [
         ("gk", "lift-sparse,generate-kernels"),
         ("agg", "lift-sparse,aggregate-comm,generate-kernels"),
