@@ -37,17 +37,7 @@ def test_sequence_model_matches_single_process(world, sharding, optimizer):
 def test_replicated_positions_gradients_read_per_slot_match_single_process(world, sharding, optimizer):
     """`generate-kernels` gives a replicated table's whole-table gradient its positions' gradients
     one by one (no pack of them): the plan reads them so, and trains as single-process training."""
-    check_parity(
-        SEQUENCE,
-        world,
-        sharding=sharding,
-        optimizer=optimizer,
-        steps=3,
-        batch=8,
-        rows_cap=200,
-        passes="generate-kernels",
-        expect_ops=("sparse.fused_lookup_grad(per-slot)",),
-    )
+    _three_steps(world, optimizer, "generate-kernels", sharding, expect_ops=("sparse.fused_lookup_grad(per-slot)",))
 
 
 def test_uneven_and_empty_batches_match_single_process():
