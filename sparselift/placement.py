@@ -9,10 +9,12 @@ balanced policy used by `sharding="auto"`:
    nothing and removes them from every exchange.
 3. Tables larger than one rank's share of all table bytes (total / world size): row-wise over
    every rank, in equal row ranges (sum-pooled tables only: partial pools of a mean are not
-   exact, so mean-pooled tables stay table-wise; unpooled tables stay whole too: a row-wise
-   shard returns a row per id position and sample, mostly zeros, which every rank computes,
-   packs and sends for every sample. `bench ops --model din` at real size: 427 ms a step with
-   the item table row-wise, 352 ms table-wise).
+   exact, so mean-pooled tables stay table-wise). Unpooled tables stay whole too. Their
+   row-wise form works (each id's row comes back from the rank whose range holds it,
+   `compact-rows`), but on DIN at real size it was 1.1 +- 0.4 ms a step slower than the item
+   table on one rank, paired over 200 rounds (`bench ablation --sharding`, bench/RESULTS.md):
+   bucketing ids by range and the per-segment expand cost more than balancing the gathers
+   saves. A user whose unpooled table does not fit one rank places it row-wise in a plan.
 4. The rest: table-wise, greedily (largest first) onto the rank with the least load, where a
    table's load is the bytes it gathers per sample, `pooling_factor x dim x dtype bytes`.
 

@@ -17,8 +17,10 @@ p25/p75 step time, the five-column stage breakdown and the speedup over `unoptim
 Cost-model accuracy: first the planner calibrates as `compile()` does; its fitted profile then
 predicts every row's forward + backward time, next to the measured one (median absolute error
 in `cost_model`; `--no-cost-model` skips this). `--pipeline NAME=PIPELINE` (repeated) runs those
-pipelines instead of the ten rows: an interleaved A/B of chosen schedules.
-JSON: `{"rows": [{"config", "pipeline", "kernels", "step_ms_median", "step_ms_p25",
+pipelines instead of the ten rows: an interleaved A/B of chosen schedules; `--sharding
+NAME=SHARDING` compiles row NAME under another placement (a policy or a plan JSON file), so one
+run compares placements too.
+JSON: `{"rows": [{"config", "pipeline", "kernels", "sharding", "placed", "step_ms_median", "step_ms_p25",
 "step_ms_p75", "speedup", "breakdown": {...}, "steps_ms": [...], "stage_steps_ms": [{...}]}],
 "config": {...}, "machine": {...}}`; `steps_ms` and `stage_steps_ms` are every timed step (the
 slowest rank's, each stage's slowest rank) in timed order.
@@ -27,6 +29,7 @@ slowest rank's, each stage's slowest rank) in timed order.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -46,7 +49,8 @@ from sparselift.bench.dlrm import (
     report,
     rows_cap_arg,
 )
-from sparselift.tools.arguments import add_host_memory_argument
+from sparselift.placement import ShardingPlan
+from sparselift.tools.arguments import add_host_memory_argument, load_sharding
 
 SEQUENCE_MODELS = ("din",)  # `bench seq`'s model: batch 1,024 per rank by default, no cost-model rows
 
@@ -65,6 +69,7 @@ class AblationRow:
     config: str
     pipeline: str
     kernels: str
+    sharding: str | ShardingPlan = "auto"  # the row's placement (`--sharding NAME=...`)
 
 
 def ablation_rows() -> list[AblationRow]:
@@ -81,9 +86,10 @@ def ablation_rows() -> list[AblationRow]:
     return rows
 
 
-def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
+def custom_rows(specs: Sequence[str], shardings: Sequence[str] = ()) -> list[AblationRow]:
     """`NAME=PIPELINE` per row (the pipeline after lift-sparse; generated kernels when it has
-    `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows."""
+    `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows.
+    `shardings`: `NAME=SHARDING` for a row placed otherwise than "auto"."""
     from sparselift.passes.pipeline import find_pass, parse_pipeline
 
     rows = []
@@ -99,7 +105,13 @@ def custom_rows(specs: Sequence[str]) -> list[AblationRow]:
             raise ValueError(f"--pipeline '{spec}': {e}") from None
         kernels = "generated" if find_pass(plan, "generate-kernels") else "reference"
         rows.append(AblationRow(name, pipeline, kernels))
-    return rows
+    placed: dict[str, str | ShardingPlan] = {}
+    for spec in shardings:
+        name, sep, value = (part.strip() for part in spec.partition("="))
+        if not sep or name not in {r.config for r in rows} or name in placed:
+            raise ValueError(f"--sharding '{spec}': expected NAME=SHARDING once for a --pipeline row's NAME")
+        placed[name] = load_sharding(value)
+    return [attrs.evolve(r, sharding=placed.get(r.config, "auto")) for r in rows]
 
 
 def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[AblationRow], rank: int) -> dict[str, Any]:
@@ -137,7 +149,12 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     predictor = Predictor(program.module)
     profile = HardwareProfile.from_dict(record.fit["profile"])
     intercept = float(record.fit.get("intercept_us", 0.0))
-    out = {r.config: (intercept + predictor.predict(parse_pipeline(r.pipeline), profile).est_us) / 1e3 for r in rows}
+    # The rows placed as the export here ("auto"): another placement's program is not this one.
+    out = {
+        r.config: (intercept + predictor.predict(parse_pipeline(r.pipeline), profile).est_us) / 1e3
+        for r in rows
+        if r.sharding == "auto"
+    }
     return {
         "calibration_s": calibration_s,
         "rows": out,
@@ -153,7 +170,9 @@ def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tup
     runners, setup_s = {}, {}
     for r in rows:
         start = time.perf_counter()
-        runners[r.config] = make_runner(example, kernels=r.kernels, passes=r.pipeline, batches=itertools.cycle(batches))
+        runners[r.config] = make_runner(
+            example, kernels=r.kernels, passes=r.pipeline, sharding=r.sharding, batches=itertools.cycle(batches)
+        )
         setup_s[r.config] = time.perf_counter() - start
     return runners, setup_s
 
@@ -220,6 +239,7 @@ def ablation_worker(
         "breakdown": {n: [attrs.asdict(t) for t in r.stage_times] for n, r in runners.items()},
         "setup_s": setup_s,
         "compiled": {n: r.plan_summary["pipeline"] for n, r in runners.items()},  # what actually ran
+        "placed": {n: r.plan_summary["sharding"] for n, r in runners.items()},
         "predicted": predicted,
     }
 
@@ -243,6 +263,7 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
                 "config": name,
                 "pipeline": "lift-sparse" + (f",{r.pipeline}" if r.pipeline else ""),
                 "kernels": r.kernels,
+                "sharding": r.sharding if isinstance(r.sharding, str) else json.loads(r.sharding.to_json()),
                 "step_ms_median": statistics.median(steps),
                 "step_ms_p25": _pct(steps, 0.25),
                 "step_ms_p75": _pct(steps, 0.75),
@@ -253,6 +274,7 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
                 "stage_steps_ms": stage_steps,
                 "setup_s": max(p["setup_s"][name] for p in per_rank),
                 "compiled": per_rank[0]["compiled"][name],
+                "placed": per_rank[0]["placed"][name],
             }
         )
     base = out[0]["step_ms_median"]
@@ -266,6 +288,8 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
         for row in out:
             measured = sum(v for c, v in row["breakdown"].items() if c != "other")
             row["fwd_bwd_ms"] = measured
+            if row["config"] not in predicted["rows"]:
+                continue
             row["predicted_fwd_bwd_ms"] = predicted["rows"][row["config"]]
             row["cost_model_error_pct"] = 100.0 * abs(row["predicted_fwd_bwd_ms"] - measured) / measured
             errors.append(row["cost_model_error_pct"])
@@ -340,6 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of the ten rows, these pipelines (after lift-sparse), in this order; "
         "the speedup is over the first (repeat the option)",
     )
+    p.add_argument(
+        "--sharding",
+        action="append",
+        default=[],
+        metavar="NAME=SHARDING",
+        help="compile --pipeline row NAME under this placement: auto, table_wise, row_wise, data_parallel or "
+        "a plan JSON file (default auto; repeat the option)",
+    )
     p.add_argument("--json", help="write the results as JSON")
     return p
 
@@ -350,7 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.world_size < 2:
         p.error("--world-size must be at least 2 (the optimizations act on exchanges between ranks)")
     try:
-        rows = custom_rows(a.pipeline) if a.pipeline else ablation_rows()
+        if a.sharding and not a.pipeline:
+            raise ValueError("--sharding names --pipeline rows; give the rows with --pipeline")
+        rows = custom_rows(a.pipeline, a.sharding) if a.pipeline else ablation_rows()
     except ValueError as e:
         p.error(str(e))
     cfg = BenchConfig(

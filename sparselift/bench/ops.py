@@ -18,13 +18,16 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from sparselift.frontend.export import SHARDING_CHOICES
 from sparselift.runtime import rows
-from sparselift.tools.arguments import add_host_memory_argument, rows_cap_arg
+from sparselift.tools.arguments import add_host_memory_argument, rows_cap_arg, sharding_arg
+
+if TYPE_CHECKING:
+    from sparselift.placement import ShardingPlan
 
 # Module-level runtime functions the emitted plans call (`rt.<name>`), and methods of the plan
 # and of the dense-gradient buckets.
@@ -74,7 +77,7 @@ class OpsConfig:
     batch_size: int = 2048
     rows_cap: int | None = 100_000
     seed: int = 0
-    sharding: str = "auto"
+    sharding: str | ShardingPlan = "auto"  # a policy name or a plan (`--sharding PLAN.json`)
     host_memory: str = "default"  # as `bench seq`'s --host-memory: "retain" keeps freed heap memory
 
 
@@ -192,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=100_000)
-    p.add_argument("--sharding", default="auto", choices=SHARDING_CHOICES)
+    p.add_argument("--sharding", default="auto", type=sharding_arg, help=f"{' | '.join(SHARDING_CHOICES)} | PLAN.json")
     add_host_memory_argument(p)
     p.add_argument("--json", help="write the results as JSON")
     return p

@@ -11,6 +11,7 @@ in ms).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,8 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from sparselift.bench.timing import StageTimes
+from sparselift.codegen.table_facts import sharding_plan
 from sparselift.data.batch import Batch
 from sparselift.models.dlrm import DLRMConfig, build_dlrm
+from sparselift.placement import ShardingPlan
 
 
 def dlrm_inputs(batch: Batch) -> tuple:
@@ -45,7 +48,7 @@ class CompiledRunner:
         *,
         table_init: Callable | None = None,
         kernels: str = "generated",
-        sharding: str = "auto",
+        sharding: str | ShardingPlan = "auto",
         batches: Iterable[Any] | None = None,
         passes: str | None = None,
         max_lengths: dict[str, int] | None = None,
@@ -87,6 +90,8 @@ class CompiledRunner:
             # Why the planner chose this pipeline: what it kept from T0 (the default lowering),
             # each measured candidate and its verdict, and those the budget left untried.
             "decisions": plan_decisions(record),
+            # Where each table lies in what compiled (the sharding asked for, or the plan's).
+            "sharding": json.loads(sharding_plan(self.compiled.program.module).to_json()),
         }
         self.dense_opt = torch.optim.SGD([p for _, p in self.compiled.dense_named_parameters()], lr=lr)
         self._steps: list[StageTimes] = []
@@ -168,7 +173,7 @@ class SparseLiftRunner(CompiledRunner):
         example: Batch,
         *,
         kernels: str = "generated",
-        sharding: str = "auto",
+        sharding: str | ShardingPlan = "auto",
         batches=None,
         passes: str | None = None,
         plan_cache: str | None = None,

@@ -106,6 +106,15 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "void* dst, int dst64, int64_t* err"
         ),
     ),
+    EntryPoint(
+        "sl_route_row_wise",
+        "int",
+        _args(
+            "int64_t nfeat, const void* const* src, const int32_t* src64, const int64_t* counts, "
+            "const int32_t* lengths, int64_t batch, int64_t world, const int64_t* bounds, const int64_t* owners, "
+            "int32_t* out_lengths, void* out, int dst64, int64_t* splits, int64_t* err"
+        ),
+    ),
     EntryPoint("sl_copy_blocks", "void", _args("int64_t n, const int64_t* desc")),
     EntryPoint(
         "sl_compact_rows",
@@ -119,8 +128,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "sl_expand_rows",
         "int",
         _args(
-            "int64_t nbags, const int32_t* lengths, const void* rows, int64_t nrows, int64_t row_bytes, "
-            "void* out, int64_t* err"
+            "int64_t nseg, int64_t nbags, const int32_t* lengths, const void* rows, int64_t nrows, "
+            "int64_t row_bytes, void* out, int64_t* err"
         ),
     ),
     EntryPoint(

@@ -27,9 +27,11 @@ plus the entry points shared by all specs, their prototypes rendered from
   reference's order straight into a zeroed f32 buffer (no sort, no COO gradient);
 - `sl_concat_ids(...)`: route's concatenation of several features' ids, each checked against
   its table's rows in the same pass;
+- `sl_route_row_wise(...)`: route's bucketing of row-wise features' ids by row range (a
+  counting sort, each id checked in the same pass);
 - `sl_copy_blocks(...)`: strided 2-D block copies, the body of `pack` / `unpack`;
 - `sl_expand_rows(...)`: an unpooled table's received rows spread to their one-id bags, zeros
-  for the empty ones (the body of `expand_rows`);
+  for the empty ones, each bag's row from the segment that holds it (the body of `expand_rows`);
 - `sl_compact_rows(...)`: the reverse for the gradients, the non-empty bags' rows of strided
   blocks packed back to back (the body of `compact_rows`);
 - `sl_abi_version()` (`c_abi.ABI_VERSION`, checked at load) and `sl_have_openmp()`.
@@ -37,7 +39,7 @@ plus the entry points shared by all specs, their prototypes rendered from
 Pooled outputs and pooled gradients may have rows further apart than their width (`ldo` /
 `ldg`): a table's column block of an exchange buffer is written or read in place.
 
-The multi-table entry points and `sl_concat_ids` validate what they read (non-negative bag
+The multi-table entry points, `sl_concat_ids` and `sl_route_row_wise` validate what they read (non-negative bag
 lengths summing to the number of ids, every id of a table's slots inside `[0, rows)`; the
 callers check `sl_copy_blocks`' descriptors) before they write anything, and report the
 first problem through `err[0..3]` = (code, position, value, table) instead of touching memory

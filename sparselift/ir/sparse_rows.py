@@ -8,12 +8,15 @@ each rank routed:
 
 - `sparse.gather_rows`, on every rank of the group (a rank that owns no table of it received no
   ids): the received ids' rows back to back, in the order the ids arrived (source-major, then
-  feature-major, then sample), and how many elements go back to each source;
+  feature-major, then sample), and how many elements go back to each source. The table is on
+  one rank, or row-wise: each id went to the rank whose row range holds it, so either way each
+  id has one owner, which returns its whole row;
 - `sparse.row_splits`: per-peer id counts (a route's `splits`) as element counts of rows of
   `dim` (what a rank receives back, and sends as gradients);
 - `sparse.expand_rows`, on the samples' side: the received rows as one `[batch, dim]` value per
   feature, zeros where a bag is empty, the members placed as the padded exchange's
-  `sparse.unpack` layout places them (segment `s`: the features owner `s` serves);
+  `sparse.unpack` layout places them (segment `s`: the features owner `s` serves; a row-wise
+  table's ranks each serve every feature, and a bag's row is in the segment of its id's owner);
 - `sparse.compact_rows`: the reverse, for the gradients: the rows of the non-empty bags, in the
   order the ids were sent;
 - `sparse.rows_update`: the table's update from per-id gradients (one row per received id, in
@@ -55,7 +58,8 @@ from sparselift.ir.sparse_attrs import LayoutAttr, OptimizerAttr, PlacementAttr,
 
 
 def _check_table(op: GatherRowsOp | RowsUpdateOp) -> TableAttr:
-    """An unpooled, table-wise table, its placement, and its rows' element type."""
+    """An unpooled table placed table-wise or row-wise (one owner per id), its placement, and its
+    rows' element type."""
     table = op.table
     what = f"{op.name} of table '{table.name_str}'"
     if op.placement.table.data != table.name_str:
@@ -66,9 +70,9 @@ def _check_table(op: GatherRowsOp | RowsUpdateOp) -> TableAttr:
         op.placement.verify_ranks(world)
     if not table.is_unpooled:
         raise VerifyException(f"{what}: the table is {table.pooling.data}-pooled; only unpooled rows go one per id")
-    if op.placement.kind.data != PlacementKind.TABLE_WISE:
+    if op.placement.kind.data == PlacementKind.DATA_PARALLEL:
         raise VerifyException(
-            f"{what}: placement {op.placement.kind.data} (one owner per table is what returns each id's row whole)"
+            f"{what}: placement {op.placement.kind.data} (a replicated table's rows are read locally, not sent)"
         )
     slots = list(op.slots.get_values())
     if not slots or len(set(slots)) != len(slots) or min(slots) < 0:
@@ -163,6 +167,14 @@ def _check_row_members(op_name: str, layout: LayoutAttr, members: Sequence[SSAVa
                 raise VerifyException(
                     f"{op_name}: member {i} is {off} : {size} in segment {s}; a feature's row is one slot of {width}"
                 )
+    placed = [seg for seg in layout.segments if any(size for _, size in seg)]
+    held = [sum(1 for seg in placed if seg[i][1]) for i in range(len(members))]
+    if any(n > 1 for n in held) and any(seg != placed[0] for seg in placed):
+        twice = next(i for i, n in enumerate(held) if n > 1)
+        raise VerifyException(
+            f"{op_name}: member {twice} is in {held[twice]} segments, but the segments differ; a row-wise "
+            "table's segments each hold every member at the same place"
+        )
 
 
 @irdl_op_definition

@@ -16,16 +16,25 @@ This pass rewrites such a group into the jagged form (`sparselift/ir/sparse_rows
   all-to-all sends them back sized the same way, and `sparse.rows_update` applies them per id
   (per occurrence, in the order `sparse.lookup_update` applies one-id bags: the same result).
 
+A row-wise table is rewritten the same way. Its padded path has every rank look up every bag of
+every sample (zeros for the ids outside its row range) and sum the partial rows in a
+`coll.reduce_scatter`: the world size times the rows, mostly zeros. Compacted, each id's row
+comes back from the one rank whose range holds it; `sparse.expand_rows` takes each bag's row from
+that rank's segment, and `sparse.compact_rows` sends each rank the gradients of the ids it
+served (the members read once per segment).
+
 Feasibility checks, each refusal leaving a `#sched.remark` on the exchange that names the check:
-- `placement`: the group's table is table-wise (a row-wise table's rows are partial sums from
-  several ranks; a replicated one exchanges nothing);
+- `placement`: the group's table is table-wise, or row-wise (a replicated one exchanges
+  nothing);
 - `tables`: the group holds one table;
 - `shape`: the exchanges are the ones `lift-sparse` emits (static splits, made by packs of the
   table's lookup, read by one unpack; the lookup reads the route's exchanged lengths and ids;
-  backward, one update of the table from one unpack): run it before `aggregate-comm`;
-- `empty-share`: the features' bags are empty often enough to pay, by the export's measured
+  backward, one update of the table from one unpack; a row-wise table's gradients go to every
+  rank of the route, laid out as its forward rows): run it before `aggregate-comm`;
+- `empty-share`: the padded rows are empty often enough to pay, by the export's measured
   pooling factors: at least `min-empty-share` of them (a one-hot target position is never empty;
-  compacting it only adds the scatter).
+  compacting it only adds the scatter). A row-wise table over k ranks pads each bag in every
+  rank's segment, so at least (k - 1) / k of its padded rows are empty.
 """
 
 from __future__ import annotations
@@ -40,12 +49,13 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
-from sparselift.ir.coll import AllToAllOp, RoleAttr
+from sparselift.ir.coll import AllToAllOp, ReduceScatterOp, RoleAttr
 from sparselift.ir.sched import StepOp, YieldOp
 from sparselift.ir.sparse import (
     CompactRowsOp,
     ExpandRowsOp,
     GatherRowsOp,
+    LayoutAttr,
     LookupOp,
     LookupUpdateOp,
     PackOp,
@@ -64,7 +74,7 @@ PASS = "compact-rows"
 class _Padded:
     """One unpooled group's padded rows path, as `lift-sparse` emitted it."""
 
-    exchange: AllToAllOp  # output_rows
+    exchange: AllToAllOp | ReduceScatterOp  # output_rows: one owner, or a row-wise table's partial rows summed
     packs: tuple[PackOp, ...]
     lookup: LookupOp
     unpack: UnpackOp
@@ -73,6 +83,12 @@ class _Padded:
     grad_exchange: AllToAllOp  # grad_rows
     grad_unpack: UnpackOp
     update: LookupUpdateOp
+
+    @property
+    def segments(self) -> int:
+        """In how many route segments each feature's bags lie: a row-wise table's ranks each
+        serve every feature; a table on one rank, its owner."""
+        return self.exchange.group.size if isinstance(self.exchange, ReduceScatterOp) else 1
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,7 @@ class CompactRows(ModulePass):
             if step.world_size.data < 2:
                 continue  # no exchange to compact
             for exchange in [o for o in step.forward.block.ops if _rows_exchange(o)]:
-                assert isinstance(exchange, AllToAllOp)  # _rows_exchange checked
+                assert isinstance(exchange, AllToAllOp | ReduceScatterOp)  # _rows_exchange checked
                 found = _match(step, exchange)
                 if isinstance(found, Refusal):
                     remark(exchange, PASS, found.check, found.text)
@@ -105,17 +121,19 @@ class CompactRows(ModulePass):
         route = padded.route
         table = padded.lookup.table.name_str
         factors = [f.pooling_factor.data for f in route.features.data if f.table.data == table]
-        empty = 1.0 - sum(min(pf, 1.0) for pf in factors) / max(len(factors), 1)
+        empty = 1.0 - sum(min(pf, 1.0) for pf in factors) / max(len(factors), 1) / padded.segments
         if empty < self.min_empty_share:
             return Refusal(
                 "empty-share",
-                f"not compacted: {empty:.0%} of the bags of table '{table}' are empty, under min-empty-share "
-                f"{self.min_empty_share:g}",
+                f"not compacted: {empty:.0%} of the padded rows of table '{table}' are empty, under "
+                f"min-empty-share {self.min_empty_share:g}",
             )
         return None
 
 
 def _rows_exchange(op: Operation) -> bool:
+    if isinstance(op, ReduceScatterOp):
+        return op.role.role_list == ["output_rows"]
     return isinstance(op, AllToAllOp) and op.role.role_list == ["output_rows"] and op.splits is not None
 
 
@@ -124,11 +142,12 @@ def _only_use(value: SSAValue) -> Operation | None:
     return uses[0].operation if len(uses) == 1 else None
 
 
-def _match(step: StepOp, exchange: AllToAllOp) -> _Padded | Refusal:
+def _match(step: StepOp, exchange: AllToAllOp | ReduceScatterOp) -> _Padded | Refusal:
     """The group's padded path around its `output_rows` exchange, or why it is not the one
-    `lift-sparse` emits for a one-table, table-wise group."""
-    packs = [v.owner for v in exchange.inputs if isinstance(v.owner, PackOp)]
-    if len(packs) != len(exchange.inputs):
+    `lift-sparse` emits for a one-table group, table-wise or row-wise."""
+    sent = [exchange.input] if isinstance(exchange, ReduceScatterOp) else list(exchange.inputs)
+    packs = [v.owner for v in sent if isinstance(v.owner, PackOp)]
+    if len(packs) != len(sent):
         return Refusal("shape", "not compacted: the rows are not sent by sparse.pack (run before aggregate-comm)")
     lookups = {m.owner for p in packs for m in p.operands}
     if len(lookups) != 1:
@@ -136,13 +155,14 @@ def _match(step: StepOp, exchange: AllToAllOp) -> _Padded | Refusal:
     lookup = lookups.pop()
     if not isinstance(lookup, LookupOp) or any(u.operation not in packs for u in lookup.pooled.uses):
         return Refusal("shape", "not compacted: the rows are not a sparse.lookup's, read by the packs alone")
-    if lookup.placement.kind.data != PlacementKind.TABLE_WISE:
+    kind = lookup.placement.kind.data
+    row_wise = isinstance(exchange, ReduceScatterOp)
+    if kind != (PlacementKind.ROW_WISE if row_wise else PlacementKind.TABLE_WISE):
         return Refusal(
             "placement",
-            f"not compacted: table '{lookup.table.name_str}' is {lookup.placement.kind.data} "
-            "(its rows are partial sums from several ranks)",
+            f"not compacted: table '{lookup.table.name_str}' is {kind}, its rows sent by {exchange.name}",
         )
-    unpack = _only_use(exchange.outputs[0])
+    unpack = _only_use(exchange.result if isinstance(exchange, ReduceScatterOp) else exchange.outputs[0])
     lengths_x, indices_x = lookup.lengths.owner, lookup.indices.owner
     if (
         not isinstance(unpack, UnpackOp)
@@ -158,7 +178,23 @@ def _match(step: StepOp, exchange: AllToAllOp) -> _Padded | Refusal:
     backward = _match_backward(step, lookup)
     if isinstance(backward, Refusal):
         return backward
+    if row_wise and not _every_rank_serves_alike(exchange.group.size, route, unpack, backward[0]):
+        return Refusal(
+            "shape",
+            f"not compacted: row-wise table '{lookup.table.name_str}' is not served alike by every rank of the route",
+        )
     return _Padded(exchange, tuple(packs), lookup, unpack, route, *backward)
+
+
+def _every_rank_serves_alike(ranks: int, route: RouteOp, unpack: UnpackOp, grad_pack: PackOp) -> bool:
+    """A row-wise table's gradients go to every rank of the route, each segment placing the
+    features where the forward rows' unpack does (what `expand_rows` then reads per segment)."""
+    segments = grad_pack.layout.segments
+    return (
+        ranks == route.world_size.value.data == len(segments)
+        and unpack.layout.num_segments == 1
+        and all(seg == unpack.layout.segments[0] for seg in segments)
+    )
 
 
 def _match_backward(step: StepOp, lookup: LookupOp) -> tuple[PackOp, AllToAllOp, UnpackOp, LookupUpdateOp] | Refusal:
@@ -190,9 +226,13 @@ def _labelled(op: Operation, group: Attribute | None) -> Operation:
     return op
 
 
-def _dynamic_exchange(like: AllToAllOp, inputs: list[SSAValue], send: SSAValue, recv: SSAValue) -> AllToAllOp:
-    """`like`, with run-time splits (no size exchange: both sides know them)."""
-    elt = cast(TensorType, like.outputs[0].type).element_type  # verified: a tensor
+def _dynamic_exchange(
+    like: AllToAllOp | ReduceScatterOp, inputs: list[SSAValue], send: SSAValue, recv: SSAValue
+) -> AllToAllOp:
+    """An all-to-all in `like`'s group and role, with run-time splits (no size exchange: both
+    sides know them)."""
+    result = like.result if isinstance(like, ReduceScatterOp) else like.outputs[0]
+    elt = cast(TensorType, result.type).element_type  # verified: a tensor
     world = like.group.size
     op = AllToAllOp.create(
         operands=[*inputs, send, recv],
@@ -244,17 +284,20 @@ def _rewrite(step: StepOp, p: _Padded) -> None:
     exchange = before(
         p.exchange, _dynamic_exchange(p.exchange, [gather.results[0]], gather.results[1], received.results[0])
     )
+    # A row-wise table's bags lie in every rank's segment (each id's row in its owner's).
+    layout = p.unpack.layout if p.segments == 1 else LayoutAttr([p.unpack.layout.segments[0]] * p.segments)
     expand = before(
         p.unpack,
         ExpandRowsOp.create(
             operands=[exchange.results[0], p.route.lengths],
             result_types=[m.type for m in p.unpack.members],
-            properties={"layout": p.unpack.layout, "dim": IntegerAttr(width, i64)},
+            properties={"layout": layout, "dim": IntegerAttr(width, i64)},
         ),
     )
     for old, new in zip(p.unpack.members, expand.results):
         old.replace_all_uses_with(new)
-    for op in (p.unpack, p.exchange, *p.packs, lookup):
+    forward_ops: tuple[Operation, ...] = (p.unpack, p.exchange, *p.packs, lookup)
+    for op in forward_ops:
         Rewriter.erase_op(op)
 
     indices = p.update.indices
@@ -285,7 +328,8 @@ def _rewrite(step: StepOp, p: _Padded) -> None:
             },
         ),
     )
-    for op in (p.update, p.grad_unpack, p.grad_exchange, p.grad_pack):
+    backward_ops: tuple[Operation, ...] = (p.update, p.grad_unpack, p.grad_exchange, p.grad_pack)
+    for op in backward_ops:
         Rewriter.erase_op(op)
     drop_unused_saved(step)
 

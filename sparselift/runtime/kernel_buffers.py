@@ -50,6 +50,73 @@ class BufferOps:
             raise IndexError(int(err[3]), int(err[1]), int(err[2]))
         return out
 
+    def route_row_wise(
+        self,
+        ids: Sequence[torch.Tensor],
+        lengths: torch.Tensor,
+        bounds: Sequence[Sequence[int]],
+        owners: Sequence[Sequence[int]],
+        index_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Row-wise features' ids to the ranks whose row ranges hold them, in one C counting
+        sort: the routed `[world, features, batch]` int32 lengths, the ids shifted to shard-local
+        rows (destination-major, then feature and bag) in `index_dtype`, and each destination's
+        id count. `lengths`: the features' `[features, batch]` bag lengths; `bounds[k]`: feature
+        k's `world + 1` row bounds, range s on rank `owners[k][s]`. A bad id raises `IndexError`
+        whose `args` are (feature number, position, value), as `concat_ids`'s."""
+        world = len(owners[0]) if owners else 0
+        ids = [i if i.is_contiguous() else i.contiguous() for i in ids]
+        if (
+            index_dtype not in _INDEX
+            or not ids
+            or not _on_cpu(lengths, *ids)
+            or any(i.dim() != 1 or i.dtype not in _INDEX for i in ids)
+            or lengths.dim() != 2
+            or lengths.shape[0] != len(ids)
+            or len(bounds) != len(ids)
+            or len(owners) != len(ids)
+            or any(len(b) != world + 1 or b[0] != 0 for b in bounds)
+            or any(len(o) != world or sorted(o) != list(range(world)) for o in owners)
+        ):
+            raise ValueError(
+                "route_row_wise: 1-D CPU ids, [features, batch] lengths, per feature its bounds and owners"
+            )
+        nfeat, batch = lengths.shape
+        lengths = lengths.to(torch.int32).contiguous()
+        out_lengths = torch.empty(world * nfeat * batch, dtype=torch.int32)
+        out = torch.empty(sum(i.numel() for i in ids), dtype=index_dtype)
+        splits = torch.empty(world, dtype=torch.int64)
+        lib = self._lib or self._ensure(set())
+        src, src_p = _addr_array(ctypes.c_void_p, [i.data_ptr() for i in ids])
+        wide, wide_p = _addr_array(ctypes.c_int32, [int(i.dtype == torch.int64) for i in ids])
+        cnt, cnt_p = _addr_array(ctypes.c_int64, [i.numel() for i in ids])
+        bnd, bnd_p = _addr_array(ctypes.c_int64, [int(x) for b in bounds for x in b])
+        own, own_p = _addr_array(ctypes.c_int64, [int(x) for o in owners for x in o])
+        err = (ctypes.c_int64 * 4)()
+        rc = lib.lib.sl_route_row_wise(
+            nfeat,
+            src_p,
+            wide_p,
+            cnt_p,
+            lengths.data_ptr(),
+            batch,
+            world,
+            bnd_p,
+            own_p,
+            out_lengths.data_ptr(),
+            out.data_ptr(),
+            int(index_dtype == torch.int64),
+            splits.data_ptr(),
+            ctypes.addressof(err),
+        )
+        if rc == 1:
+            raise IndexError(int(err[1]), int(err[2]), int(err[3]))
+        if rc == 2:
+            raise ValueError(f"route_row_wise: feature {err[1]}'s bag lengths do not add up to its ids")
+        if rc:
+            raise MemoryError("route_row_wise: no scratch for the destinations")
+        return out_lengths, out, splits
+
     def _copy(self, descs: list[int]) -> None:
         # Each block: destination, its row stride, source, its row stride, bytes per row, rows.
         if not descs:
@@ -108,25 +175,34 @@ class BufferOps:
         self._copy(descs)
         return buf
 
-    def expand_rows(self, rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """`[lengths.numel(), dim]`: bag i's row is the next row of 2-D `rows` when `lengths[i]` is
-        1, zeros when it is 0; one pass over the output (no zeroing first). A length other than
-        0 or 1, or a row count that is not their sum, raises `ValueError` before anything is read."""
+    def expand_rows(self, rows: torch.Tensor, lengths: torch.Tensor, segments: int = 1) -> torch.Tensor:
+        """`[lengths.numel() / segments, dim]`: `lengths` is `segments` segments of the same bags,
+        and `rows` their rows, segment after segment. Bag i's row is the next row of the segment
+        where its length is 1, zeros where it is 0 in every segment; one pass over the output (no
+        zeroing first). A length other than 0 or 1, a bag in two segments, or a row count that is
+        not the lengths' sum raises `ValueError` before anything is read."""
         if rows.dim() != 2 or lengths.dim() != 1 or not _on_cpu(rows, lengths):
             raise ValueError("expand_rows: 2-D CPU rows and 1-D CPU lengths")
+        if segments < 1 or lengths.numel() % segments:
+            raise ValueError(f"expand_rows: {lengths.numel()} lengths are not {segments} segments of the same bags")
         rows = rows.contiguous()
         lengths = lengths.to(torch.int32).contiguous()
-        out = rows.new_empty(lengths.numel(), rows.shape[1])
+        bags = lengths.numel() // segments
+        out = rows.new_empty(bags, rows.shape[1])
         lib = self._lib or self._ensure(set())
         err = (ctypes.c_int64 * 3)()
         row_bytes = rows.shape[1] * rows.element_size()
         rc = lib.lib.sl_expand_rows(
-            lengths.numel(), lengths.data_ptr(), rows.data_ptr(), rows.shape[0], row_bytes, out.data_ptr(), err
+            segments, bags, lengths.data_ptr(), rows.data_ptr(), rows.shape[0], row_bytes, out.data_ptr(), err
         )
         if rc == 1:
             raise ValueError(f"expand_rows: a bag holds {err[2]} ids (bag {err[1]}); unpooled rows travel one per id")
         if rc == 2:
             raise ValueError(f"expand_rows: {err[2]} rows received for {err[1]} ids sent")
+        if rc == 3:
+            raise ValueError(f"expand_rows: bag {err[1]} has an id in {err[2]} segments; each id has one owner")
+        if rc:
+            raise MemoryError(f"expand_rows: no scratch for {segments} segments")
         return out
 
     def compact_rows(self, blocks: Sequence[torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:

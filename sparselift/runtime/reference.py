@@ -118,16 +118,23 @@ def route(
     index_dtype: torch.dtype = torch.int64,
     lengths: torch.Tensor | None = None,
     concat_ids=None,
+    route_row_wise=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Bucket a group's local ids by destination rank (see `sparse.route`). `lengths`: the
     `[features, batch]` bag lengths when the caller has them (`validate_features`).
     `concat_ids(ids, rows, dtype)`: a checking concatenation for whole features (a kernel's
-    `concat_ids`), whose bad id is reported here naming the feature."""
+    `concat_ids`), and `route_row_wise(ids, lengths, bounds, owners, dtype)` a checking bucketing
+    of row-wise ones (a kernel's `route_row_wise`), whose bad id is reported here naming the
+    feature."""
     if features and all(f.kind != "row_wise" for f in features):
         return _route_whole_features(
             features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths, concat_ids
         )
     if features and all(f.kind == "row_wise" and len(f.ranks) == world for f in features):
+        if route_row_wise is not None and not with_weights:
+            if lengths is None:
+                lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int64) for o in offsets])
+            return _checked_row_wise_route(route_row_wise, features, ids, lengths, index_dtype)
         return _route_row_wise(features, ids, offsets, weights, world, with_weights, index_dtype, lengths)
     return _route_per_feature(features, ids, offsets, weights, rank, world, with_weights, index_dtype)
 
@@ -218,13 +225,29 @@ def _checked_concat(concat_ids, features, ids, order, index_dtype) -> torch.Tens
         return concat_ids([ids[k] for k in order], [features[k].rows for k in order], index_dtype)
     except IndexError as e:
         k, pos, value = e.args
-        f = features[order[k]]
-        where = f"feature '{f.name}' (table '{f.table}')"
-        raise ValueError(
-            f"{where}: negative id {value} (position {pos})"
-            if value < 0
-            else f"{where}: id {value} is out of range for a table of {f.rows} rows (position {pos})"
-        ) from None
+        raise _bad_id(features[order[k]], pos, value) from None
+
+
+def _checked_row_wise_route(route_row_wise, features, ids, lengths, index_dtype):
+    """`route` of row-wise features by the kernel's one checking pass (`route_row_wise`)."""
+    bounds = [f.row_bounds for f in features]
+    try:
+        routed_lengths, routed_ids, splits = route_row_wise(
+            ids, lengths, bounds, [f.ranks for f in features], index_dtype
+        )
+    except IndexError as e:
+        k, pos, value = e.args
+        raise _bad_id(features[k], pos, value) from None
+    return routed_lengths, routed_ids, splits, None
+
+
+def _bad_id(f: RouteFeature, pos: int, value: int) -> ValueError:
+    where = f"feature '{f.name}' (table '{f.table}')"
+    return ValueError(
+        f"{where}: negative id {value} (position {pos})"
+        if value < 0
+        else f"{where}: id {value} is out of range for a table of {f.rows} rows (position {pos})"
+    )
 
 
 def _route_whole_features(

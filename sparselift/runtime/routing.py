@@ -232,14 +232,22 @@ def _route(
     """Check (`check_ids`: every id too) and route one route's features; `batch`: the batch every
     feature must have (default: its first feature's)."""
     batch = offsets[0].numel() - 1 if batch is None else batch
-    # Whole features on the CPU: the generated library checks every id while it concatenates
-    # them (one pass), instead of a concatenation, a per-id bound tensor and a comparison.
-    concat = (
-        getattr(plan.kernels, "concat_ids", None)
-        if (spec and all(f.kind != "row_wise" for f in spec) and all(i.device.type == "cpu" for i in ids))
+    # Features on the CPU: the generated library checks every id while it concatenates whole
+    # features or buckets row-wise ones by row range (one pass), instead of a concatenation (or
+    # a sort), a per-id bound tensor and a comparison.
+    on_cpu = bool(spec) and all(i.device.type == "cpu" for i in ids)
+    row_wise = [f.kind == "row_wise" for f in spec]
+    concat = getattr(plan.kernels, "concat_ids", None) if on_cpu and not any(row_wise) else None
+    by_range = (
+        getattr(plan.kernels, "route_row_wise", None)
+        if on_cpu
+        and all(row_wise)
+        and all(len(f.ranks) == plan.world for f in spec)
+        and not any(f.weighted for f in spec)
         else None
     )
-    lengths = ref.validate_features(spec, ids, offsets, batch, check_ids=check_ids and concat is None)
+    checked_here = concat is None and by_range is None
+    lengths = ref.validate_features(spec, ids, offsets, batch, check_ids=check_ids and checked_here)
     weighted = [f for f in spec if f.weighted]
     return ref.route(
         spec,
@@ -252,6 +260,7 @@ def _route(
         index_dtype=index_dtype,
         lengths=lengths,
         concat_ids=concat,
+        route_row_wise=by_range,
     )
 
 

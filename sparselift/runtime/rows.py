@@ -17,21 +17,35 @@ from sparselift.runtime import reference as ref
 from sparselift.strided_rows import block_runs, take_run_rows
 
 
-def _slot_starts(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> list[int]:
+def _row_geometry(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> tuple[list[int], int]:
     """Per member: its first row in the padded `[bags, dim]` geometry of a route's lengths
-    (segment after segment, each its features' bags feature-major)."""
-    starts: list[int | None] = [None] * (len(layout[0]) if layout else 0)
+    (segment after segment, each its features' bags feature-major), and in how many segments
+    the members lie.
+
+    A table on one rank has each member in one segment (the geometry is every segment's). A
+    row-wise table on k ranks has every member in each of its k segments alike (each rank
+    returns the rows of the ids in its row range): the starts are within one such segment, and
+    each bag's row lies in the one segment where its length is 1."""
+    members = len(layout[0]) if layout else 0
+    placed = [[(m, off) for m, (off, size) in enumerate(seg) if size] for seg in layout]
+    placed = [seg for seg in placed if seg]  # the segments that hold members
+    segments = 1
+    if len({m for seg in placed for m, _ in seg}) < sum(len(seg) for seg in placed):  # a member twice
+        if any(seg != placed[0] for seg in placed):
+            raise ValueError(
+                "rows members lie in several segments, but not alike in each (a row-wise table's "
+                "segments each hold every member at the same place)"
+            )
+        placed, segments = placed[:1], len(placed)
+    starts: list[int | None] = [None] * members
     base = 0
-    for seg in layout:
-        present = [(m, off) for m, (off, size) in enumerate(seg) if size]
-        for m, off in present:
-            if starts[m] is not None:
-                raise ValueError(f"rows member {m} is in several segments; its rows would be partial")
+    for seg in placed:
+        for m, off in seg:
             starts[m] = base + (off // dim) * batch
-        base += len(present) * batch
+        base += len(seg) * batch
     if any(s is None for s in starts):
         raise ValueError("a rows member is in no segment of the layout")
-    return starts  # type: ignore[return-value]  # every entry checked above
+    return starts, segments  # type: ignore[return-value]  # every entry checked above
 
 
 def _one_id_bags(lengths: torch.Tensor, what: str) -> torch.Tensor:
@@ -82,33 +96,39 @@ def expand_rows(
     plan: Any, rows: torch.Tensor, lengths: torch.Tensor, layout, *, dim: int, batch: int
 ) -> list[torch.Tensor]:
     """One `[batch, dim]` value per member: the received row of each non-empty bag, zeros for the
-    empty ones (views into one padded buffer)."""
+    empty ones (views into one padded buffer). A row-wise table's bags lie in each of its ranks'
+    segments; a bag's row is in the one where its length is 1."""
     batch = int(batch)
+    starts, segments = _row_geometry(layout, dim, batch)
+    if rows.numel() % dim:
+        raise ValueError(f"expand_rows: {rows.numel()} elements received, not whole rows of {dim}")
     kernels = getattr(plan, "kernels", None)
     if kernels is not None and hasattr(kernels, "expand_rows") and rows.device.type == "cpu":
         # One pass (each bag's row or zeros), where zeroing the whole buffer and then scattering
         # the rows into it writes the ~13 MB of a DIN batch twice.
-        if rows.numel() % dim:
-            raise ValueError(f"expand_rows: {rows.numel()} elements received, not whole rows of {dim}")
-        padded = kernels.expand_rows(rows.view(-1, dim), lengths)
+        padded = kernels.expand_rows(rows.view(-1, dim), lengths, segments)
     else:
         filled = _one_id_bags(lengths, "expand_rows").nonzero().squeeze(1)
         if rows.numel() != filled.numel() * dim:
             raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
-        padded = rows.new_zeros(lengths.numel(), dim).index_copy_(0, filled, rows.view(-1, dim))
-    return [padded[start : start + batch] for start in _slot_starts(layout, dim, batch)]
+        bags = lengths.numel() // segments
+        if segments > 1 and int(lengths.view(segments, bags).sum(0).max()) > 1:
+            raise ValueError("expand_rows: a bag has an id in several segments; each id has one owner")
+        padded = rows.new_zeros(bags, dim).index_copy_(0, filled % bags, rows.view(-1, dim))
+    return [padded[start : start + batch] for start in starts]
 
 
 def compact_rows(
     plan: Any, lengths: torch.Tensor, members: Sequence[torch.Tensor], layout, *, dim: int, batch: int
 ) -> torch.Tensor:
-    """The non-empty bags' rows of `members`, in the order their ids were sent."""
+    """The non-empty bags' rows of `members`, in the order their ids were sent (segment after
+    segment: a row-wise table's members are read once per segment, for the ids sent there)."""
     batch = int(batch)
     if not members:
         raise ValueError("compact_rows: no members")
-    starts = _slot_starts(layout, dim, batch)
+    starts, segments = _row_geometry(layout, dim, batch)
     order = sorted(range(len(members)), key=starts.__getitem__)
-    blocks = [members[m].reshape(batch, dim) for m in order]
+    blocks = [members[m].reshape(batch, dim) for m in order] * segments
     if len(blocks) * batch != lengths.numel():
         raise ValueError(f"compact_rows: {len(blocks) * batch} bags in the members, {lengths.numel()} lengths")
     kernels = getattr(plan, "kernels", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def rows_cap_arg(text: str) -> int | None:
@@ -27,6 +28,34 @@ def max_length_arg(text: str) -> tuple[str, int]:
     return key, int(value)
 
 
+def load_sharding(value: str):
+    """`--sharding`: a policy name (`export`'s `SHARDING_CHOICES`) or a plan JSON file, as a
+    `ShardingPlan`; `ValueError` says which it is not."""
+    from sparselift.frontend.export import SHARDING_CHOICES
+    from sparselift.placement import ShardingPlan
+
+    if value in SHARDING_CHOICES:
+        return value
+    path = Path(value)
+    if not path.exists():
+        raise ValueError(
+            f"--sharding must be one of {', '.join(SHARDING_CHOICES)} or a plan JSON file; '{value}' is neither"
+        )
+    try:
+        return ShardingPlan.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError) as e:  # bad JSON, a missing key, a bad kind
+        detail = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"--sharding {value} is not a valid sharding plan: {detail}") from None
+
+
+def sharding_arg(text: str):
+    """`load_sharding` as an argparse type."""
+    try:
+        return load_sharding(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--sharding ")) from None
+
+
 def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
     """`--host-memory default|retain`, the ranks' host-allocator policy, alike in every benchmark
     (`sparselift.bench.dlrm.apply_host_memory` applies it)."""
@@ -39,4 +68,4 @@ def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-__all__ = ["add_host_memory_argument", "max_length_arg", "rows_cap_arg"]
+__all__ = ["add_host_memory_argument", "load_sharding", "max_length_arg", "rows_cap_arg", "sharding_arg"]

@@ -42,22 +42,12 @@ def _error(prefix: str, e: BaseException, code: int = 2) -> int:
 
 
 def _sharding(value: str):
-    from sparselift.frontend.export import SHARDING_CHOICES
-    from sparselift.placement import ShardingPlan
+    from sparselift.tools.arguments import load_sharding
 
-    if value in SHARDING_CHOICES:
-        return value
-    path = Path(value)
-    if not path.exists():
-        raise SystemExit(
-            f"sparselift: --sharding must be one of {', '.join(SHARDING_CHOICES)} or a plan JSON file; "
-            f"'{value}' is neither"
-        )
     try:
-        return ShardingPlan.from_json(path.read_text())
-    except (ValueError, KeyError, TypeError) as e:  # bad JSON, a missing key, a bad kind
-        detail = f"missing key {e}" if isinstance(e, KeyError) else str(e)
-        raise SystemExit(f"sparselift: --sharding {value} is not a valid sharding plan: {detail}") from None
+        return load_sharding(value)
+    except ValueError as e:
+        raise SystemExit(f"sparselift: {e}") from None
 
 
 def cmd_export(args: argparse.Namespace) -> int:

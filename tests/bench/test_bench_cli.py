@@ -251,16 +251,31 @@ def test_ablation_of_the_sequence_model_compiles_din_under_each_pipeline(tmp_pat
     # `--model din` is `bench seq`'s DIN: its unpooled item table travels as per-id rows, so
     # the generated kernels include the rows path, and each row's pipeline is what compiled.
     # `--host-memory retain`, as `bench seq` runs it (and its planner calibrates).
-    pipelines = {"gk": "generate-kernels", "agg": "aggregate-comm,generate-kernels"}
-    proc = _ablation_of(pipelines, "din", 16, tmp_path / "din.json", "--host-memory", "retain")
+    # `--sharding rw=PLAN.json`: one row compiled with the item table row-wise, in the same run.
+    pipelines = {"gk": "generate-kernels", "agg": "aggregate-comm,generate-kernels", "rw": "generate-kernels"}
+    plan = {"item": {"kind": "row_wise", "ranks": [0, 1], "row_bounds": [0, 250, 500]}}
+    plan |= {"cat": {"kind": "data_parallel"}, "user": {"kind": "table_wise", "ranks": [1]}}
+    (tmp_path / "rw.json").write_text(json.dumps({"world_size": 2, "tables": plan}))
+    extra = ("--host-memory", "retain", "--sharding", f"rw={tmp_path / 'rw.json'}")
+    proc = _ablation_of(pipelines, "din", 16, tmp_path / "din.json", *extra)
     result = json.loads((tmp_path / "din.json").read_text())
     assert result["config"]["model"] == "din" and result["config"]["batch_size"] == 16
     assert result["config"]["host_memory"] == "retain" and "freed host memory retained" in proc.stdout
     assert [(r["config"], _without_lowering_options(r["compiled"])) for r in result["rows"]] == [
         ("gk", "lift-sparse,generate-kernels"),
         ("agg", "lift-sparse,aggregate-comm,generate-kernels"),
+        ("rw", "lift-sparse,generate-kernels"),
     ]
     assert all(r["step_ms_median"] > 0 for r in result["rows"]), result["rows"]
+    items = [(r["sharding"] == "auto", r["placed"]["tables"]["item"]["kind"]) for r in result["rows"]]
+    assert items == [(True, "table_wise"), (True, "table_wise"), (False, "row_wise")]
+    named = subprocess.run(
+        CLI + ["bench", "ablation", "--pipeline", "a=generate-kernels", "--sharding", "b=row_wise"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert named.returncode == 2 and "expected NAME=SHARDING once for a --pipeline row's NAME" in named.stderr
 
 
 def test_ablation_rejects_one_rank():
@@ -308,6 +323,20 @@ def test_ops_bench_times_every_plan_op(tmp_path):
         roles = {k.split("[")[1].rstrip("]") for k in ops if k.startswith("all_to_all")}
         assert {"output_pooled", "grad_pooled"} <= roles, ops
     assert "step (median)" in proc.stdout and "fused_lookup_update" in proc.stdout
+
+
+def test_ops_bench_takes_a_sharding_plan_file(tmp_path, capsys):
+    from sparselift.bench.ops import build_parser
+    from sparselift.placement import PlacementKind, ShardingPlan
+
+    plan = {"world_size": 2, "tables": {"item": {"kind": "row_wise", "ranks": [0, 1], "row_bounds": [0, 5, 10]}}}
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    parsed = build_parser().parse_args(["--sharding", str(tmp_path / "p.json")]).sharding
+    assert isinstance(parsed, ShardingPlan) and parsed["item"].kind == PlacementKind.ROW_WISE
+    assert build_parser().parse_args(["--sharding", "row_wise"]).sharding == "row_wise"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--sharding", "diagonal"])
+    assert "or a plan JSON file; 'diagonal' is neither" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bench", ["dlrm", "ablation", "ops", "quality", "memory_check"])

@@ -322,6 +322,30 @@ def test_expand_rows_checks_every_length_before_it_reads_a_row(gk):
         gk.expand_rows(torch.randn(4, 8), lengths)
 
 
+@pytest.mark.parametrize("segments", [2, 3])
+def test_expand_rows_takes_each_bag_from_the_segment_that_holds_it(gk, segments):
+    """A row-wise table's bags: each id went to the one rank whose row range holds it, and each
+    rank's rows come back in its segment; bag i's row is in the segment where its length is 1."""
+    g = torch.Generator().manual_seed(17)
+    bags = 200
+    owner = torch.randint(0, segments + 1, (bags,), generator=g)  # `segments`: an empty bag
+    lengths = torch.stack([(owner == s).to(torch.int32) for s in range(segments)]).reshape(-1)
+    rows = torch.randn(int(lengths.sum()), 16, generator=g)  # segment after segment
+    want = torch.zeros(bags, 16)
+    filled = lengths.nonzero().squeeze(1) % bags  # each row's bag, in received order
+    want[filled] = rows
+    assert torch.equal(gk.expand_rows(rows, lengths, segments), want)
+    # What it spreads, compact_rows packs back: each segment's bags read from the same blocks.
+    blocks = list(want.split(bags // 4)) * segments  # 4 members of 50 bags, in every segment
+    assert torch.equal(gk.compact_rows(blocks, lengths), rows)
+    both = lengths.clone()
+    both[int((owner == 0).nonzero()[0]) + bags] = 1  # a bag of segment 0 in segment 1 too
+    with pytest.raises(ValueError, match=r"has an id in 2 segments"):
+        gk.expand_rows(torch.randn(int(both.sum()), 16), both, segments)
+    with pytest.raises(ValueError, match=rf"not {segments} segments"):
+        gk.expand_rows(rows, lengths[:-1], segments)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 def test_compact_rows_packs_the_filled_rows_of_strided_blocks(gk, dtype):
     g = torch.Generator().manual_seed(16)

@@ -223,3 +223,32 @@ def test_row_wise_route_of_all_features_at_once_is_the_per_feature_route(world, 
         want = ref._route_per_feature(features, ids, offsets, weights, rank, world, weighted, torch.int64)
         for a, b in zip(got, want):
             assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b))
+        if not weighted:  # the generated library's one-pass counting sort routes them the same
+            lengths = torch.stack([o[1:] - o[:-1] for o in offsets])
+            by_kernel = ref.route(
+                features,
+                ids,
+                offsets,
+                {},
+                rank,
+                world,
+                with_weights=False,
+                lengths=lengths,
+                route_row_wise=default_kernels().route_row_wise,
+            )
+            for a, b in zip(by_kernel, want):
+                assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b))
+
+
+def test_row_wise_route_in_c_names_the_feature_of_a_bad_id():
+    """The kernel checks every id as it buckets it: a bad one is refused naming its feature and
+    table, before any id is written."""
+    world, batch = 2, 4
+    features = [ref.RouteFeature(f"f{k}", "t", 10, "row_wise", (1, 0), (0, 6, 10), False) for k in range(2)]
+    offsets = [torch.arange(batch + 1, dtype=torch.int64)] * 2
+    lengths = torch.ones(2, batch, dtype=torch.int64)
+    kernel = default_kernels().route_row_wise
+    for bad, message in [(10, "id 10 is out of range for a table of 10 rows"), (-1, "negative id -1")]:
+        ids = [torch.tensor([1, 6, 9, 0]), torch.tensor([3, 4, bad, 5], dtype=torch.int32)]
+        with pytest.raises(ValueError, match=rf"feature 'f1' \(table 't'\): {message} \(position 2\)"):
+            ref.route(features, ids, offsets, {}, 0, world, False, lengths=lengths, route_row_wise=kernel)

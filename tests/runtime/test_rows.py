@@ -50,6 +50,34 @@ def test_compact_takes_the_filled_rows_in_slot_order_and_expand_puts_them_back(s
         assert torch.equal(value, members[m] * mask)
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_row_wise_rows_come_back_from_each_ids_owner(ranks, plan):
+    """A row-wise table on `ranks` ranks: every segment holds every member, each bag's id went to
+    one of them (or none: an empty bag). Compact sends each segment its bags' rows; expand takes
+    each bag's row from its owner's segment."""
+    members, _ = _members_and_lengths()
+    g = torch.Generator().manual_seed(ranks)
+    owner = torch.randint(0, ranks + 1, (len(members) * B,), generator=g)  # `ranks`: an empty bag
+    lengths = torch.cat([(owner == r).int() for r in range(ranks)])
+    slots = [2, 0, 1, 5, 3, 4]
+    layout = [[(slot * D, D) for slot in slots]] * ranks
+    by_slot = torch.cat([members[m] for m in sorted(range(len(members)), key=lambda m: slots[m])])
+    want = torch.cat([by_slot[owner == r] for r in range(ranks)]).reshape(-1)  # segment after segment
+    rows = compact_rows(plan, lengths, members, layout, dim=D, batch=B)
+    assert torch.equal(rows, want)
+    back = expand_rows(plan, rows, lengths, layout, dim=D, batch=B)
+    for m, value in enumerate(back):
+        held = (owner[slots[m] * B : (slots[m] + 1) * B] < ranks)[:, None]
+        assert torch.equal(value, members[m] * held)
+    twice = lengths.clone()
+    twice[int((owner == 0).nonzero()[0]) + len(members) * B] = 1  # a bag's id at two owners
+    with pytest.raises(ValueError, match="in (2|several) segments"):
+        expand_rows(plan, torch.randn(int(twice.sum()) * D), twice, layout, dim=D, batch=B)
+    unlike = [layout[0], [(0, D)] + layout[0][1:]]
+    with pytest.raises(ValueError, match="not alike in each"):
+        expand_rows(plan, rows, lengths, unlike, dim=D, batch=B)
+
+
 def test_wrong_counts_and_multi_id_bags_are_refused(plan):
     members, lengths = _members_and_lengths()
     rows = compact_rows(plan, lengths, members, _layout(range(6)), dim=D, batch=B)

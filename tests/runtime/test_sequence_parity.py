@@ -130,11 +130,28 @@ def test_rows_one_per_id_match_single_process(world, optimizer, passes):
 
 
 @pytest.mark.parametrize(
+    "world, optimizer, passes, sizes",
+    [
+        pytest.param(2, SGD, "", None, id="ws2-sgd"),
+        pytest.param(3, ADAGRAD, "", None, id="ws3-adagrad"),
+        pytest.param(2, ADAGRAD, "", [[8, 5], [3, 0], [6, 6]], id="ws2-uneven"),
+        pytest.param(3, SGD, f"dedup-ids,{ALL_FOUR}", None, id="ws3-dedup-all-four"),
+    ],
+)
+def test_row_wise_rows_one_per_id_match_single_process(world, optimizer, passes, sizes):
+    """A row-wise unpooled table's rows one per id: each id's row comes back from the rank whose
+    row range holds it, and its gradient goes back there (compact-rows' row-wise form)."""
+    _three_steps(world, optimizer, passes, sharding="row_wise", sizes=sizes, expect_ops=JAGGED)
+
+
+@pytest.mark.parametrize(
     "world, sharding, optimizer, passes, sizes",
     [
         pytest.param(2, "table_wise", SGD, "", None, id="ws2-sgd"),
         pytest.param(2, "table_wise", ADAGRAD, "", [[8, 5], [3, 0], [6, 6]], id="ws2-uneven"),
         pytest.param(2, "table_wise", ADAGRAD, ALL_FOUR, None, id="ws2-all-four"),
+        # A row-wise table's padded rows: partial rows from every rank, summed (reduce_scatter).
+        pytest.param(3, "row_wise", SGD, "", None, id="ws3-row-wise"),
     ],
 )
 def test_padded_rows_match_single_process(world, sharding, optimizer, passes, sizes):

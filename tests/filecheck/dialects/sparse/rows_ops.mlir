@@ -34,6 +34,24 @@ sched.step @rows world_size = 2 outputs = 2 {
 
 // -----
 
+// A row-wise table (`item` in row ranges on ranks 0 and 1): each id went to the rank whose range
+// holds it, so every rank gathers, and every segment of the layout holds every member (a bag's
+// row is in the segment of its id's owner).
+// CHECK-LABEL: func.func @row_wise
+// CHECK:         %rows, %sizes = sparse.gather_rows %rl, %ri table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
+// CHECK-NEXT:    %h0, %h1 = sparse.expand_rows %got, %l layout = #sparse.layout<{{\[\[}}0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xf32>, tensor<?xi32> -> tensor<?x4xf32>, tensor<?x4xf32>
+// CHECK-NEXT:    %c = sparse.compact_rows %l, %h0, %h1 layout = #sparse.layout<{{\[\[}}0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
+// CHECK-NEXT:    sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi64>, tensor<?xf32>
+func.func @row_wise(%rl: tensor<?xi32>, %ri: tensor<?xi64>, %l: tensor<?xi32>, %got: tensor<?xf32>) {
+  %rows, %sizes = sparse.gather_rows %rl, %ri table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
+  %h0, %h1 = sparse.expand_rows %got, %l layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xf32>, tensor<?xi32> -> tensor<?x4xf32>, tensor<?x4xf32>
+  %c = sparse.compact_rows %l, %h0, %h1 layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
+  sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi64>, tensor<?xf32>
+  func.return
+}
+
+// -----
+
 // dedup-ids' ops: each destination's distinct ids, the rows spread back to one per routed id,
 // the gradients summed into one per distinct id.
 // CHECK-LABEL: sched.step @distinct world_size = 2 outputs = 1 {

@@ -9,10 +9,20 @@ func.func @gather_pooled(%l: tensor<?xi32>, %i: tensor<?xi64>) {
 
 // -----
 
-// A row-wise table's rows are partial sums from several ranks: not gathered whole.
-// CHECK: sparse.gather_rows of table 'item': placement row_wise (one owner per table is what returns each id's row whole)
-func.func @gather_row_wise(%l: tensor<?xi32>, %i: tensor<?xi64>) {
-  %r, %s = sparse.gather_rows %l, %i table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
+// A replicated table's rows are read where they are: nothing to gather for others.
+// CHECK: sparse.gather_rows of table 'item': placement data_parallel (a replicated table's rows are read locally, not sent)
+func.func @gather_replicated(%l: tensor<?xi32>, %i: tensor<?xi64>) {
+  %r, %s = sparse.gather_rows %l, %i table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
+  func.return
+}
+
+// -----
+
+// A row-wise table's segments each hold every member at the same place (each bag's row is in
+// the segment of its id's owner); members placed differently per segment are refused.
+// CHECK: sparse.expand_rows: member 0 is in 2 segments, but the segments differ; a row-wise table's segments each hold every member at the same place
+func.func @expand_unlike_segments(%r: tensor<?xf32>, %l: tensor<?xi32>) {
+  %a, %b = sparse.expand_rows %r, %l layout = #sparse.layout<[[0 : 4, 4 : 4], [4 : 4, 0 : 4]]> dim = 4 : tensor<?xf32>, tensor<?xi32> -> tensor<?x4xf32>, tensor<?x4xf32>
   func.return
 }
 
