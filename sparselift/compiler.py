@@ -109,7 +109,7 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
 
 def lift_pass(optimizer: SGD | RowWiseAdagrad, options: CompileOptions | None = None) -> LiftSparse:
     """The `lift-sparse` pass for `optimizer` (the fused update it lowers to), lowering as
-    `options` ask (`rows`, `replicated_grads`; None: the defaults)."""
+    `options` ask (`rows`, `replicated_grads`, `narrow_ids`; None: the defaults)."""
     options = options or CompileOptions()
     return LiftSparse(
         optimizer=optimizer.kind,
@@ -117,6 +117,7 @@ def lift_pass(optimizer: SGD | RowWiseAdagrad, options: CompileOptions | None = 
         eps=float(optimizer.eps),
         rows=options.rows,
         replicated_grads=options.replicated_grads,
+        narrow_ids=options.narrow_ids,
     )
 
 

@@ -135,7 +135,8 @@ def _feature_order(op: EmbeddingBagCollectionOp | RouteOp, seen: int) -> list[tu
 
 def _index_dtype(op: EmbeddingBagCollectionOp | RouteOp, tables: Sequence[TableAttr]) -> str:
     """The routed index dtype: a route's indices; for an opaque collection, what lift-sparse
-    will route (i32 only when every id is i32 and every row number fits)."""
+    routes without `narrow-ids` (i32 only when every id is i32 and every row number fits; the
+    compiler's default lowering narrows more, and the lifted module's facts say so)."""
     if isinstance(op, RouteOp):
         return _int_name(op.indices.type.element_type)
     id_types = {cast(TensorType, v.type).element_type for v in op.ids}  # verified: tensors

@@ -22,6 +22,11 @@ with `replicated-grads=with-dense`, ride in the dense gradients' all-reduce at t
 (`with_dense_grads`, as `aggregate-comm{roles=dense_grad}` marks them; what the compiler lowers by
 default: `CompileOptions.replicated_grads`).
 
+Routed ids are i32 where the model's ids are, or, with `narrow-ids=true`, wherever every table of
+the group has fewer than 2^31 rows (each id is checked against its table's rows before it is
+narrowed, so none is cut; half the bytes of i64 ids in the ids exchange and the kernels' index
+reads; what the compiler lowers by default: `CompileOptions.narrow_ids`).
+
 World size 1 emits no collective at all. Afterwards no opaque op is left and every table is
 looked up once and updated once per step; the pass checks both.
 """
@@ -92,7 +97,7 @@ def _slots(values: Sequence[int]) -> DenseArrayBase:
 class _GroupLifter:
     """Lifts one opaque EBC op of a step."""
 
-    def __init__(self, step: StepOp, ebc: EmbeddingBagCollectionOp, optimizer: OptimizerAttr):
+    def __init__(self, step: StepOp, ebc: EmbeddingBagCollectionOp, optimizer: OptimizerAttr, narrow_ids: bool):
         self.step = step
         self.ebc = ebc
         self.optimizer = optimizer
@@ -120,7 +125,8 @@ class _GroupLifter:
         )
         self.weighted = any(f.is_weighted for f in self.features)
         id_types = {cast(TensorType, v.type).element_type for v in ebc.ids}  # verified: tensors
-        self.index_type = i32 if id_types == {i32} and all(t.rows.data < 2**31 for t in self.tables.values()) else i64
+        fits = all(t.rows.data < 2**31 for t in self.tables.values())
+        self.index_type = i32 if fits and (narrow_ids or id_types == {i32}) else i64
         self.group = GroupAttr(list(range(self.world)))
         self.fwd_point = InsertPoint.before(ebc)
         self._bwd_cursor: InsertPoint | None = None
@@ -540,6 +546,9 @@ class LiftSparse(ModulePass):
     # Where the replicated tables' gradients are summed: "own", an all-reduce of their own in
     # backward; "with-dense", in the dense gradients' all-reduce (one collective less a step).
     replicated_grads: str = "own"
+    # Routed ids as i32 wherever the group's tables all have fewer than 2^31 rows, whatever the
+    # model's id dtype (false: i32 only where the model's ids are).
+    narrow_ids: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.rows not in ("padded", "jagged"):
@@ -553,7 +562,7 @@ class LiftSparse(ModulePass):
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             for ebc in [o for o in step.forward.block.ops if isinstance(o, EmbeddingBagCollectionOp)]:
                 self._check_supported(step, ebc)
-                _GroupLifter(step, ebc, optimizer).lift()
+                _GroupLifter(step, ebc, optimizer, self.narrow_ids).lift()
         _fold_local_regroups(op)
         verify_lifted(op)
         if self.rows == "jagged":

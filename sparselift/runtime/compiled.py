@@ -57,6 +57,11 @@ class CompileOptions:
     # the end of backward, as DDP does TorchRec's data-parallel tables (one collective less a
     # step; bench/RESULTS.md: 1-2% of the step at real size); "own", an all-reduce of their own.
     replicated_grads: str = attrs.field(default="with-dense", validator=attrs.validators.in_(REPLICATED_GRADS))
+    # Routed ids as int32 wherever every table of a group has fewer than 2^31 rows, whatever the
+    # model's id dtype: half the bytes in the ids exchange and the kernels' index reads (each id is
+    # checked against its table's rows before it is narrowed). False: int32 only where the model's
+    # ids are.
+    narrow_ids: bool = True
     # Extra passes after lift-sparse, e.g. "aggregate-comm" (sparselift-opt syntax): an explicit
     # pipeline, so no planning.
     passes: str = ""

@@ -56,9 +56,11 @@ def _mixed_inputs():
     )
 
 
-def _lifted(program):
+def _lifted(program, narrow_ids: bool = False):
+    """The program lifted (ids routed as the model gives them, unless `narrow_ids`) and fused."""
     module = program.module.clone()
-    run_pipeline(module, (lift_pass(RowWiseAdagrad(lr=0.1, eps=1e-3)), GenerateKernels()), make_context())
+    lift = lift_pass(RowWiseAdagrad(lr=0.1, eps=1e-3), sparselift.CompileOptions(narrow_ids=narrow_ids))
+    run_pipeline(module, (lift, GenerateKernels()), make_context())
     return module
 
 
@@ -105,6 +107,12 @@ def test_facts_of_exported_and_lifted_ir_agree():
             before.weighted,
             "rowwise_adagrad",
         )
+    # The compiler's default lowering routes every id as i32 here (the tables have few rows), and
+    # the generated kernels read them so.
+    narrowed = {t.name: t for t in describe_tables(_lifted(program, narrow_ids=True))}
+    assert {n: (t.index_dtype, t.kernel_spec.index_dtype) for n, t in narrowed.items()} == {
+        n: ("i32", "i32") for n in exported
+    }
     assert sharding_plan(program.module) == plan
     assert [f.name for f in describe_features(program.module)] == ["ia", "ib", "ic"]
     assert batch_size(program.module) == 2 and len(group_names(program.module)) == 3
@@ -128,7 +136,8 @@ def test_compiled_model_shards_and_checkpoints_from_the_plan():
         _mixed_inputs(),
         sharding="table_wise",
         sparse_optimizer=RowWiseAdagrad(lr=0.1),
-        options=sparselift.CompileOptions(plan="none"),
+        # The model's own id dtypes (int64 and int32), not narrowed: kernels of both.
+        options=sparselift.CompileOptions(plan="none", narrow_ids=False),
     )
     assert [t.name for t in compiled.table_facts] == ["a", "b", "table"]
     assert {t.name: t for t in compiled.table_facts}["b"].kernel_spec.index_dtype == "i32"

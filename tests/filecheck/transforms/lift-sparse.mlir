@@ -1,5 +1,6 @@
 // RUN: sparselift-opt %s --split-input-file -p lift-sparse | sparselift-opt --split-input-file | filecheck %s
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse{optimizer=rowwise_adagrad lr=0.05 eps=1.0e-06}' | filecheck %s --check-prefix=ADAGRAD
+// RUN: sparselift-opt %s --split-input-file -p 'lift-sparse{narrow-ids=true}' | filecheck %s --check-prefix=NARROW
 
 // lift-sparse on small hand-written steps, modelled on the opaque IR `sparselift export` prints
 // (the ids/offsets are step arguments instead of @sparse_inputs results). The first RUN also
@@ -43,6 +44,15 @@ sched.step @table_wise world_size = 2 outputs = 1 {
   %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?xf32>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
   sched.yield
 }
+
+// Option narrow-ids: the model's i64 ids are routed as i32 (the tables have fewer than 2^31
+// rows; the route checks each id against its table before it narrows it), so the ids exchange
+// and the lookups read half the bytes. Without the option they stay i64 (CHECK above).
+// NARROW-LABEL: sched.step @table_wise
+// NARROW:       %{{[0-9]+}}, %[[I:[0-9]+]], %{{[0-9]+}} = sparse.route ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>)
+// NARROW-SAME:    -> tensor<?xi32>, tensor<?xi32>, tensor<2xi64>
+// NARROW:       coll.all_to_all %[[I]] {{.*}} role #coll.role<input_indices> {{.*}} : tensor<?xi32> -> tensor<?xi32>, tensor<2xi64>
+// NARROW:       sparse.lookup {{.*}} table = #sparse.table<"t0"{{.*}} : tensor<?xi32>, tensor<?xi32> -> tensor<?x8xf32>
 
 // -----
 
@@ -347,5 +357,25 @@ sched.step @options world_size = 2 outputs = 1 {
 } backward {
 ^bb0(%g: tensor<?xf32>):
   %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?xf32>) -> (tensor<?x8xf32>, tensor<?x4xf32>)
+  sched.yield
+}
+
+// -----
+
+// narrow-ids leaves a group's ids i64 when one of its tables has 2^31 rows or more: an id of
+// such a table may not fit 32 bits.
+// CHECK-LABEL: sched.step @huge_table
+// CHECK:       sparse.route {{.*}} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+// NARROW-LABEL: sched.step @huge_table
+// NARROW:       sparse.route {{.*}} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
+// NARROW:       coll.all_to_all {{.*}} role #coll.role<input_indices> {{.*}} : tensor<?xi64> -> tensor<?xi64>, tensor<2xi64>
+sched.step @huge_table world_size = 2 outputs = 1 {
+^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>):
+  %p0 = sparse.embedding_bag_collection "emb" ids(%ids0 : tensor<?xi64>) offsets(%offs0 : tensor<?xi64>) tables = [#sparse.table<"t0", rows = 2147483648, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", table_wise, rank = 1>] {group = "emb/table_wise"} -> tensor<?x4xf32>
+  %out = sched.dense @dense_post(%p0) phase "forward" : (tensor<?x4xf32>) -> tensor<?xf32>
+  sched.yield %out : tensor<?xf32>
+} backward {
+^bb0(%g: tensor<?xf32>):
+  %g0 = sched.dense @dense_post(%g) phase "backward" : (tensor<?xf32>) -> tensor<?x4xf32>
   sched.yield
 }
