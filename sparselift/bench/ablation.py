@@ -19,8 +19,9 @@ predicts every row's forward + backward time, next to the measured one (median a
 in `cost_model`; `--no-cost-model` skips this). `--pipeline NAME=PIPELINE` (repeated) runs those
 pipelines instead of the ten rows: an interleaved A/B of chosen schedules; `--sharding
 NAME=SHARDING` compiles row NAME under another placement (a policy or a plan JSON file), so one
-run compares placements too.
-JSON: `{"rows": [{"config", "pipeline", "kernels", "sharding", "placed", "step_ms_median", "step_ms_p25",
+run compares placements too, and `--lowering NAME=FIELD=VALUE` another default lowering (a
+`CompileOptions` field of `LOWERING_FIELDS`, e.g. `narrow_ids=false`).
+JSON: `{"rows": [{"config", "pipeline", "kernels", "sharding", "lowering", "placed", "step_ms_median", "step_ms_p25",
 "step_ms_p75", "speedup", "breakdown": {...}, "steps_ms": [...], "stage_steps_ms": [{...}]}],
 "config": {...}, "machine": {...}}`; `steps_ms` and `stage_steps_ms` are every timed step (the
 slowest rank's, each stage's slowest rank) in timed order.
@@ -70,6 +71,7 @@ class AblationRow:
     pipeline: str
     kernels: str
     sharding: str | ShardingPlan = "auto"  # the row's placement (`--sharding NAME=...`)
+    lowering: tuple[tuple[str, Any], ...] = ()  # CompileOptions lowering fields (`--lowering NAME=...`)
 
 
 def ablation_rows() -> list[AblationRow]:
@@ -86,10 +88,13 @@ def ablation_rows() -> list[AblationRow]:
     return rows
 
 
-def custom_rows(specs: Sequence[str], shardings: Sequence[str] = ()) -> list[AblationRow]:
+def custom_rows(
+    specs: Sequence[str], shardings: Sequence[str] = (), lowerings: Sequence[str] = ()
+) -> list[AblationRow]:
     """`NAME=PIPELINE` per row (the pipeline after lift-sparse; generated kernels when it has
     `generate-kernels`): an A/B of chosen pipelines, interleaved like the ten rows.
-    `shardings`: `NAME=SHARDING` for a row placed otherwise than "auto"."""
+    `shardings`: `NAME=SHARDING` for a row placed otherwise than "auto"; `lowerings`:
+    `NAME=FIELD=VALUE` for a row lowered otherwise than by default."""
     from sparselift.passes.pipeline import find_pass, parse_pipeline
 
     rows = []
@@ -111,7 +116,39 @@ def custom_rows(specs: Sequence[str], shardings: Sequence[str] = ()) -> list[Abl
         if not sep or name not in {r.config for r in rows} or name in placed:
             raise ValueError(f"--sharding '{spec}': expected NAME=SHARDING once for a --pipeline row's NAME")
         placed[name] = load_sharding(value)
-    return [attrs.evolve(r, sharding=placed.get(r.config, "auto")) for r in rows]
+    lowered = _lowering_of(rows, lowerings)
+    return [
+        attrs.evolve(
+            r, sharding=placed.get(r.config, "auto"), lowering=tuple(sorted(lowered.get(r.config, {}).items()))
+        )
+        for r in rows
+    ]
+
+
+def _lowering_of(rows: Sequence[AblationRow], specs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per row name, the lowering fields its `--lowering NAME=FIELD=VALUE` options set (checked by
+    `CompileOptions`' own validators)."""
+    from sparselift.bench.systems import LOWERING_FIELDS
+    from sparselift.runtime.compiled import CompileOptions
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, _, assignment = (part.strip() for part in spec.partition("="))
+        field, sep, text = (part.strip() for part in assignment.partition("="))
+        if not sep or name not in {r.config for r in rows} or field not in LOWERING_FIELDS:
+            raise ValueError(
+                f"--lowering '{spec}': expected NAME=FIELD=VALUE for a --pipeline row's NAME, FIELD one of "
+                f"{', '.join(LOWERING_FIELDS)}"
+            )
+        value: Any = {"true": True, "false": False}.get(text.lower(), text) if field == "narrow_ids" else text
+        if field == "narrow_ids" and not isinstance(value, bool):
+            raise ValueError(f"--lowering '{spec}': narrow_ids is true or false")
+        try:
+            CompileOptions(**{field: value})
+        except (TypeError, ValueError) as e:  # attrs' validators: the message, then what they checked
+            raise ValueError(f"--lowering '{spec}': {e.args[0] if e.args else e}") from None
+        out.setdefault(name, {})[field] = value
+    return out
 
 
 def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[AblationRow], rank: int) -> dict[str, Any]:
@@ -149,11 +186,11 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     predictor = Predictor(program.module)
     profile = HardwareProfile.from_dict(record.fit["profile"])
     intercept = float(record.fit.get("intercept_us", 0.0))
-    # The rows placed as the export here ("auto"): another placement's program is not this one.
+    # The rows placed and lowered as here ("auto", the default lowering): another's program is not this one.
     out = {
         r.config: (intercept + predictor.predict(parse_pipeline(r.pipeline), profile).est_us) / 1e3
         for r in rows
-        if r.sharding == "auto"
+        if r.sharding == "auto" and not r.lowering
     }
     return {
         "calibration_s": calibration_s,
@@ -171,7 +208,12 @@ def _compile_each(make_runner, rows: list[AblationRow], example, batches) -> tup
     for r in rows:
         start = time.perf_counter()
         runners[r.config] = make_runner(
-            example, kernels=r.kernels, passes=r.pipeline, sharding=r.sharding, batches=itertools.cycle(batches)
+            example,
+            kernels=r.kernels,
+            passes=r.pipeline,
+            sharding=r.sharding,
+            lowering=dict(r.lowering),
+            batches=itertools.cycle(batches),
         )
         setup_s[r.config] = time.perf_counter() - start
     return runners, setup_s
@@ -264,6 +306,7 @@ def summarize(cfg: BenchConfig, rows: list[AblationRow], per_rank: list[dict[str
                 "pipeline": "lift-sparse" + (f",{r.pipeline}" if r.pipeline else ""),
                 "kernels": r.kernels,
                 "sharding": r.sharding if isinstance(r.sharding, str) else json.loads(r.sharding.to_json()),
+                "lowering": dict(r.lowering),
                 "step_ms_median": statistics.median(steps),
                 "step_ms_p25": _pct(steps, 0.25),
                 "step_ms_p75": _pct(steps, 0.75),
@@ -372,6 +415,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile --pipeline row NAME under this placement: auto, table_wise, row_wise, data_parallel or "
         "a plan JSON file (default auto; repeat the option)",
     )
+    p.add_argument(
+        "--lowering",
+        action="append",
+        default=[],
+        metavar="NAME=FIELD=VALUE",
+        help="compile --pipeline row NAME with this CompileOptions lowering field (rows, replicated_grads, "
+        "narrow_ids), e.g. 'wide=narrow_ids=false' (repeat the option)",
+    )
     p.add_argument("--json", help="write the results as JSON")
     return p
 
@@ -382,9 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.world_size < 2:
         p.error("--world-size must be at least 2 (the optimizations act on exchanges between ranks)")
     try:
-        if a.sharding and not a.pipeline:
-            raise ValueError("--sharding names --pipeline rows; give the rows with --pipeline")
-        rows = custom_rows(a.pipeline, a.sharding) if a.pipeline else ablation_rows()
+        if (a.sharding or a.lowering) and not a.pipeline:
+            raise ValueError("--sharding and --lowering name --pipeline rows; give the rows with --pipeline")
+        rows = custom_rows(a.pipeline, a.sharding, a.lowering) if a.pipeline else ablation_rows()
     except ValueError as e:
         p.error(str(e))
     cfg = BenchConfig(

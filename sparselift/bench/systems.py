@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -30,6 +30,11 @@ from sparselift.placement import ShardingPlan
 def dlrm_inputs(batch: Batch) -> tuple:
     """A Batch as DLRM's forward arguments (offsets in the reference's B-entry convention)."""
     return batch.dense, [ids for ids, _ in batch.sparse], [offsets[:-1] for _, offsets in batch.sparse]
+
+
+LOWERING_FIELDS = ("rows", "replicated_grads", "narrow_ids")
+"""The `CompileOptions` fields that choose the default lowering (lift-sparse's options), which a
+benchmark may set per system or ablation row."""
 
 
 class CompiledRunner:
@@ -53,10 +58,12 @@ class CompiledRunner:
         passes: str | None = None,
         max_lengths: dict[str, int] | None = None,
         plan_cache: str | None = None,
+        lowering: Mapping[str, Any] | None = None,
     ) -> None:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides.
         `max_lengths`: `CompileOptions.max_lengths` (a TorchRec EmbeddingCollection's keys).
-        `plan_cache`: refine the plan cached there (`plan="refine"`) instead of planning afresh."""
+        `plan_cache`: refine the plan cached there (`plan="refine"`) instead of planning afresh.
+        `lowering`: `CompileOptions` lowering fields other than the defaults (`LOWERING_FIELDS`)."""
         import sparselift
 
         self._inputs_of = inputs_of
@@ -70,14 +77,17 @@ class CompiledRunner:
             # A benchmark plans afresh (calibration reported in its setup time), never from a
             # plan cached by an earlier run; with `plan_cache` it goes on with the earlier runs'
             # undecided paired tests (calibrating as much as a fresh plan).
-            options=sparselift.CompileOptions(
-                kernels=kernels,
-                benchmark=True,
-                passes=passes or "",
-                plan="none" if passes is not None else "refine" if plan_cache else "replan",
-                cache_dir=plan_cache,
-                table_init=table_init,
-                max_lengths=max_lengths,
+            options=attrs.evolve(
+                sparselift.CompileOptions(
+                    kernels=kernels,
+                    benchmark=True,
+                    passes=passes or "",
+                    plan="none" if passes is not None else "refine" if plan_cache else "replan",
+                    cache_dir=plan_cache,
+                    table_init=table_init,
+                    max_lengths=max_lengths,
+                ),
+                **dict(lowering or {}),
             ),
         )
         self.compile_s = time.perf_counter() - start
@@ -177,6 +187,7 @@ class SparseLiftRunner(CompiledRunner):
         batches=None,
         passes: str | None = None,
         plan_cache: str | None = None,
+        lowering: Mapping[str, Any] | None = None,
     ) -> None:
         model, _ = build_dlrm(
             attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
@@ -192,4 +203,5 @@ class SparseLiftRunner(CompiledRunner):
             batches=batches,
             passes=passes,
             plan_cache=plan_cache,
+            lowering=lowering,
         )

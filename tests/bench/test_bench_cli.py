@@ -229,14 +229,33 @@ def _without_lowering_options(compiled: str) -> str:
 
 
 def test_ablation_of_chosen_pipelines_runs_exactly_those(tmp_path):
-    pipelines = {"kernels": "generate-kernels", "after": "generate-kernels,hide-latency{dense-grads=false}"}
-    proc = _ablation_of(pipelines, "dlrm-kaggle", 32, tmp_path / "a.json")
+    # `--lowering wide=narrow_ids=false`: one row lowered with the model's int64 ids, in the same run.
+    pipelines = {
+        "kernels": "generate-kernels",
+        "after": "generate-kernels,hide-latency{dense-grads=false}",
+        "wide": "generate-kernels",
+    }
+    proc = _ablation_of(pipelines, "dlrm-kaggle", 32, tmp_path / "a.json", "--lowering", "wide=narrow_ids=false")
     rows = json.loads((tmp_path / "a.json").read_text())["rows"]
     assert [(r["config"], _without_lowering_options(r["compiled"]), r["kernels"]) for r in rows] == [
         ("kernels", "lift-sparse,generate-kernels", "generated"),
         ("after", "lift-sparse,generate-kernels,hide-latency{dense-grads=false}", "generated"),
+        ("wide", "lift-sparse,generate-kernels", "generated"),
+    ]
+    assert [("narrow_ids=true" in r["compiled"], r["lowering"]) for r in rows] == [
+        (True, {}),
+        (True, {}),
+        (False, {"narrow_ids": False}),
     ]
     assert rows[0]["speedup"] == 1.0 and "after" in proc.stdout
+    for bad, message in [
+        ("wide=narrow_ids=maybe", "narrow_ids is true or false"),
+        ("wide=rows=sparse", "--lowering 'wide=rows=sparse': 'rows' must be in"),
+        ("wide=kernels=reference", "FIELD one of rows, replicated_grads, narrow_ids"),
+    ]:
+        cmd = CLI + ["bench", "ablation", "--pipeline", "wide=generate-kernels", "--lowering", bad]
+        refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     bad = subprocess.run(
         CLI + ["bench", "ablation", "--pipeline", "generate-kernels"], capture_output=True, text=True, timeout=120
     )
