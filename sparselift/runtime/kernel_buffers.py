@@ -10,12 +10,31 @@ the gradients' rows of the non-empty bags packed back), and `dedup-ids`' `unique
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 
 import torch
 
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
+
+
+@functools.lru_cache(maxsize=64)
+def _row_ranges(bounds: tuple[tuple[int, ...], ...], owners: tuple[tuple[int, ...], ...]):
+    """A route's row ranges as `sl_route_row_wise` reads them: the world size, and the bounds and
+    owners as C arrays (with their addresses). Checked and built once per route, not per step:
+    every feature has `world + 1` bounds from 0, rising, and its ranges' owners are the ranks."""
+    world = len(owners[0]) if owners else 0
+    if (
+        not bounds
+        or len(owners) != len(bounds)
+        or any(len(b) != world + 1 or b[0] != 0 or any(x > y for x, y in zip(b, b[1:])) for b in bounds)
+        or any(sorted(o) != list(range(world)) for o in owners)
+    ):
+        raise ValueError("route_row_wise: per feature, world + 1 rising bounds from 0 and the ranks owning its ranges")
+    flat_bounds = _addr_array(ctypes.c_int64, [x for b in bounds for x in b])
+    flat_owners = _addr_array(ctypes.c_int64, [x for o in owners for x in o])
+    return world, flat_bounds, flat_owners
 
 
 class BufferOps:
@@ -64,7 +83,6 @@ class BufferOps:
         id count. `lengths`: the features' `[features, batch]` bag lengths; `bounds[k]`: feature
         k's `world + 1` row bounds, range s on rank `owners[k][s]`. A bad id raises `IndexError`
         whose `args` are (feature number, position, value), as `concat_ids`'s."""
-        world = len(owners[0]) if owners else 0
         ids = [i if i.is_contiguous() else i.contiguous() for i in ids]
         if (
             index_dtype not in _INDEX
@@ -74,13 +92,9 @@ class BufferOps:
             or lengths.dim() != 2
             or lengths.shape[0] != len(ids)
             or len(bounds) != len(ids)
-            or len(owners) != len(ids)
-            or any(len(b) != world + 1 or b[0] != 0 for b in bounds)
-            or any(len(o) != world or sorted(o) != list(range(world)) for o in owners)
         ):
-            raise ValueError(
-                "route_row_wise: 1-D CPU ids, [features, batch] lengths, per feature its bounds and owners"
-            )
+            raise ValueError("route_row_wise: 1-D CPU ids, [features, batch] lengths, per feature its bounds")
+        world, (bnd, bnd_p), (own, own_p) = _row_ranges(tuple(map(tuple, bounds)), tuple(map(tuple, owners)))
         nfeat, batch = lengths.shape
         lengths = lengths.to(torch.int32).contiguous()
         out_lengths = torch.empty(world * nfeat * batch, dtype=torch.int32)
@@ -90,8 +104,6 @@ class BufferOps:
         src, src_p = _addr_array(ctypes.c_void_p, [i.data_ptr() for i in ids])
         wide, wide_p = _addr_array(ctypes.c_int32, [int(i.dtype == torch.int64) for i in ids])
         cnt, cnt_p = _addr_array(ctypes.c_int64, [i.numel() for i in ids])
-        bnd, bnd_p = _addr_array(ctypes.c_int64, [int(x) for b in bounds for x in b])
-        own, own_p = _addr_array(ctypes.c_int64, [int(x) for o in owners for x in o])
         err = (ctypes.c_int64 * 4)()
         rc = lib.lib.sl_route_row_wise(
             nfeat,

@@ -126,17 +126,29 @@ def route(
     `concat_ids`), and `route_row_wise(ids, lengths, bounds, owners, dtype)` a checking bucketing
     of row-wise ones (a kernel's `route_row_wise`), whose bad id is reported here naming the
     feature."""
-    if features and all(f.kind != "row_wise" for f in features):
+    if whole_features(features):
         return _route_whole_features(
             features, ids, offsets, weights, rank, world, with_weights, index_dtype, lengths, concat_ids
         )
-    if features and all(f.kind == "row_wise" and len(f.ranks) == world for f in features):
+    if row_wise_over(features, world):
         if route_row_wise is not None and not with_weights:
             if lengths is None:
                 lengths = torch.stack([(o[1:] - o[:-1]).to(torch.int64) for o in offsets])
             return _checked_row_wise_route(route_row_wise, features, ids, lengths, index_dtype)
         return _route_row_wise(features, ids, offsets, weights, world, with_weights, index_dtype, lengths)
     return _route_per_feature(features, ids, offsets, weights, rank, world, with_weights, index_dtype)
+
+
+def whole_features(features: Sequence[RouteFeature]) -> bool:
+    """Every feature goes whole to its destination (none row-wise): `route` concatenates them,
+    with the generated `concat_ids` where the caller has it."""
+    return bool(features) and all(f.kind != "row_wise" for f in features)
+
+
+def row_wise_over(features: Sequence[RouteFeature], world: int) -> bool:
+    """Every feature row-wise over all `world` ranks: `route` buckets them all at once, with the
+    generated `route_row_wise` where the caller has it and no feature is weighted."""
+    return bool(features) and all(f.kind == "row_wise" and len(f.ranks) == world for f in features)
 
 
 def _route_per_feature(features, ids, offsets, weights, rank, world, with_weights, index_dtype):

@@ -235,15 +235,12 @@ def _route(
     # Features on the CPU: the generated library checks every id while it concatenates whole
     # features or buckets row-wise ones by row range (one pass), instead of a concatenation (or
     # a sort), a per-id bound tensor and a comparison.
-    on_cpu = bool(spec) and all(i.device.type == "cpu" for i in ids)
-    row_wise = [f.kind == "row_wise" for f in spec]
-    concat = getattr(plan.kernels, "concat_ids", None) if on_cpu and not any(row_wise) else None
+    # `ref.route` takes the same predicates, so a kernel passed here is the one that routes.
+    on_cpu = all(i.device.type == "cpu" for i in ids)
+    concat = getattr(plan.kernels, "concat_ids", None) if on_cpu and ref.whole_features(spec) else None
     by_range = (
         getattr(plan.kernels, "route_row_wise", None)
-        if on_cpu
-        and all(row_wise)
-        and all(len(f.ranks) == plan.world for f in spec)
-        and not any(f.weighted for f in spec)
+        if on_cpu and ref.row_wise_over(spec, plan.world) and not any(f.weighted for f in spec)
         else None
     )
     checked_here = concat is None and by_range is None

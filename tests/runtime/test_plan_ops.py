@@ -252,3 +252,6 @@ def test_row_wise_route_in_c_names_the_feature_of_a_bad_id():
         ids = [torch.tensor([1, 6, 9, 0]), torch.tensor([3, 4, bad, 5], dtype=torch.int32)]
         with pytest.raises(ValueError, match=rf"feature 'f1' \(table 't'\): {message} \(position 2\)"):
             ref.route(features, ids, offsets, {}, 0, world, False, lengths=lengths, route_row_wise=kernel)
+    # Row ranges the kernel's search could not follow (falling bounds) are refused before any id is read.
+    with pytest.raises(ValueError, match="rising bounds from 0"):
+        kernel([torch.tensor([1, 2, 3, 4])], lengths[:1], [(0, 8, 6)], [(0, 1)], torch.int32)
