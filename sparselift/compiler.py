@@ -33,6 +33,7 @@ from sparselift.passes.lift_sparse import LiftSparse
 from sparselift.passes.pipeline import Pipeline, find_pass, parse_pipeline, pass_spec, run_pipeline
 from sparselift.placement import ShardingPlan
 from sparselift.planner import resolve_plan
+from sparselift.runtime import shm_transport
 from sparselift.runtime.agree import register_error_type, same_outcome
 from sparselift.runtime.compiled import CompiledModel, CompileOptions, Plan, cache_dir
 from sparselift.runtime.tables import LocalTables, check_memory_cap, missing_inits, take_local_shards
@@ -224,6 +225,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size(process_group) if distributed else 1
     rank = dist.get_rank(process_group) if distributed else 0
+    options = _resolve_transport(process_group, rank, world, options)
     seed = _init_seed(model, options, world, process_group)
     program = _export_same_on_every_rank(
         model, example_inputs, world, sharding, process_group, seed, dict(options.max_lengths or {})
@@ -275,6 +277,20 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
         optimizer=optimizer,
         options=options,
     )
+
+
+def _resolve_transport(process_group, rank: int, world: int, options: CompileOptions) -> CompileOptions:
+    """`options` with the all-to-alls' transport decided: "shm" (set up for the group, where
+    `options.transport` allows it and the ranks can share memory) or "gloo". Collective: every
+    rank reaches the same answer. The plan cache keys the planner's profile by it."""
+    if options.transport == "gloo" or world == 1:
+        return attrs.evolve(options, transport="gloo")
+    transport, why_not = shm_transport.setup(process_group, rank, world)
+    if transport is None and options.transport == "shm":
+        raise RuntimeError(f"CompileOptions(transport='shm'): the ranks cannot share memory: {why_not}")
+    if transport is None:
+        log.info("sparselift: all-to-alls over the process group's backend: %s", why_not)
+    return attrs.evolve(options, transport="shm" if transport is not None else "gloo")
 
 
 def _check_inits(facts, model_tables, inits) -> None:

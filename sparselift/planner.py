@@ -130,10 +130,12 @@ def device_kind(tables: Mapping[str, torch.Tensor], example_inputs: tuple = ()) 
     return device.type
 
 
-def default_profile(device: str) -> str:
+def default_profile(device: str, transport: str = "gloo") -> str:
+    """The built-in profile of a device kind; on the CPU, of the all-to-alls' transport as
+    `compile` resolved it ("shm" or "gloo")."""
     if device.startswith("cuda"):
         return "h200-nccl" if "H200" in device.upper() else "h100-nccl"
-    return "cpu-gloo"
+    return "cpu-shm" if transport == "shm" else "cpu-gloo"
 
 
 def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) -> PlanOptions:
@@ -149,7 +151,7 @@ def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) 
             f"CompileOptions.optimizations: unknown '{unknown[0]}'; known: {', '.join(FAMILIES)}, sharding"
         )
     lanes = options.max_lanes or (4 if device.startswith("cuda") else max(1, torch.get_num_threads()))
-    profile = options.profile if options.profile != "auto" else default_profile(device)
+    profile = options.profile if options.profile != "auto" else default_profile(device, options.transport)
     cap = max(1, options.memory_cap_bytes - shard_bytes) if options.memory_cap_bytes else 0
     return PlanOptions(
         profile=profile,

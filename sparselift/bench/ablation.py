@@ -19,8 +19,8 @@ predicts every row's forward + backward time, next to the measured one (median a
 in `cost_model`; `--no-cost-model` skips this). `--pipeline NAME=PIPELINE` (repeated) runs those
 pipelines instead of the ten rows: an interleaved A/B of chosen schedules; `--sharding
 NAME=SHARDING` compiles row NAME under another placement (a policy or a plan JSON file), so one
-run compares placements too, and `--lowering NAME=FIELD=VALUE` another default lowering (a
-`CompileOptions` field of `LOWERING_FIELDS`, e.g. `narrow_ids=false`).
+run compares placements too, and `--lowering NAME=FIELD=VALUE` another default lowering or
+transport (a `CompileOptions` field of `LOWERING_FIELDS`, e.g. `narrow_ids=false`, `transport=gloo`).
 JSON: `{"rows": [{"config", "pipeline", "kernels", "sharding", "lowering", "placed", "step_ms_median", "step_ms_p25",
 "step_ms_p75", "speedup", "breakdown": {...}, "steps_ms": [...], "stage_steps_ms": [{...}]}],
 "config": {...}, "machine": {...}}`; `steps_ms` and `stage_steps_ms` are every timed step (the
@@ -421,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=FIELD=VALUE",
         help="compile --pipeline row NAME with this CompileOptions lowering field (rows, replicated_grads, "
-        "narrow_ids), e.g. 'wide=narrow_ids=false' (repeat the option)",
+        "narrow_ids) or all-to-all transport (transport: auto, gloo, shm), e.g. 'wide=narrow_ids=false' or "
+        "'tcp=transport=gloo' (repeat the option)",
     )
     p.add_argument("--json", help="write the results as JSON")
     return p

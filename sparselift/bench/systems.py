@@ -32,9 +32,9 @@ def dlrm_inputs(batch: Batch) -> tuple:
     return batch.dense, [ids for ids, _ in batch.sparse], [offsets[:-1] for _, offsets in batch.sparse]
 
 
-LOWERING_FIELDS = ("rows", "replicated_grads", "narrow_ids")
-"""The `CompileOptions` fields that choose the default lowering (lift-sparse's options), which a
-benchmark may set per system or ablation row."""
+LOWERING_FIELDS = ("rows", "replicated_grads", "narrow_ids", "transport")
+"""The `CompileOptions` fields a benchmark may set per system or ablation row: those that choose
+the default lowering (lift-sparse's options), and the all-to-alls' transport."""
 
 
 class CompiledRunner:
@@ -97,6 +97,7 @@ class CompiledRunner:
             + (f",{record.spec}" if record is not None and record.spec else f",{passes}" if passes else ""),
             "calibration_s": getattr(self.compiled.plan, "calibration_s", 0.0),
             "planning": getattr(self.compiled.plan, "planning", ""),  # planned afresh, or refined from what
+            "transport": getattr(self.compiled.plan, "transport", ""),  # the all-to-alls': shm or gloo
             # Why the planner chose this pipeline: what it kept from T0 (the default lowering),
             # each measured candidate and its verdict, and those the budget left untried.
             "decisions": plan_decisions(record),

@@ -170,6 +170,17 @@ CPU_GLOO = HardwareProfile(
     reference_byte_ns=0.77,
 )
 
+CPU_SHM = attrs.evolve(
+    CPU_GLOO,
+    # The same machine kind with the all-to-alls through shared memory (runtime/shm_transport.py):
+    # measured by `bench/shm_profile.py` (2 ranks, one thread each; docs/profiles.md): an 8-byte
+    # all-to-all 35 us (gloo: 370), one way 5.7 GB/s (gloo: 3.5). The 35 us split as gloo's is.
+    name="cpu-shm",
+    coll_alpha_us=25.0,
+    coll_peer_alpha_us=10.0,
+    net_bw_gbps=5.5,
+)
+
 H100_NCCL = HardwareProfile(
     # H100 SXM5 80 GB (HBM3, 3.35 TB/s), 8 per node on NVLink 4 / NVSwitch, NDR InfiniBand.
     name="h100-nccl",
@@ -194,7 +205,7 @@ H200_NCCL = attrs.evolve(
     copy_bw_gbps=3700.0,
 )
 
-BUILTIN_PROFILES: dict[str, HardwareProfile] = {p.name: p for p in (CPU_GLOO, H100_NCCL, H200_NCCL)}
+BUILTIN_PROFILES: dict[str, HardwareProfile] = {p.name: p for p in (CPU_GLOO, CPU_SHM, H100_NCCL, H200_NCCL)}
 
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:
@@ -220,4 +231,4 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
     return HardwareProfile.from_dict(data, where=f"hardware profile {key}", default_name=path.stem)
 
 
-__all__ = ["HardwareProfile", "CPU_GLOO", "H100_NCCL", "H200_NCCL", "BUILTIN_PROFILES", "load_profile"]
+__all__ = ["HardwareProfile", "CPU_GLOO", "CPU_SHM", "H100_NCCL", "H200_NCCL", "BUILTIN_PROFILES", "load_profile"]

@@ -26,6 +26,15 @@ class _Group(Protocol):
     pg: Any
 
 
+def _all_to_all_single(plan: _Group, out: torch.Tensor, x: torch.Tensor, recv, send):
+    """Start `dist.all_to_all_single` (splits in rows of dim 0) on the plan's transport: shared
+    memory where its ranks share a host (`shm_transport`), else the process group's backend."""
+    shm = getattr(plan, "shm", None)
+    if shm is not None:
+        return shm.all_to_all_single(out, x, recv, send)
+    return dist.all_to_all_single(out, x, recv, send, group=plan.pg, async_op=True)
+
+
 class _Pending:
     """An in-flight collective and what its wait returns."""
 
@@ -67,7 +76,7 @@ def all_to_all(
         known = x.new_ones(sum(recv))
         return _Pending([], lambda: (known,)) if async_op else (known,)
     out = x.new_empty(sum(recv))
-    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    work = _all_to_all_single(plan, out, x.contiguous(), recv, send)
     pending = _Pending([work], lambda: (out,))
     return pending if async_op else pending.wait()
 
@@ -138,10 +147,10 @@ def all_to_all_dynamic(plan: _Group, inputs, send_splits, recv_splits=None, *, r
     x = inputs[0] if len(inputs) == 1 else inputs[plan.rank]
     if recv_splits is None:  # exchange the sizes first (one small all-to-all)
         recv_splits = torch.empty_like(send_splits)
-        dist.all_to_all_single(recv_splits, send_splits, group=plan.pg)
+        _all_to_all_single(plan, recv_splits, send_splits, None, None).wait()
     send, recv = send_splits.tolist(), recv_splits.tolist()
     out = x.new_empty(sum(recv))
-    work = dist.all_to_all_single(out, x.contiguous(), recv, send, group=plan.pg, async_op=True)
+    work = _all_to_all_single(plan, out, x.contiguous(), recv, send)
     pending = _Pending([work], lambda: (out, recv_splits))
     return pending if async_op else pending.wait()
 
@@ -149,7 +158,7 @@ def all_to_all_dynamic(plan: _Group, inputs, send_splits, recv_splits=None, *, r
 def exchange_sizes(plan: _Group, send_splits: torch.Tensor, async_op: bool = False):
     """What every peer will send us (one integer per peer), for a dynamic all-to-all."""
     recv = torch.empty_like(send_splits)
-    work = dist.all_to_all_single(recv, send_splits, group=plan.pg, async_op=True)
+    work = _all_to_all_single(plan, recv, send_splits, None, None)
     pending = _Pending([work], lambda: (recv,))
     return pending if async_op else pending.wait()
 
@@ -214,7 +223,7 @@ def reduce_scatter(plan: _Group, x, *, reduction: str, batches: Sequence[int]):
         )
     own = batches[plan.rank] * per_sample
     out = x.new_empty(plan.world * own)
-    dist.all_to_all_single(out, x.contiguous(), [own] * plan.world, [b * per_sample for b in batches], group=plan.pg)
+    _all_to_all_single(plan, out, x.contiguous(), [own] * plan.world, [b * per_sample for b in batches]).wait()
     summed = out.reshape(plan.world, own).sum(dim=0)
     return summed / plan.world if reduction == "mean" else summed
 

@@ -29,7 +29,7 @@ from torch import nn
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
-from sparselift.runtime import huge_pages
+from sparselift.runtime import huge_pages, shm_transport
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -98,11 +98,19 @@ class CompileOptions:
     huge_page_min_bytes: int | None = attrs.field(
         default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
+    # How the plan's all-to-alls travel between ranks: "shm", through shared memory, where every
+    # rank is on this host (runtime/shm_transport.py: one copy in, one out, no socket); "gloo",
+    # the process group's backend; "auto": shm where it can (a gloo group on one Linux x86-64
+    # host with room in /dev/shm), else gloo. "shm" where it cannot is an error, on every rank.
+    transport: str = attrs.field(default="auto", validator=attrs.validators.in_(shm_transport.TRANSPORTS))
 
 
 def cache_dir(options: CompileOptions) -> Path:
     """The plans' cache directory (created): `options.cache_dir`, else `sparselift.cache`'s default."""
     return cache_files.cache_dir(options.cache_dir)
+
+
+TRANSPORT_TEXT = {"shm": "shared memory (every rank on this host)", "gloo": "the process group's backend"}
 
 
 @attrs.define
@@ -121,6 +129,7 @@ class Plan:
     huge_page_bytes: dict[str, int] = attrs.field(factory=dict)  # this rank's big shards on huge pages
     # The lift-sparse spec the plan was lowered with (its options that differ from the pass's defaults).
     lowering: str = ""
+    transport: str = ""  # how its all-to-alls travel: "shm" or "gloo" (CompileOptions.transport, resolved)
 
     def _huge_pages_line(self) -> list[str]:
         if not self.huge_page_bytes:
@@ -133,6 +142,8 @@ class Plan:
         lines += [f"groups: {', '.join(group_names(self.program.module))}", *self._huge_pages_line()]
         if self.lowering:
             lines.append(f"lowering: {self.lowering}")
+        if self.transport:
+            lines.append(f"all-to-alls: {TRANSPORT_TEXT.get(self.transport, self.transport)}")
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
             lines.append(
@@ -298,6 +309,8 @@ class CompiledModel(nn.Module):
             grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
             kernels=self.kernels,
         )
+        self.runner.shm = shm_transport.attached(pg) if options.transport == "shm" else None
+        plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP)

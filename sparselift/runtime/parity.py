@@ -136,6 +136,7 @@ def compiled_worker(
     sizes=None,
     rows: str = "jagged",
     replicated_grads: str = "with-dense",
+    transport: str = "auto",
 ) -> dict[str, Any]:
     """Train the compiled model on this rank (on `device`); results come back on the CPU."""
     import sparselift
@@ -158,6 +159,7 @@ def compiled_worker(
             plan="none",
             rows=rows,
             replicated_grads=replicated_grads,
+            transport=transport,
         ),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
@@ -196,6 +198,7 @@ def compiled_worker(
             "table_names": list(tables),
             "ops": ops,
             "riding": riding,
+            "transport": "shm" if compiled.runner.shm is not None else "gloo",
         },
     )
 
@@ -231,6 +234,8 @@ def check_parity(
     rows: str = "jagged",
     expect_ops: Sequence[str] = (),
     replicated_grads: str = "with-dense",
+    transport: str = "auto",
+    expect_transport: str | None = None,
 ) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
@@ -240,7 +245,8 @@ def check_parity(
     the model is compiled on an example batch of `batch` samples either way. `rows` and
     `replicated_grads` are `CompileOptions.rows` (how unpooled tables' rows travel) and
     `CompileOptions.replicated_grads` (where replicated tables' gradients are summed); `expect_ops` are op names the
-    compiled plan must hold (that the lowering under test is the one that ran).
+    compiled plan must hold (that the lowering under test is the one that ran). `transport` is
+    `CompileOptions.transport`; `expect_transport` ("shm" or "gloo"), the one every rank must have run.
     """
     from sparselift.runtime.distributed import launch
 
@@ -267,6 +273,7 @@ def check_parity(
                 sizes,
                 rows,
                 replicated_grads,
+                transport,
             )
         ]
     else:
@@ -287,6 +294,7 @@ def check_parity(
             sizes,
             rows,
             replicated_grads,
+            transport,
             backend=backend or "gloo",
             timeout_s=120,
         )
@@ -296,6 +304,8 @@ def check_parity(
     for rank, res in enumerate(results):
         if replicated_grads == "own" and "dense_grad" not in passes:
             assert not res["riding"], f"rank {rank}'s plan sums replicated gradients with the dense ones"
+        if expect_transport is not None:
+            assert res["transport"] == expect_transport, f"rank {rank} exchanged over {res['transport']}"
         missing = [name for name in expect_ops if name not in res["ops"]]
         assert not missing, f"rank {rank}'s plan has no {', '.join(missing)} (it has {', '.join(res['ops'])})"
         assert len(res["outputs"]) == steps, f"rank {rank} ran {len(res['outputs'])} of {steps} steps"

@@ -120,6 +120,7 @@ class PlanBase:
         self.pg = process_group
         self.grad_scale = grad_scale
         self.kernels = kernels  # generated kernels; None selects the reference lowering
+        self.shm = None  # the all-to-alls' shared-memory transport (runtime/shm_transport.py); None: the group's
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
         self._prefetched: dict[int, types.GeneratorType] = {}

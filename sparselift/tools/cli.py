@@ -280,7 +280,7 @@ def _add_simulate_parser(sub: argparse._SubParsersAction, common: argparse.Argum
     sim.add_argument("factory", nargs="?", help="path/to/file.py:factory returning (model, example_inputs)")
     sim.add_argument("--model", choices=MODEL_NAMES, help="a built-in example model")
     sim.add_argument("--world-size", type=int, help="the world size to project (added to --sweep)")
-    sim.add_argument("--profile", default="h100-nccl", help="cpu-gloo | h100-nccl | h200-nccl | PROFILE.json")
+    sim.add_argument("--profile", default="h100-nccl", help="cpu-gloo | cpu-shm | h100-nccl | h200-nccl | PROFILE.json")
     sim.add_argument("--ranks-per-node", type=int, default=None, help="ranks sharing a node (default: the profile's)")
     sim.add_argument(
         "--batch-size",

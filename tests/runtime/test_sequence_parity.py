@@ -176,3 +176,32 @@ def test_distinct_ids_match_single_process(world, optimizer, passes, sizes):
     _three_steps(
         world, optimizer, passes, sizes=sizes, expect_ops=("sparse.unique_ids", "sparse.take_rows", "sparse.sum_rows")
     )
+
+
+@pytest.mark.parametrize(
+    "world, transport, passes, pipeline",
+    [
+        pytest.param(2, "shm", ALL_FOUR, True, id="ws2-shm-all-four-pipelined"),
+        pytest.param(3, "shm", "dedup-ids,aggregate-comm,hide-latency", False, id="ws3-shm-dedup-hidden"),
+        pytest.param(2, "gloo", ALL_FOUR, True, id="ws2-gloo-all-four-pipelined"),
+        pytest.param(3, "gloo", "", False, id="ws3-gloo"),
+    ],
+)
+def test_each_transport_matches_single_process(world, transport, passes, pipeline):
+    """The all-to-alls through shared memory (the default on one host) or over gloo train as
+    single-process training does, exchanges started ahead and waited late included; every rank
+    ran the transport asked for."""
+    check_parity(
+        SEQUENCE,
+        world,
+        sharding="row_wise" if world == 3 else "auto",
+        optimizer=ADAGRAD,
+        steps=4,
+        batch=8,
+        rows_cap=200,
+        passes=passes,
+        pipeline=pipeline,
+        sizes=[[8, 5, 3][:world], [3, 0, 8][:world], [6, 6, 6][:world], [8, 8, 1][:world]],
+        transport=transport,
+        expect_transport=transport,
+    )

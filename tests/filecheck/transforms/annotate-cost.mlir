@@ -1,6 +1,7 @@
 // RUN: sparselift-opt %s --split-input-file -p lift-sparse,annotate-cost | filecheck %s
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,annotate-cost{profile=h100-nccl}' | filecheck %s --check-prefix=H100
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,generate-kernels,annotate-cost' | filecheck %s --check-prefix=GEN
+// RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,annotate-cost{profile=cpu-shm}' | filecheck %s --check-prefix=SHM
 // RUN: echo '{"name": "slow-net", "net_bw_gbps": 0.001}' > %t.json
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse,annotate-cost{profile="%t.json"}' | filecheck %s --check-prefix=JSON
 // RUN: sparselift-opt %s --split-input-file --verify-diagnostics -p 'lift-sparse,annotate-cost{profile=tpu-v9}' | filecheck %s --check-prefix=BAD
@@ -43,12 +44,18 @@
 // H100:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 13.0>
 // H100:         coll.all_to_all {{.*}}role #coll.role<output_pooled> {{.*}}cost = #sched.cost<bytes = 256, lookups = 0, est_us = 16.001>
 
+// cpu-shm (the all-to-alls through shared memory): the same lookups as cpu-gloo; the pooled
+// exchange is 25 us + 10 us per peer + 256 B / 5.5 GB/s = 35.047 us.
+// SHM-LABEL: sched.step @two_tables
+// SHM:         sparse.lookup {{.*}}"t0"{{.*}}cost = #sched.cost<bytes = 512, lookups = 16, est_us = 107.32>
+// SHM:         coll.all_to_all {{.*}}role #coll.role<output_pooled> {{.*}}cost = #sched.cost<bytes = 256, lookups = 0, est_us = 35.047>
+
 // A JSON profile (fields not given come from cpu-gloo) with a 1 MB/s network: the pooled
 // exchange is 50 + 20 + 256 us.
 // JSON-LABEL: sched.step @two_tables
 // JSON:         coll.all_to_all {{.*}}role #coll.role<output_pooled> {{.*}}cost = #sched.cost<bytes = 256, lookups = 0, est_us = 326.0>
 
-// BAD: annotate-cost: unknown hardware profile 'tpu-v9': not a built-in (cpu-gloo, h100-nccl, h200-nccl) and not a JSON file
+// BAD: annotate-cost: unknown hardware profile 'tpu-v9': not a built-in (cpu-gloo, cpu-shm, h100-nccl, h200-nccl) and not a JSON file
 sched.step @two_tables world_size = 2 outputs = 1 attributes {batch = "4"} {
 ^bb0(%ids0: tensor<?xi64>, %off0: tensor<?xi64>, %ids1: tensor<?xi64>, %off1: tensor<?xi64>):
   %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%off0, %off1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 16, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 2.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 3.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 1>] {group = "emb/table_wise"} -> tensor<?x8xf32>, tensor<?x16xf32>
