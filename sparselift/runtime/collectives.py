@@ -35,6 +35,14 @@ def _all_to_all_single(plan: _Group, out: torch.Tensor, x: torch.Tensor, recv, s
     return dist.all_to_all_single(out, x, recv, send, group=plan.pg, async_op=True)
 
 
+def all_reduce_sum_start(shm, pg, flat: torch.Tensor):
+    """Start a sum of the 1-D `flat` over the ranks, in place: through shared memory where the
+    plan has it (`shm`, every rank adding in rank order), else `dist.all_reduce`."""
+    if shm is not None:
+        return shm.all_reduce_sum(flat)
+    return dist.all_reduce(flat, group=pg, async_op=True)
+
+
 class _Pending:
     """An in-flight collective and what its wait returns."""
 
@@ -236,7 +244,7 @@ def all_reduce(plan: _Group, inputs, *, reduction: str, async_op: bool = False):
     flat = _back_to_back(inputs)
     if flat is None:
         flat = torch.cat([x.reshape(-1).to(inputs[0].dtype) for x in inputs]) if len(inputs) > 1 else inputs[0].clone()
-    work = dist.all_reduce(flat, group=plan.pg, async_op=True)
+    work = all_reduce_sum_start(getattr(plan, "shm", None), plan.pg, flat)
 
     def finish():
         if reduction == "mean":

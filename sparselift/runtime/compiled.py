@@ -29,7 +29,7 @@ from torch import nn
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
-from sparselift.runtime import huge_pages, shm_transport
+from sparselift.runtime import collectives, huge_pages, shm_transport
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -167,8 +167,16 @@ class _GradBuckets:
     down (the measured A/B is in bench/RESULTS.md, "Dense gradients in one all-reduce").
     """
 
-    def __init__(self, params: list[nn.Parameter], pg, world: int, bucket_bytes: int = 1 << 20, overlap: bool = True):
-        self.pg, self.world, self.overlap = pg, world, overlap
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        pg,
+        world: int,
+        bucket_bytes: int = 1 << 20,
+        overlap: bool = True,
+        shm: shm_transport.ShmTransport | None = None,
+    ):
+        self.pg, self.world, self.overlap, self.shm = pg, world, overlap, shm
         self.buckets: list[list[nn.Parameter]] = [[]]
         size = 0
         for p in reversed(params):
@@ -204,7 +212,7 @@ class _GradBuckets:
             grads.append(p.grad)
         extra = [t.reshape(-1) for inputs, _ in riders for t in inputs]
         flat = torch.cat([g.reshape(-1) for g in grads] + extra)
-        self.works[i] = (dist.all_reduce(flat, group=self.pg, async_op=True), flat, grads, riders)
+        self.works[i] = (collectives.all_reduce_sum_start(self.shm, self.pg, flat), flat, grads, riders)
 
     def finish(self, riders: Sequence[Rider] = ()) -> None:
         """Wait for every bucket and write the averages back; then hand each rider its summed
@@ -222,7 +230,7 @@ class _GradBuckets:
                 )
                 self._start(i, alone if with_riders else ())
                 alone = [] if with_riders else alone
-        pending = reduce_riders(alone, self.pg, async_op=True) if alone else None
+        pending = reduce_riders(alone, self.pg, async_op=True, shm=self.shm) if alone else None
         for work, flat, grads, carried in self.works.values():
             work.wait()
             n = sum(g.numel() for g in grads)
@@ -252,11 +260,11 @@ def _hand_over(riders: Sequence[Rider], summed: torch.Tensor) -> None:
         then(*views)
 
 
-def reduce_riders(riders: Sequence[Rider], pg, async_op: bool = False):
+def reduce_riders(riders: Sequence[Rider], pg, async_op: bool = False, shm=None):
     """The riders' own all-reduce (a sum), when no dense bucket carries them; `async_op`:
     returns a function that waits and hands them over."""
     flat = torch.cat([t.reshape(-1).to(torch.float32) for inputs, _ in riders for t in inputs])
-    work = dist.all_reduce(flat, group=pg, async_op=True)
+    work = collectives.all_reduce_sum_start(shm, pg, flat)
 
     def done() -> None:
         work.wait()
@@ -313,7 +321,7 @@ class CompiledModel(nn.Module):
         plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._buckets = (
-            _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP)
+            _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP, shm=self.runner.shm)
             if world > 1 and options.dense_sync
             else None
         )
@@ -372,7 +380,7 @@ class CompiledModel(nn.Module):
         if self.world > 1 and self.options.dense_sync:
             self._buckets.finish(riders)
         elif riders:
-            reduce_riders(riders, self.pg)
+            reduce_riders(riders, self.pg, shm=self.runner.shm)
         timing = self.runner.timing
         if timing is not None:
             timing["other_bwd"] = time.perf_counter() - self._backward_start - timing["sparse_bwd"]

@@ -1,4 +1,4 @@
-"""All-to-all exchanges between the ranks of one host through shared memory, instead of gloo's loopback TCP.
+"""All-to-alls and sums between the ranks of one host through shared memory, instead of gloo's loopback TCP.
 
 Why: on a CPU host gloo moves every all-to-all through the kernel's TCP stack and its own
 threads, which share the cores with the model's compute. Measured on this 2-core VM (gloo, 2
@@ -26,6 +26,10 @@ Waits. A wait is a futex wait in slices; between slices it checks that the sende
 alive and that the deadline (the process group's timeout) has not passed, and raises on either.
 A lost rank is an error on its peers, not a hang.
 
+A sum (`all_reduce_sum`, the dense gradients') sends every peer the rank's buffer and adds the
+ranks' buffers in rank order, so every rank gets the same bits.
+
+One thread per rank issues the exchanges, in program order (a plan's lanes hold no collectives).
 Memory order: the data is written before `sent` is stored and read after it is loaded. x86-64's
 total store order keeps these in order; other machines keep gloo (`supported`).
 """
@@ -262,7 +266,20 @@ class ShmTransport:
                     "(the process group's timeout)"
                 )
 
-    # ---- the collective -----------------------------------------------------------------
+    # ---- the collectives ----------------------------------------------------------------
+
+    def all_reduce_sum(self, flat: torch.Tensor) -> _ShmSum:
+        """`dist.all_reduce(flat, SUM, async_op=True)` for a contiguous tensor: every peer gets this
+        rank's buffer now; the work's `wait` adds them all in rank order into `flat`."""
+        if not flat.is_contiguous():
+            raise ShmError(f"rank {self.rank}: all_reduce_sum of a non-contiguous {tuple(flat.shape)} tensor")
+        flat = flat.view(-1)
+        n, me, peers = flat.numel(), self.rank, self.world - 1
+        received = flat.new_empty(peers * n)  # the peers' buffers, in rank order
+        counts = [0 if p == me else n for p in range(self.world)]
+        work = self.all_to_all_single(received, flat if peers == 1 else flat.repeat(peers), counts, counts)
+        views = iter(received.split(n))
+        return _ShmSum(flat, [flat if s == me else next(views) for s in range(self.world)], work)
 
     def all_to_all_single(
         self, out: torch.Tensor, x: torch.Tensor, recv: Sequence[int] | None, send: Sequence[int] | None
@@ -301,6 +318,22 @@ class ShmTransport:
                 expect[s] = self.next_recv[s]
                 self.unread[s].append((expect[s], dst[recv_at[s] : recv_at[s + 1]]))
         return _ShmWork(self, expect)
+
+
+class _ShmSum:
+    """The receiving half of `all_reduce_sum`: every rank adds the ranks' buffers in rank order,
+    so every rank gets the same bits."""
+
+    def __init__(self, flat: torch.Tensor, parts: list[torch.Tensor], work: _ShmWork):
+        self.flat, self.parts, self.work = flat, parts, work
+
+    def wait(self) -> bool:
+        self.work.wait()
+        total = self.parts[0] + self.parts[1]
+        for part in self.parts[2:]:
+            total.add_(part)
+        self.flat.copy_(total)
+        return True
 
 
 class _ShmWork:

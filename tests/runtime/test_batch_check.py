@@ -29,7 +29,7 @@ def _worker(rank, world, cache, passes):
     source = compiled.plan.source
     calls = count_calls(routing, "exchange_sizes")
     exchanges = count_calls(collectives, "_all_to_all_single")  # on whichever transport
-    reduces = count_calls(torch.distributed, "all_reduce")
+    reduces = count_calls(collectives, "all_reduce_sum_start")
     splits = count_calls(compiled.regions["sparse_inputs"], "forward")  # ids into features
     dense = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=0.1)
     batches = [(build("dlrm-kaggle", rows_cap=5000, batch_size=16, seed=s)[1], None) for s in range(1, 6)]

@@ -162,3 +162,28 @@ def test_an_exchange_dropped_without_its_wait_holds_nothing_back():
         # In flight at the end: this rank's last message or two, the peer not having copied them
         # out yet (without the drain: every message since the dropped one, or a timeout).
         assert last == 1.0 and in_flight <= 2
+
+
+def _sums(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    shm, _ = shm_transport.setup(None, rank, world)
+    g = torch.Generator().manual_seed(rank)
+    mine = torch.randn(10_000, generator=g) * 10 ** torch.randint(-3, 4, (10_000,), generator=g)
+    through_shm, over_gloo = mine.clone(), mine.clone()
+    work = shm.all_reduce_sum(through_shm)
+    dist.all_reduce(over_gloo)
+    work.wait()
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    in_rank_order = everyone[0] + everyone[1]
+    for part in everyone[2:]:
+        in_rank_order += part
+    return through_shm, over_gloo, in_rank_order
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_shared_memory_sum_adds_in_rank_order_the_same_bits_on_every_rank(world):
+    results = launch(_sums, world, timeout_s=60)
+    for through_shm, over_gloo, in_rank_order in results:
+        assert torch.equal(through_shm, in_rank_order)
+        assert torch.equal(through_shm, results[0][0])  # every rank: the same bits
+        torch.testing.assert_close(through_shm, over_gloo)  # gloo may add in another order
