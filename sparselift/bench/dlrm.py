@@ -216,9 +216,18 @@ def measure_systems(
         "memory": memory,
         "losses": losses,
         "torchrec_pipeline": getattr(runners.get("torchrec"), "pipeline", None),
-        "sparselift_plan": getattr(runners.get("sparselift"), "plan_summary", None),
-        "sparselift_ec_plan": getattr(runners.get("sparselift_ec"), "plan_summary", None),
+        "sparselift_plan": _summary(runners.get("sparselift")),
+        "sparselift_ec_plan": _summary(runners.get("sparselift_ec")),
     }
+
+
+def _summary(runner) -> dict | None:
+    """A compiled system's plan summary, with what its shared-memory exchange buffers reserved
+    on rank 0 by the end of the run (None where it exchanged over gloo)."""
+    if runner is None or getattr(runner, "plan_summary", None) is None:
+        return None
+    shm = getattr(runner.compiled.plan, "shm", None)
+    return {**runner.plan_summary, "exchange_buffers_mib": None if shm is None else round(shm.reserved / 2**20, 1)}
 
 
 def _peak_of(setup: dict[str, float | None], steps: AddedMemory) -> dict[str, float | None]:
@@ -362,6 +371,12 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
             f"{label} plan (planner): {plan['pipeline']}; calibration {plan['calibration_s']:.1f} s "
             "(in its setup time, excluded from the timed steps)"
         )
+        if plan.get("transport"):
+            buffers = plan.get("exchange_buffers_mib")
+            lines.append(
+                f"  exchanges: {plan['transport']}"
+                + (f" ({buffers} MiB of shared-memory buffers reserved on rank 0)" if buffers is not None else "")
+            )
         lines += [f"  {d}" for d in plan.get("decisions", [])]
     return "\n".join(lines)
 

@@ -130,6 +130,7 @@ class Plan:
     # The lift-sparse spec the plan was lowered with (its options that differ from the pass's defaults).
     lowering: str = ""
     transport: str = ""  # how its all-to-alls travel: "shm" or "gloo" (CompileOptions.transport, resolved)
+    shm: Any = None  # the shared-memory transport it exchanges through (runtime/shm_transport.py), if any
 
     def _huge_pages_line(self) -> list[str]:
         if not self.huge_page_bytes:
@@ -143,7 +144,10 @@ class Plan:
         if self.lowering:
             lines.append(f"lowering: {self.lowering}")
         if self.transport:
-            lines.append(f"all-to-alls: {TRANSPORT_TEXT.get(self.transport, self.transport)}")
+            line = f"all-to-alls: {TRANSPORT_TEXT.get(self.transport, self.transport)}"
+            if self.shm is not None:  # what its arena has reserved so far, shared by the group's plans
+                line += f"; {self.shm.reserved / 2**20:.1f} MiB of exchange buffers on this rank"
+            lines.append(line)
         if self.record is not None:
             lines.append(f"planner: {self.planning}" if self.planning else "planner:")
             lines.append(
@@ -319,6 +323,7 @@ class CompiledModel(nn.Module):
         )
         self.runner.shm = shm_transport.attached(pg) if options.transport == "shm" else None
         plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
+        plan.shm = self.runner.shm
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP, shm=self.runner.shm)

@@ -65,7 +65,11 @@ TRANSPORTS = ("auto", "gloo", "shm")
 
 
 def supported() -> str | None:
-    """Why this machine cannot use the shared-memory transport (None: it can)."""
+    """Why this machine cannot use the shared-memory transport (None: it can). Setting
+    `SPARSELIFT_SHM_DISABLE=1` turns it off where `CompileOptions` cannot be reached (as
+    `NCCL_SHM_DISABLE` does NCCL's)."""
+    if os.environ.get("SPARSELIFT_SHM_DISABLE", "0") not in ("", "0"):
+        return "SPARSELIFT_SHM_DISABLE is set"
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"shared-memory exchanges need Linux on x86-64 (this is {platform.system()} {platform.machine()})"
     if not os.path.isdir(SHM_DIR):

@@ -187,3 +187,29 @@ def test_shared_memory_sum_adds_in_rank_order_the_same_bits_on_every_rank(world)
         assert torch.equal(through_shm, in_rank_order)
         assert torch.equal(through_shm, results[0][0])  # every rank: the same bits
         torch.testing.assert_close(through_shm, over_gloo)  # gloo may add in another order
+
+
+def _compile_small(rank: int, world: int, cache: str, transport: str) -> str:
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from parity_models import small_kaggle
+
+    try:
+        compiled = small_kaggle("", cache, transport=transport)
+    except RuntimeError as e:
+        return f"error: {e}"
+    return compiled.plan.explain().split("all-to-alls: ", 1)[1].split("\n", 1)[0]
+
+
+def test_compile_picks_shared_memory_on_one_host_and_gloo_when_it_cannot(tmp_path, monkeypatch):
+    shared = launch(_compile_small, 2, str(tmp_path), "auto", timeout_s=120)
+    assert all(line.startswith("shared memory (every rank on this host)") for line in shared), shared
+    monkeypatch.setenv("SPARSELIFT_SHM_DISABLE", "1")
+    assert launch(_compile_small, 2, str(tmp_path), "auto", timeout_s=120) == ["the process group's backend"] * 2
+    # Asked for by name where the ranks cannot share memory: the same clear error on every rank.
+    forced = launch(_compile_small, 2, str(tmp_path), "shm", timeout_s=120)
+    assert (
+        forced
+        == ["error: CompileOptions(transport='shm'): the ranks cannot share memory: SPARSELIFT_SHM_DISABLE is set"] * 2
+    )
