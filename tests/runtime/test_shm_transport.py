@@ -213,3 +213,13 @@ def test_compile_picks_shared_memory_on_one_host_and_gloo_when_it_cannot(tmp_pat
         forced
         == ["error: CompileOptions(transport='shm'): the ranks cannot share memory: SPARSELIFT_SHM_DISABLE is set"] * 2
     )
+
+
+def _on_two_hosts(rank: int, world: int) -> tuple[bool, str]:
+    shm_transport._host_id = lambda: f"host-{rank}"  # this rank's process only
+    transport, why_not = shm_transport.setup(None, rank, world)
+    return transport is None, why_not
+
+
+def test_ranks_on_more_than_one_host_keep_gloo():
+    assert launch(_on_two_hosts, 2, timeout_s=60) == [(True, "the ranks are on more than one host")] * 2
