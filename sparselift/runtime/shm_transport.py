@@ -55,6 +55,9 @@ import torch.distributed as dist
 LINE = 64  # one header word per cache line: no false sharing between writers
 RING = 256  # descriptors per peer: messages that may be in flight to one peer
 ARENA_MAX_BYTES = 8 << 30  # the arena's ceiling per rank (virtual: pages are reserved as used)
+# The least room in /dev/shm per rank for the transport to be used: a container's default 64 MiB
+# /dev/shm would fail a big step's exchanges mid-training; with less room the plan keeps gloo.
+ARENA_MIN_BYTES = 256 << 20
 SHM_DIR = "/dev/shm"
 WAIT_SLICE_S = 0.2  # futex waits in slices: between them, check the peer is alive and the deadline
 _SYS_FUTEX = 202  # x86-64
@@ -410,7 +413,11 @@ def setup(pg: Any, rank: int, world: int) -> tuple[ShmTransport | None, str]:
         return None, f"the process group's backend is {dist.get_backend(pg)}, not gloo"
     hosts: list[Any] = [None] * world
     dist.all_gather_object(hosts, (_host_id(), uuid.uuid4().hex), group=pg)
-    reason = supported() or ("the ranks are on more than one host" if len({h for h, _ in hosts}) > 1 else None)
+    reason = (
+        supported()
+        or ("the ranks are on more than one host" if len({h for h, _ in hosts}) > 1 else None)
+        or _too_little_room(world)
+    )
     token = hosts[0][1]  # rank 0's: one name for this group's files
     fd, own, reason = _create_own(token, rank, world, reason)
     reason = _agree(pg, reason)
@@ -471,6 +478,13 @@ def _timeout_s(pg: Any) -> float:
         return float(group._get_backend(torch.device("cpu")).options._timeout.total_seconds())
     except (AttributeError, RuntimeError):
         return 1800.0  # torch's default
+
+
+def _too_little_room(world: int) -> str | None:
+    free = _free_bytes()
+    if free // world < ARENA_MIN_BYTES:
+        return f"{SHM_DIR} has {free / 2**20:.0f} MiB free, under {ARENA_MIN_BYTES >> 20} MiB for each of {world} ranks"
+    return None
 
 
 def _host_id() -> str:

@@ -223,3 +223,14 @@ def _on_two_hosts(rank: int, world: int) -> tuple[bool, str]:
 
 def test_ranks_on_more_than_one_host_keep_gloo():
     assert launch(_on_two_hosts, 2, timeout_s=60) == [(True, "the ranks are on more than one host")] * 2
+
+
+def _little_room(rank: int, world: int) -> tuple[bool, str]:
+    shm_transport._free_bytes = lambda: 64 << 20  # a container's default /dev/shm
+    transport, why_not = shm_transport.setup(None, rank, world)
+    return transport is None, why_not
+
+
+def test_too_little_room_in_dev_shm_keeps_gloo():
+    expected = (True, "/dev/shm has 64 MiB free, under 256 MiB for each of 2 ranks")
+    assert launch(_little_room, 2, timeout_s=60) == [expected] * 2
