@@ -69,6 +69,11 @@ JOINED = ("sparse.join_segments", "sparse.split_segments")
     ],
 )
 def test_optimized_sequence_model_matches_single_process(world, sharding, passes, pipeline, expect):
+    _four_adagrad_steps(world, sharding, passes, pipeline, expect_ops=expect)
+
+
+def _four_adagrad_steps(world, sharding, passes, pipeline, **kwargs):
+    """`check_parity` of the sequence model for 4 row-wise Adagrad steps of batch 8 (`kwargs`: its other options)."""
     check_parity(
         SEQUENCE,
         world,
@@ -79,7 +84,7 @@ def test_optimized_sequence_model_matches_single_process(world, sharding, passes
         rows_cap=200,
         passes=passes,
         pipeline=pipeline,
-        expect_ops=expect,
+        **kwargs,
     )
 
 
@@ -191,16 +196,11 @@ def test_each_transport_matches_single_process(world, transport, passes, pipelin
     """The all-to-alls through shared memory (the default on one host) or over gloo train as
     single-process training does, exchanges started ahead and waited late included; every rank
     ran the transport asked for."""
-    check_parity(
-        SEQUENCE,
+    _four_adagrad_steps(
         world,
-        sharding="row_wise" if world == 3 else "auto",
-        optimizer=ADAGRAD,
-        steps=4,
-        batch=8,
-        rows_cap=200,
-        passes=passes,
-        pipeline=pipeline,
+        "row_wise" if world == 3 else "auto",
+        passes,
+        pipeline,
         sizes=[[8, 5, 3][:world], [3, 0, 8][:world], [6, 6, 6][:world], [8, 8, 1][:world]],
         transport=transport,
         expect_transport=transport,
