@@ -36,8 +36,8 @@ def _all_to_all_single(plan: _Group, out: torch.Tensor, x: torch.Tensor, recv, s
 
 
 def all_reduce_sum_start(shm, pg, flat: torch.Tensor):
-    """Start a sum of the 1-D `flat` over the ranks, in place: through shared memory where the
-    plan has it (`shm`, every rank adding in rank order), else `dist.all_reduce`."""
+    """Start a sum of the contiguous `flat` over the ranks, in place: through shared memory where
+    the plan has it (`shm`, every rank adding in rank order), else `dist.all_reduce`."""
     if shm is not None:
         return shm.all_reduce_sum(flat)
     return dist.all_reduce(flat, group=pg, async_op=True)

@@ -82,7 +82,9 @@ class CompileOptions:
     # Optimization families the planner may choose (None: all): aggregation, parallelism,
     # codegen, latency-hiding, sharding.
     optimizations: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
-    profile: str = "auto"  # cost-model profile: auto (cpu-gloo, or h100/h200-nccl by device), a name or a JSON path
+    # The cost-model profile: "auto" (cpu-gloo or cpu-shm by transport, h100/h200-nccl by device),
+    # a name or a JSON path.
+    profile: str = "auto"
     # Tables on the meta device: `table_init(table, shard, row_offset)` fills this rank's shard
     # (rows row_offset..) of IR table `table` in place; None: the module's own initializer
     # (nn.EmbeddingBag's normal_, TorchRec's EmbeddingBagConfig.init_fn), drawn per chunk of rows
@@ -98,10 +100,11 @@ class CompileOptions:
     huge_page_min_bytes: int | None = attrs.field(
         default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
-    # How the plan's all-to-alls travel between ranks: "shm", through shared memory, where every
-    # rank is on this host (runtime/shm_transport.py: one copy in, one out, no socket); "gloo",
-    # the process group's backend; "auto": shm where it can (a gloo group on one Linux x86-64
-    # host with room in /dev/shm), else gloo. "shm" where it cannot is an error, on every rank.
+    # How the plan's all-to-alls and the dense gradients' sum travel between ranks: "shm", through
+    # shared memory, where every rank is on this host (runtime/shm_transport.py: one copy in, one
+    # out, no socket); "gloo", the process group's backend; "auto": shm where it can (a gloo group
+    # on one Linux x86-64 host, 256 MiB a rank free in /dev/shm, SPARSELIFT_SHM_DISABLE unset),
+    # else gloo. "shm" where it cannot is an error, on every rank. `compile` resolves it.
     transport: str = attrs.field(default="auto", validator=attrs.validators.in_(shm_transport.TRANSPORTS))
 
 
