@@ -52,6 +52,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sparselift.runtime.agree import register_error_type, same_outcome
+
 LINE = 64  # one header word per cache line: no false sharing between writers
 RING = 256  # descriptors per peer: messages that may be in flight to one peer
 ARENA_MAX_BYTES = 8 << 30  # the arena's ceiling per rank (virtual: pages are reserved as used)
@@ -144,17 +146,17 @@ class ShmError(RuntimeError):
 class ShmTransport:
     """The all-to-all of one process group's ranks, all on this host, through shared memory."""
 
-    def __init__(self, rank: int, world: int, fd: int, files: list[_RankFile], capacity: int, timeout_s: float):
+    def __init__(self, rank: int, world: int, fd: int, files: list[_RankFile], timeout_s: float, token: str):
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
-        self.fd, self.files, self.capacity = fd, files, capacity
+        self.fd, self.files, self.token = fd, files, token  # token: the name its group's files had
         self.own = files[rank]
+        self.capacity = self.own.map.size() - self.own.arena_offset
         self.reserved = 0  # arena bytes reserved with posix_fallocate
         self.next_send = [0] * world  # the sequence number of this rank's next message to each peer
         self.next_recv = [0] * world  # ... and of the next message it expects from each source
         self.in_flight: dict[int, dict[int, tuple[int, int]]] = {p: {} for p in range(world)}  # peer: seq -> span
         # Per source, the messages started and not yet copied out, in order: (seq, where it goes).
         self.unread: list[collections.deque[tuple[int, torch.Tensor]]] = [collections.deque() for _ in range(world)]
-        self.token = ""  # the name its group's files had
 
     # ---- sending ------------------------------------------------------------------------
 
@@ -281,12 +283,12 @@ class ShmTransport:
         if not flat.is_contiguous():
             raise ShmError(f"rank {self.rank}: all_reduce_sum of a non-contiguous {tuple(flat.shape)} tensor")
         flat = flat.view(-1)
-        n, me, peers = flat.numel(), self.rank, self.world - 1
-        received = flat.new_empty(peers * n)  # the peers' buffers, in rank order
-        counts = [0 if p == me else n for p in range(self.world)]
-        work = self.all_to_all_single(received, flat if peers == 1 else flat.repeat(peers), counts, counts)
-        views = iter(received.split(n))
-        return _ShmSum(flat, [flat if s == me else next(views) for s in range(self.world)], work)
+        n, me = flat.numel(), self.rank
+        received = iter(flat.new_empty((self.world - 1) * n).split(n))  # the peers' buffers
+        parts = [flat if s == me else next(received) for s in range(self.world)]
+        mine = flat.view(torch.uint8)
+        work = self._exchange([mine] * self.world, [p.view(torch.uint8) for p in parts])
+        return _ShmSum(flat, parts, me, work)
 
     def all_to_all_single(
         self, out: torch.Tensor, x: torch.Tensor, recv: Sequence[int] | None, send: Sequence[int] | None
@@ -314,16 +316,22 @@ class ShmTransport:
         send_at = _offsets([n * row for n in send])
         recv_at = _offsets([n * row for n in recv])
         me = self.rank
-        for p in range(self.world):
-            if p != me:
-                self._send(p, src[send_at[p] : send_at[p + 1]])
         dst[recv_at[me] : recv_at[me + 1]].copy_(src[send_at[me] : send_at[me + 1]])
+        sends = [src[send_at[p] : send_at[p + 1]] for p in range(self.world)]
+        return self._exchange(sends, [dst[recv_at[s] : recv_at[s + 1]] for s in range(self.world)])
+
+    def _exchange(self, sends: Sequence[torch.Tensor], receives: Sequence[torch.Tensor]) -> _ShmWork:
+        """Send `sends[p]` (bytes) to every peer `p` now; the work's `wait` copies each source's
+        message into `receives[s]` (bytes). This rank's own entries are left alone."""
         expect = {}
+        for p in range(self.world):
+            if p != self.rank:
+                self._send(p, sends[p])
         for s in range(self.world):
-            if s != me:
+            if s != self.rank:
                 self.next_recv[s] += 1
                 expect[s] = self.next_recv[s]
-                self.unread[s].append((expect[s], dst[recv_at[s] : recv_at[s + 1]]))
+                self.unread[s].append((expect[s], receives[s]))
         return _ShmWork(self, expect)
 
 
@@ -331,11 +339,14 @@ class _ShmSum:
     """The receiving half of `all_reduce_sum`: every rank adds the ranks' buffers in rank order,
     so every rank gets the same bits."""
 
-    def __init__(self, flat: torch.Tensor, parts: list[torch.Tensor], work: _ShmWork):
-        self.flat, self.parts, self.work = flat, parts, work
+    def __init__(self, flat: torch.Tensor, parts: list[torch.Tensor], rank: int, work: _ShmWork):
+        self.flat, self.parts, self.rank, self.work = flat, parts, rank, work
 
     def wait(self) -> bool:
         self.work.wait()
+        if len(self.parts) == 2:  # x0 + x1 and x1 + x0 are the same bits: add in place, no copy
+            self.flat.add_(self.parts[1 - self.rank])
+            return True
         total = self.parts[0] + self.parts[1]
         for part in self.parts[2:]:
             total.add_(part)
@@ -400,6 +411,13 @@ def attached(pg: Any) -> ShmTransport | None:
     return _BY_GROUP.get(pg if pg is not None else dist.group.WORLD)
 
 
+class ShmUnavailable(RuntimeError):
+    """Why the group's ranks cannot share memory (every rank raises it alike: `same_outcome`)."""
+
+
+register_error_type(ShmUnavailable)
+
+
 def setup(pg: Any, rank: int, world: int) -> tuple[ShmTransport | None, str]:
     """Set up the shared-memory transport for `pg`'s ranks, once per group. Collective: every
     rank calls it at the same point. Returns it, or None and why not (the plan then exchanges over
@@ -413,31 +431,27 @@ def setup(pg: Any, rank: int, world: int) -> tuple[ShmTransport | None, str]:
         return None, f"the process group's backend is {dist.get_backend(pg)}, not gloo"
     hosts: list[Any] = [None] * world
     dist.all_gather_object(hosts, (_host_id(), uuid.uuid4().hex), group=pg)
-    reason = (
-        supported()
-        or ("the ranks are on more than one host" if len({h for h, _ in hosts}) > 1 else None)
-        or _too_little_room(world)
-    )
     token = hosts[0][1]  # rank 0's: one name for this group's files
-    fd, own, reason = _create_own(token, rank, world, reason)
-    reason = _agree(pg, reason)
-    files: list[_RankFile] = []
-    if reason is None:
-        try:
+    fd, files = -1, []
+    try:
+        with same_outcome(pg, world):
+            several_hosts = len({h for h, _ in hosts}) > 1
+            why = supported() or ("the ranks are on more than one host" if several_hosts else None)
+            why = why or _too_little_room(world)
+            if why:
+                raise ShmUnavailable(why)
+            fd, own = _create_own(token, rank, world)
+        with same_outcome(pg, world):
             files = [own if r == rank else _open_peer(_path(token, r), world) for r in range(world)]
-        except OSError as e:
-            reason = f"rank {rank}: cannot map a peer's exchange buffers: {e}"
-        reason = _agree(pg, reason)
-    if fd >= 0:
-        os.unlink(_path(token, rank))  # every rank has mapped it, or gives up: nothing outlives the processes
-    dist.barrier(group=pg)  # every rank's file is unlinked before any rank goes on
-    if reason is not None or own is None:
+    except ShmUnavailable as e:
         if fd >= 0:
             os.close(fd)
-        return None, reason or ""
-    capacity = own.map.size() - own.arena_offset
-    transport = ShmTransport(rank, world, fd, files, capacity, _timeout_s(pg))
-    transport.token = token
+        return None, str(e)
+    finally:
+        if fd >= 0:
+            os.unlink(_path(token, rank))  # every rank has mapped it, or gives up: nothing outlives the processes
+        dist.barrier(group=pg)  # every rank's file is unlinked before any rank goes on
+    transport = ShmTransport(rank, world, fd, files, _timeout_s(pg), token)
     _BY_GROUP[pg if pg is not None else dist.group.WORLD] = transport
     return transport, ""
 
@@ -446,10 +460,8 @@ def _path(token: str, rank: int) -> str:
     return os.path.join(SHM_DIR, f"sparselift-{token}-{rank}")
 
 
-def _create_own(token: str, rank: int, world: int, reason: str | None) -> tuple[int, _RankFile | None, str | None]:
+def _create_own(token: str, rank: int, world: int) -> tuple[int, _RankFile]:
     """This rank's file (sparse: the arena's pages are reserved as they are used), mapped."""
-    if reason is not None:
-        return -1, None, reason
     path, fd = _path(token, rank), -1
     try:
         capacity = min(ARENA_MAX_BYTES, _free_bytes() // world) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -457,14 +469,20 @@ def _create_own(token: str, rank: int, world: int, reason: str | None) -> tuple[
         os.ftruncate(fd, arena_offset(world) + capacity)
         os.posix_fallocate(fd, 0, arena_offset(world))
         own = _RankFile(fd, world, arena_offset(world) + capacity)
-        own.pid().value = os.getpid()
-        return fd, own, None
     except OSError as e:
-        return fd, None, f"rank {rank}: cannot create {path}: {e}"
+        if fd >= 0:
+            os.close(fd)
+            os.unlink(path)
+        raise ShmUnavailable(f"cannot create {path}: {e}") from None
+    own.pid().value = os.getpid()
+    return fd, own
 
 
 def _open_peer(path: str, world: int) -> _RankFile:
-    fd = os.open(path, os.O_RDWR)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as e:
+        raise ShmUnavailable(f"cannot map a peer's exchange buffers: {e}") from None
     try:
         return _RankFile(fd, world, os.fstat(fd).st_size)
     finally:
@@ -494,10 +512,3 @@ def _host_id() -> str:
     except OSError:
         boot = ""
     return f"{platform.node()}:{boot}"
-
-
-def _agree(pg: Any, reason: str | None) -> str | None:
-    """The first rank's reason not to share memory, on every rank (None where no rank has one)."""
-    reasons: list[Any] = [None] * dist.get_world_size(pg)
-    dist.all_gather_object(reasons, reason, group=pg)
-    return next((r for r in reasons if r is not None), None)

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from sparselift.runtime import shm_transport
-from sparselift.runtime.distributed import launch
+from sparselift.runtime.distributed import free_port, launch
 
 pytestmark = pytest.mark.skipif(shm_transport.supported() is not None, reason=str(shm_transport.supported()))
 
@@ -117,7 +117,7 @@ def test_a_lost_rank_is_an_error_on_its_peer_not_a_hang():
 
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_entry, args=(r, port, results)) for r in range(2)]
     for p in procs:
         p.start()
@@ -136,12 +136,6 @@ def _rank_entry(rank: int, port: int, results) -> None:
     torch.set_num_threads(1)
     results.put(_lose_rank_one(rank, 2))
     os._exit(0)  # rank 1 has gone: no barrier at exit
-
-
-def _free_port() -> int:
-    from sparselift.runtime.distributed import free_port
-
-    return free_port()
 
 
 def _drop_one_then_go_on(rank: int, world: int) -> tuple[float, int]:
@@ -209,10 +203,8 @@ def test_compile_picks_shared_memory_on_one_host_and_gloo_when_it_cannot(tmp_pat
     assert launch(_compile_small, 2, str(tmp_path), "auto", timeout_s=120) == ["the process group's backend"] * 2
     # Asked for by name where the ranks cannot share memory: the same clear error on every rank.
     forced = launch(_compile_small, 2, str(tmp_path), "shm", timeout_s=120)
-    assert (
-        forced
-        == ["error: CompileOptions(transport='shm'): the ranks cannot share memory: SPARSELIFT_SHM_DISABLE is set"] * 2
-    )
+    why = "rank 0: SPARSELIFT_SHM_DISABLE is set"
+    assert forced == [f"error: CompileOptions(transport='shm'): the ranks cannot share memory: {why}"] * 2
 
 
 def _on_two_hosts(rank: int, world: int) -> tuple[bool, str]:
@@ -222,7 +214,7 @@ def _on_two_hosts(rank: int, world: int) -> tuple[bool, str]:
 
 
 def test_ranks_on_more_than_one_host_keep_gloo():
-    assert launch(_on_two_hosts, 2, timeout_s=60) == [(True, "the ranks are on more than one host")] * 2
+    assert launch(_on_two_hosts, 2, timeout_s=60) == [(True, "rank 0: the ranks are on more than one host")] * 2
 
 
 def _little_room(rank: int, world: int) -> tuple[bool, str]:
@@ -232,5 +224,5 @@ def _little_room(rank: int, world: int) -> tuple[bool, str]:
 
 
 def test_too_little_room_in_dev_shm_keeps_gloo():
-    expected = (True, "/dev/shm has 64 MiB free, under 256 MiB for each of 2 ranks")
+    expected = (True, "rank 0: /dev/shm has 64 MiB free, under 256 MiB for each of 2 ranks")
     assert launch(_little_room, 2, timeout_s=60) == [expected] * 2
