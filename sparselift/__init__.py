@@ -6,7 +6,8 @@ torch. The torch-facing API is loaded on first use:
 - `sparselift.export(model, example_inputs, world_size=...)` -> `SparseProgram`
 - `sparselift.compile(model, example_inputs, sharding=..., sparse_optimizer=...)` -> module
 - `sparselift.launch(fn, world_size)`: run `fn(rank, world_size)` on local gloo ranks
-- `sparselift.CompileOptions`, `sparselift.optim.SGD` / `RowWiseAdagrad`, `sparselift.ShardingPlan`
+- `sparselift.CompileOptions`, `sparselift.optim` (SGD, Adagrad, RowWiseAdagrad, Adam, AdamW,
+  PartialRowWiseAdam), `sparselift.ShardingPlan`
 """
 
 from __future__ import annotations

@@ -26,7 +26,13 @@ from sparselift.codegen.table_facts import describe_features, describe_tables, d
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device, trace
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
-from sparselift.optim import SGD, RowWiseAdagrad
+from sparselift.optim import (
+    SparseOptimizerConfig,
+    TableOptimizers,
+    UnsupportedOptimizer,
+    choose,
+    in_backward_optimizers,
+)
 from sparselift.passes import get_all_passes
 from sparselift.passes.generate_kernels import GenerateKernels
 from sparselift.passes.lift_sparse import LiftSparse
@@ -40,6 +46,7 @@ from sparselift.runtime.tables import LocalTables, check_memory_cap, missing_ini
 
 log = logging.getLogger("sparselift")
 register_error_type(ExportError)  # a model refused on one rank is an ExportError on every rank
+register_error_type(UnsupportedOptimizer)
 
 
 def _load_module(path: Path, name: str):
@@ -108,14 +115,15 @@ def _build_on_every_rank(*args, **kwargs) -> CompiledModel:
         return build_compiled(*args, **kwargs)
 
 
-def lift_pass(optimizer: SGD | RowWiseAdagrad, options: CompileOptions | None = None) -> LiftSparse:
-    """The `lift-sparse` pass for `optimizer` (the fused update it lowers to), lowering as
-    `options` ask (`rows`, `replicated_grads`, `narrow_ids`; None: the defaults)."""
+def lift_pass(optimizers: TableOptimizers | SparseOptimizerConfig, options: CompileOptions | None = None) -> LiftSparse:
+    """The `lift-sparse` pass for the tables' `optimizers` (the fused updates it lowers to: each
+    table's kind and group), lowering as `options` ask (`rows`, `replicated_grads`,
+    `narrow_ids`; None: the defaults)."""
     options = options or CompileOptions()
+    default, per_table = TableOptimizers.of(optimizers).lift_options()
     return LiftSparse(
-        optimizer=optimizer.kind,
-        lr=float(optimizer.lr),
-        eps=float(optimizer.eps),
+        optimizer=default,
+        table_optimizers=per_table,
         rows=options.rows,
         replicated_grads=options.replicated_grads,
         narrow_ids=options.narrow_ids,
@@ -130,7 +138,7 @@ def build_compiled(
     rank: int,
     world: int,
     process_group,
-    optimizer: SGD | RowWiseAdagrad,
+    optimizer: TableOptimizers,
     options: CompileOptions,
     scratch: bool = False,
 ) -> CompiledModel:
@@ -173,7 +181,7 @@ class CompilerCandidateBuilder:
     rank: int
     world: int
     process_group: Any
-    optimizer: SGD | RowWiseAdagrad
+    optimizer: TableOptimizers
     take: Callable[[Any], LocalTables] | None  # program -> this rank's shards of its placement
     max_lengths: dict[str, int] | None = None  # the longest jagged bags the first export chose
 
@@ -206,7 +214,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     example_inputs: tuple,
     *,
     sharding: str | ShardingPlan = "auto",
-    sparse_optimizer: SGD | RowWiseAdagrad | None = None,
+    sparse_optimizer: Any = None,
     process_group=None,
     options: CompileOptions | None = None,
 ) -> CompiledModel:
@@ -217,9 +225,15 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     size, device and versions (see `sparselift.planner`). `options.passes` (or `plan="none"`)
     skips planning: the pipeline is lift-sparse, generate-kernels when `kernels="generated"`,
     then those passes.
+
+    `sparse_optimizer`: a `sparselift.optim` record or `(torch optimizer class, kwargs)`; or
+    none, and the model's tables carry TorchRec's `apply_optimizer_in_backward` choices (one
+    table's may differ from another's); or neither, and the tables train with
+    `sparselift.optim.SGD(lr=0.01)`. Anything SparseLift does not implement is refused on every
+    rank, before a table is taken. `compiled.sparse_optimizer` holds the run-time
+    hyperparameters (`param_groups`, for learning-rate schedules).
     """
     options = options or CompileOptions()
-    optimizer = sparse_optimizer or SGD()
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     distributed = dist.is_available() and dist.is_initialized()
@@ -232,6 +246,9 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     )
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
+    with same_outcome(process_group, world):  # an optimizer refused: on every rank, before a table is taken
+        tables = [(f.name, f.param) for f in facts]
+        optimizer = choose(sparse_optimizer, in_backward_optimizers({p: model_tables[p] for _, p in tables}), tables)
     inits = table_initializers(model, facts, options.table_init, seed)
     _check_inits(facts, model_tables, inits)
     take = functools.partial(
@@ -381,12 +398,12 @@ def _take_shards(model_tables, program, *, rank, world, optimizer, options, init
     """This rank's table storage for `program`'s placement, after checking every rank's shards
     against `memory_cap_bytes` (so an oversized placement fails on every rank, before allocating)."""
     facts = describe_tables(program.module, world)
-    check_memory_cap(facts, world, optimizer.kind, options.memory_cap_bytes)
+    check_memory_cap(facts, world, optimizer, options.memory_cap_bytes)
     return take_local_shards(
         facts,
         model_tables,
         rank=rank,
-        optimizer_kind=optimizer.kind,
+        optimizers=optimizer,
         inits=inits,
         device=device,
         huge_page_min_bytes=options.huge_page_min_bytes,

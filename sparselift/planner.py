@@ -61,6 +61,7 @@ from xdsl.passes import ModulePass
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import describe_tables, sharding_plan
 from sparselift.cost_fit import fit_profile
+from sparselift.optim import TableOptimizers
 from sparselift.passes.pipeline import Pipeline, find_pass, run_pipeline
 from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions, start_plan
 from sparselift.passes.plan_predict import Predictor
@@ -257,7 +258,9 @@ def resolve_plan(
     with same_outcome(process_group, world):
         device = device_kind(local.tables, example_inputs)
         facts = describe_tables(program.module, world)
-        shard_bytes = max(sum(local_shard_bytes(facts, r, optimizer.kind).values()) for r in range(world))
+        shard_bytes = max(
+            sum(local_shard_bytes(facts, r, TableOptimizers.of(optimizer)).values()) for r in range(world)
+        )
         popts = planner_options(options, device, shard_bytes)
         fields = key_fields(
             program, lift=lift, plan_options=popts, device=device, sharding_family=options.optimizations

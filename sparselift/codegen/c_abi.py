@@ -85,7 +85,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "int ntab, const int32_t* fn, void* const* W, float* const* state, const int64_t* rows, "
             "const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int64_t* ldg, "
             + _BAGS
-            + ", float lr, float eps, float gscale, int nthreads, int64_t* err"
+            + ", const sl_hyper* hp, float gscale, int nthreads, int64_t* err"
         ),
     ),
     EntryPoint(

@@ -9,13 +9,14 @@ Pure Python (no torch here). The C lives in Jinja2 templates under `sparselift/c
 - a pooled-lookup forward specialized to the table's `dim`, storage dtype (`f32`, `f16`,
   `bf16`; accumulation is always f32), index dtype (`i32` / `i64`), pooling (`sum` / `mean`)
   and weightedness, and the matching whole-table gradient (for replicated tables);
-- when the spec names an optimizer, a fused backward + optimizer update (`sgd` or
-  `rowwise_adagrad`) that never builds a dense or COO gradient. With SGD on f32 tables: one
+- when the spec names an optimizer (any `sparselift.optim_rules.OptimizerKind`), a fused
+  backward + optimizer update that never builds a dense or COO gradient, its optimizer's
+  statements rendered from its rule (`_rule_code`). With SGD on f32 tables: one
   fused `w + (-lr) * g` per occurrence in the reference's order (what `torch.optim.SGD` does
   with a sparse gradient; no sort needed). Otherwise the ids are sorted by row with a stable
   LSD radix sort on `(row << 32 | position)` keys and each unique row is loaded once, takes its
   occurrences in the reference's order (SGD on 16-bit storage: the same fused steps in f32;
-  row-wise Adagrad: their sum) and is stored once;
+  any other optimizer: their sum, then its rule) and is stored once;
 
 plus the entry points shared by all specs, their prototypes rendered from
 `sparselift.codegen.c_abi.ENTRY_POINTS` (the one description of the interface):
@@ -62,6 +63,15 @@ from dataclasses import dataclass
 import jinja2
 
 from sparselift.codegen.c_abi import ABI_VERSION, ENTRY_POINTS
+from sparselift.optim_rules import (
+    ARGUMENTS,
+    OptimizerKind,
+    OptimizerRule,
+    StateScope,
+    c_float,
+    render_expression,
+    rule_for,
+)
 
 __all__ = [
     "ABI_VERSION",
@@ -78,7 +88,7 @@ __all__ = [
 STORAGE_DTYPES = ("f32", "f16", "bf16")
 INDEX_DTYPES = ("i32", "i64")
 POOLINGS = ("sum", "mean")
-OPTIMIZERS = ("sgd", "rowwise_adagrad")
+OPTIMIZERS = tuple(str(k) for k in OptimizerKind)
 
 # err[0] values written by the C entry points.
 ERROR_CODES = {
@@ -110,7 +120,7 @@ class TableSpec:
     index_dtype: str = "i64"  # i32 | i64
     pooling: str = "sum"  # sum | mean
     weighted: bool = False
-    optimizer: str | None = None  # None (forward only) | sgd | rowwise_adagrad
+    optimizer: str | None = None  # None (forward only) | an `OptimizerKind`
 
     def __post_init__(self) -> None:
         if not isinstance(self.dim, int) or self.dim <= 0 or self.dim > 4096:
@@ -233,20 +243,55 @@ def _forward_fn(spec: TableSpec, prefetch: int = FORWARD_PREFETCH, widest: int =
 
 def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 16, prefetch_l2: int = 0) -> str:
     """The fused backward + optimizer update of one spec (`sl_upd_fn`). SGD on f32 tables needs
-    no sort (`update_sgd.c.j2`); 16-bit SGD and row-wise Adagrad sort the ids by row
-    (`update_sorted.c.j2`). Rows to update are prefetched `prefetch` ids ahead."""
+    no sort (`update_sgd.c.j2`); 16-bit SGD and every other optimizer sort the ids by row
+    (`update_sorted.c.j2`), the latter running their rule's statements on each row's summed
+    gradient. Rows to update are prefetched `prefetch` ids ahead."""
     scale, mul_s = _occurrence_scale(spec)
     context = {**_kernel_context(spec, widest), "prefetch": prefetch, "scale": scale, "mul_s": mul_s}
-    if spec.optimizer == "sgd" and spec.dtype == "f32":
+    rule = rule_for(spec.optimizer or "sgd")
+    if not rule.summed and spec.dtype == "f32":
         return _render("update_sgd.c.j2", **context)
+    row_code, element_code = _rule_code(rule, spec.dim) if rule.summed else ("", "")
     return _render(
         "update_sorted.c.j2",
         **context,
         prefetch_l2=prefetch_l2,
         per_id=spec.weighted,
-        adagrad=spec.optimizer == "rowwise_adagrad",
+        summed=rule.summed,
+        sw=max(rule.state_width(spec.dim), 1),
+        mean_g2="mean_g2" in rule.names_read(),
+        row_code=row_code,
+        element_code=element_code,
         grad_lines=_cache_lines(spec.dim * 4),
     )
+
+
+def _rule_code(rule: OptimizerRule, dim: int) -> tuple[str, str]:
+    """C of a rule's row statements (state loads, statements, state stores; after `sr`, the
+    row's state, and `mean_g2`) and of its element statements (inside the loop over `c`, after
+    `g` and `w`)."""
+    hyper = {name: f"hp->{name}" for name in ARGUMENTS}
+
+    def block(statements, scope: StateScope, indent: str, declared: set[str]) -> str:
+        where = {
+            s.name: f"sr[{rule.state_offset(s.name, dim)}{' + c' if scope == StateScope.ELEMENT else ''}]"
+            for s in rule.states
+            if s.scope == scope
+        }
+        lines = [f"{indent}float {name} = {ref};" for name, ref in where.items()]
+        declared |= set(where)
+        for target, expr in statements:
+            c_expr = render_expression(expr, lambda n: hyper.get(n, n), "sqrtf", c_float)
+            lines.append(f"{indent}{'' if target in declared else 'float '}{target} = {c_expr};")
+            declared.add(target)
+        assigned = {t for t, _ in statements}
+        lines += [f"{indent}{ref} = {name};" for name, ref in where.items() if name in assigned]
+        return "\n".join(lines)
+
+    declared = {"g", "w", "mean_g2"}
+    row = block(rule.row, StateScope.ROW, "    ", declared)
+    element = block(rule.element, StateScope.ELEMENT, "      ", set(declared))
+    return row, element
 
 
 def _occurrence_scale(spec: TableSpec) -> tuple[str, str]:

@@ -457,7 +457,7 @@ class _Emitter:
         return self._guard(
             op.owner_ranks(self.world),
             f"rt.fused_lookup_update(self, {common}, {grads}, optimizer={str(opt.kind.data)!r}, "
-            f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+            f"group={opt.group.data})",
             [],
         )
 
@@ -656,7 +656,7 @@ class _Emitter:
         return self._guard(
             op.placement.owner_ranks(self.world),
             f"rt.dense_update(self, {op.table.name_str!r}, {self.name(op.grad)}, optimizer={str(opt.kind.data)!r}, "
-            f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+            f"group={opt.group.data})",
             [],
         )
 
@@ -730,7 +730,7 @@ class _Emitter:
         return self._guard(
             ranks,
             f"rt.lookup_update(self, {common}, grad={n(op.grad)}, optimizer={str(opt.kind.data)!r}, "
-            f"lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+            f"group={opt.group.data})",
             [],
         )
 

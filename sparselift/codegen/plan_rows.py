@@ -83,7 +83,7 @@ def emit_rows_update(em: _Emitter, op: RowsUpdateOp) -> list[str]:
     return em._guard(
         op.placement.owner_ranks(em.world),
         f"rt.rows_update(self, {op.table.name_str!r}, {em.name(op.indices)}, {em.name(op.grad)}, "
-        f"optimizer={str(opt.kind.data)!r}, lr={opt.lr.data!r}, eps={opt.eps.data!r})",
+        f"optimizer={str(opt.kind.data)!r}, group={opt.group.data})",
         [],
     )
 

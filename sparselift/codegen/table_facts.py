@@ -76,8 +76,8 @@ class TableFact:
     module: str = attrs.field(converter=str, default="")  # the embedding module ("" once lifted)
     # its fused update's optimizer (lifted IR); None before lifting
     optimizer: str | None = attrs.field(converter=attrs.converters.optional(str), default=None)
-    lr: float | None = attrs.field(default=None, converter=attrs.converters.optional(float))
-    eps: float | None = attrs.field(default=None, converter=attrs.converters.optional(float))
+    # its hyperparameter group: `param_groups[optimizer_group]` of the compiled model's sparse_optimizer
+    optimizer_group: int | None = attrs.field(default=None, converter=attrs.converters.optional(int))
     kernel_spec: TableSpec | None = None  # its generated kernels; None where they do not apply
 
     @property
@@ -267,8 +267,7 @@ def describe_tables(module: ModuleOp | StepOp, world: int | None = None) -> list
                 features=tuple(f.name for f in features),
                 module=c.module.get(name, ""),
                 optimizer=None if opt is None else opt.kind.data,
-                lr=None if opt is None else opt.lr.data,
-                eps=None if opt is None else opt.eps.data,
+                optimizer_group=None if opt is None else opt.group.data,
                 kernel_spec=_kernel_spec(t, index_dtype, weighted, opt),
             )
         )

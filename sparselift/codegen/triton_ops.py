@@ -6,14 +6,18 @@ plus `fused_lookup` / `fused_lookup_update` over several tables (one launch per 
 arguments:
 
 - lookups: one `lookup_kernel` program per output bag (segment, slot, sample);
-- updates: the call's ids are stably sorted once, for all tables, by the key (table, row, slot
-  index), which leaves each row's occurrences in the reference's order (slot, segment, sample,
-  position) (torch ops, one host sync for the per-table counts); then one `update_kernel`
-  launch per table, one program per sorted position, whose row heads apply the optimizer once
-  per row, exactly as the reference aggregates duplicates.
+- updates: one optimizer for all the call's tables, passed as an `OptimizerArgs`
+  (`sparselift.runtime.sparse_optimizer`, read duck-typed: `.kind` and `.values()`, since
+  codegen does not import the runtime); the call's ids are stably sorted once, for all tables,
+  by the key (table, row, slot index), which leaves each row's occurrences in the reference's
+  order (slot, segment, sample, position) (torch ops, one host sync for the per-table counts);
+  then one launch per table of the optimizer's update kernel (generated from its rule,
+  `triton_kernels.update_kernel_for`), one program per sorted position, whose row heads apply
+  the optimizer once per row, exactly as the reference aggregates duplicates.
 
-Inputs are validated before any kernel runs (two host syncs per call): bag lengths, and every
-id a table's slots read against that table's rows, so no kernel reads or writes out of bounds.
+Inputs are validated before any kernel runs (two host syncs per call): bag lengths, every id a
+table's slots read against that table's rows, and each table's optimizer state against its
+rule's width, so no kernel reads or writes out of bounds.
 
 Imports on any machine: torch is imported lazily by the wrappers; without triton `AVAILABLE`
 is False and every wrapper raises. The kernels need CUDA tensors, or CPU tensors when the
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 
 from sparselift.codegen import triton_kernels as jit
 from sparselift.codegen.triton_kernels import AVAILABLE, INTERPRETED
+from sparselift.optim_rules import rule_for
 
 __all__ = [
     "AVAILABLE",
@@ -83,8 +88,7 @@ def _geometry(names, lengths, indices, weights, slots_per_table, features_per_se
     """Validate a call's lengths, ids and weights (two host syncs in all) before any kernel runs."""
     import torch
 
-    who = ", ".join(f"'{n}'" for n in names)
-    where = f"lookup of table {who}"
+    where = f"lookup of table {_who(names)}"
     if lengths.dim() != 1 or lengths.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"{where}: lengths must be a 1-D int32 tensor")
     if indices.dim() != 1 or indices.dtype not in (torch.int32, torch.int64):
@@ -253,6 +257,51 @@ def _sorted_ids(geo: _Geometry, lengths, tables, slots_per_table, features_per_s
     return keys, ends, gof.contiguous(), scale[perm].to(torch.float32).contiguous(), kk, row0, starts, counts
 
 
+def _rule_of(optimizer, names):
+    """The rule of `optimizer` (anything with `.kind` and `.values()`, as
+    `runtime.sparse_optimizer.OptimizerArgs`) and the kernel's run-time values, in order."""
+    kind = str(getattr(optimizer, "kind", None))
+    try:
+        rule = rule_for(kind)
+    except ValueError:
+        raise ValueError(f"update of table {_who(names)}: unknown optimizer '{kind}'") from None
+    values = optimizer.values()
+    missing = [a for a in jit.update_arguments(rule.kind) if a not in values]
+    if missing:
+        raise ValueError(f"update of table {_who(names)}: the {rule.title} arguments lack {', '.join(missing)}")
+    return rule, [float(values[a]) for a in jit.update_arguments(rule.kind)]
+
+
+def _who(names) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def _check_update(tables, states, grads, slots_per_table, poolings, names, rule, geo, batch) -> None:
+    """Per-table checks of an update: pooling, gradient shape, the optimizer state (float32,
+    contiguous, `[rows, W]` with `W = rule.state_width(dim)`, or `[rows]` when W is 1), and an
+    in-place-updatable table."""
+    import torch
+
+    for t, st, g, slots, pooling, name in zip(tables, states, grads, slots_per_table, poolings, names):
+        if pooling not in ("sum", "mean"):
+            raise ValueError(f"update of table '{name}': unknown pooling '{pooling}'")
+        want = (geo.segments * int(batch), t.shape[1] * len(slots))
+        if tuple(g.shape) != want:
+            raise ValueError(f"update of table '{name}': gradient of shape {tuple(g.shape)}, expected {want}")
+        rows, width = int(t.shape[0]), rule.state_width(int(t.shape[1]))
+        if width:
+            shapes = [(rows, width)] + ([(rows,)] if width == 1 else [])
+            ok = st is not None and tuple(st.shape) in shapes and st.dtype == torch.float32 and st.is_contiguous()
+            if not ok:
+                got = "none" if st is None else f"{st.dtype} of shape {tuple(st.shape)}"
+                raise ValueError(
+                    f"update of table '{name}': {rule.title} needs a contiguous float32 state of shape "
+                    f"{' or '.join(str(s) for s in shapes)} ({width} float{'s' if width > 1 else ''} a row); got {got}"
+                )
+        if not t.is_contiguous():
+            raise ValueError(f"update of table '{name}': the table must be contiguous to be updated in place")
+
+
 def fused_lookup_update(
     tables,
     states,
@@ -264,40 +313,26 @@ def fused_lookup_update(
     features_per_segment,
     batch,
     poolings,
-    kinds,
-    lr,
-    eps,
+    optimizer,
     grad_scale=1.0,
     names: Sequence[str] | None = None,
     block_l: int = 16,
 ):
-    """`reference.lookup_update` for several tables (all inputs are checked before any update)."""
+    """`reference.lookup_update` for several tables, all updated by `optimizer` (an
+    `OptimizerArgs`: its `.kind` picks the rule, `.values()` gives its arguments). Every input
+    is checked before any update."""
     import torch
 
     tables = list(tables)
     n = len(tables)
     if isinstance(poolings, str):
         poolings = [poolings] * n
-    if isinstance(kinds, str):
-        kinds = [kinds] * n
     states = list(states) if states is not None else [None] * n
     names = list(names) if names is not None else [f"#{i}" for i in range(n)]
-    _require(tables, lengths, indices, weights, *grads)
+    rule, hyper = _rule_of(optimizer, names)
+    _require(tables, lengths, indices, weights, *grads, *states)
     geo = _geometry(names, lengths, indices, weights, slots_per_table, features_per_segment, batch, tables)
-    for t, st, g, slots, kind, pooling, name in zip(tables, states, grads, slots_per_table, kinds, poolings, names):
-        if kind not in ("sgd", "rowwise_adagrad"):
-            raise ValueError(f"update of table '{name}': unknown optimizer '{kind}'")
-        if pooling not in ("sum", "mean"):
-            raise ValueError(f"update of table '{name}': unknown pooling '{pooling}'")
-        want = (geo.segments * int(batch), t.shape[1] * len(slots))
-        if tuple(g.shape) != want:
-            raise ValueError(f"update of table '{name}': gradient of shape {tuple(g.shape)}, expected {want}")
-        if kind == "rowwise_adagrad" and (st is None or st.numel() != t.shape[0] or st.dtype != torch.float32):
-            raise ValueError(
-                f"update of table '{name}': row-wise Adagrad needs a float32 state of {t.shape[0]} entries"
-            )
-        if not t.is_contiguous():
-            raise ValueError(f"update of table '{name}': the table must be contiguous to be updated in place")
+    _check_update(tables, states, grads, slots_per_table, poolings, names, rule, geo, batch)
     if geo.indices.numel() == 0 or geo.segments == 0:
         return
     read = [int(x) for sl in slots_per_table for x in sl]
@@ -314,9 +349,7 @@ def fused_lookup_update(
                 features_per_segment,
                 batch,
                 [poolings[i]],
-                [kinds[i]],
-                lr,
-                eps,
+                optimizer,
                 grad_scale,
                 [names[i]],
                 block_l,
@@ -325,13 +358,13 @@ def fused_lookup_update(
     keys, ends, gof, scl, kk, row0, starts, counts = _sorted_ids(
         geo, lengths, tables, slots_per_table, features_per_segment, batch, poolings
     )
-    for i, (t, st, g, kind) in enumerate(zip(tables, states, grads, kinds)):
+    kernel = jit.update_kernel_for(rule.kind)
+    for i, (t, st, g) in enumerate(zip(tables, states, grads)):
         if not counts[i] or t.shape[1] == 0:
             continue
-        adagrad = kind == "rowwise_adagrad"
-        jit.update_kernel[(counts[i],)](
+        kernel[(counts[i],)](
             t,
-            st if adagrad else scl,
+            st if rule.states else scl,
             keys,
             ends,
             gof,
@@ -341,10 +374,8 @@ def fused_lookup_update(
             row0[i],
             kk,
             t.shape[1],
-            float(lr),
-            float(eps),
             float(grad_scale),
-            ADAGRAD=adagrad,
+            *hyper,
             BLOCK_L=block_l,
             BLOCK_D=_next_pow2(t.shape[1]),
         )
@@ -361,9 +392,7 @@ def lookup_update(
     features_per_segment,
     batch,
     pooling,
-    kind,
-    lr,
-    eps,
+    optimizer,
     grad_scale=1.0,
 ):
     """Same signature and effect as `reference.lookup_update`."""
@@ -378,8 +407,6 @@ def lookup_update(
         features_per_segment,
         batch,
         [pooling],
-        [kind],
-        lr,
-        eps,
+        optimizer,
         grad_scale,
     )

@@ -28,6 +28,7 @@ from sparselift.ir._syntax import (
     print_int_list,
     print_int_or_dynamic,
 )
+from sparselift.optim_rules import OptimizerKind
 
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 
@@ -42,11 +43,6 @@ class PlacementKind(StrEnum):
     TABLE_WISE = auto()
     ROW_WISE = auto()
     DATA_PARALLEL = auto()
-
-
-class OptimizerKind(StrEnum):
-    SGD = auto()
-    ROWWISE_ADAGRAD = auto()
 
 
 # --------------------------------------------------------------------------------------
@@ -325,52 +321,56 @@ class PlacementAttr(ParametrizedAttribute):
 
 @irdl_attr_definition
 class OptimizerAttr(ParametrizedAttribute):
-    """The optimizer fused into `sparse.lookup_update`.
+    """The optimizer fused into a table's update: its kind (which fixes the update rule and the
+    state kept per row, `sparselift.optim_rules`) and its hyperparameter group.
 
-    `#sparse.optimizer<sgd, lr = 0.1>` or `#sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08>`.
+    `#sparse.optimizer<adam>` (group 0) or `#sparse.optimizer<rowwise_adagrad, group = 1>`. The
+    hyperparameters (learning rate, eps, betas, weight decay) are not in the IR: they are run-time
+    values of group `group` of the compiled model's `sparse_optimizer`, which a learning-rate
+    schedule changes without a recompile and which no plan or cache key depends on.
     """
 
     name = "sparse.optimizer"
 
     kind: StringAttr
-    lr: FloatData
-    eps: FloatData
+    group: IntAttr
 
-    def __init__(self, kind: str, lr: float, eps: float = 0.0):
-        super().__init__(StringAttr(kind), FloatData(float(lr)), FloatData(float(eps)))
+    def __init__(self, kind: str, group: int = 0):
+        super().__init__(StringAttr(str(kind)), IntAttr(int(group)))
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        eps = 0.0
+        group = 0
         with parser.in_angle_brackets():
             kind = parser.parse_identifier(" for the optimizer kind")
-            parser.parse_punctuation(",")
-            parser.parse_keyword("lr")
-            parser.parse_punctuation("=")
-            lr = parse_float_or_int(parser)
             if parser.parse_optional_punctuation(",") is not None:
-                parser.parse_keyword("eps")
+                pos = parser.pos
+                key = parser.parse_identifier(" for 'group'")
+                if key != "group":
+                    parser.raise_error(
+                        f"expected 'group', got '{key}': hyperparameters such as lr are run-time values "
+                        "(the compiled model's sparse_optimizer.param_groups), not part of the IR",
+                        pos,
+                    )
                 parser.parse_punctuation("=")
-                eps = parse_float_or_int(parser)
-        return (StringAttr(kind), FloatData(lr), FloatData(eps))
+                group = parser.parse_integer(allow_boolean=False, allow_negative=True)
+        return (StringAttr(kind), IntAttr(group))
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
-            printer.print_string(f"{self.kind.data}, lr = {format_float(self.lr.data)}")
-            if self.kind.data == OptimizerKind.ROWWISE_ADAGRAD:
-                printer.print_string(f", eps = {format_float(self.eps.data)}")
+            printer.print_string(self.kind.data)
+            if self.group.data:
+                printer.print_string(f", group = {self.group.data}")
+
+    @property
+    def optimizer_kind(self) -> OptimizerKind:
+        return OptimizerKind(self.kind.data)
 
     def verify(self) -> None:
         if self.kind.data not in set(OptimizerKind):
             raise VerifyException(f"unknown optimizer '{self.kind.data}'; expected one of {', '.join(OptimizerKind)}")
-        check_finite(self.lr.data, "optimizer lr")
-        check_finite(self.eps.data, "optimizer eps")
-        if self.lr.data <= 0:
-            raise VerifyException(f"optimizer lr must be positive, got {self.lr.data}")
-        if self.kind.data == OptimizerKind.ROWWISE_ADAGRAD and self.eps.data <= 0:
-            raise VerifyException(f"rowwise_adagrad eps must be positive, got {self.eps.data}")
-        if self.kind.data == OptimizerKind.SGD and self.eps.data != 0:
-            raise VerifyException("sgd takes no eps")
+        if self.group.data < 0:
+            raise VerifyException(f"optimizer group must be non-negative, got {self.group.data}")
 
 
 @irdl_attr_definition

@@ -33,7 +33,7 @@ looked up once and updated once per step; the pass checks both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -66,6 +66,7 @@ from sparselift.ir.sparse import (
     LookupOp,
     LookupUpdateOp,
     OptimizerAttr,
+    OptimizerKind,
     PackOp,
     PermuteOp,
     PlacementAttr,
@@ -97,10 +98,12 @@ def _slots(values: Sequence[int]) -> DenseArrayBase:
 class _GroupLifter:
     """Lifts one opaque EBC op of a step."""
 
-    def __init__(self, step: StepOp, ebc: EmbeddingBagCollectionOp, optimizer: OptimizerAttr, narrow_ids: bool):
+    def __init__(
+        self, step: StepOp, ebc: EmbeddingBagCollectionOp, optimizers: Mapping[str, OptimizerAttr], narrow_ids: bool
+    ):
         self.step = step
         self.ebc = ebc
-        self.optimizer = optimizer
+        self.optimizers = optimizers  # table name -> its update's optimizer
         self.world = step.world_size.data
         self.features: list[FeatureAttr] = list(ebc.features.data)
         self.tables: dict[str, TableAttr] = ebc.table_map()
@@ -454,7 +457,10 @@ class _GroupLifter:
                     LookupUpdateOp.create(
                         operands=operands,
                         properties=common
-                        | {"optimizer": self.optimizer, "operandSegmentSizes": _segments(1, 1, int(use_weights), 1)},
+                        | {
+                            "optimizer": self.optimizers[name],
+                            "operandSegmentSizes": _segments(1, 1, int(use_weights), 1),
+                        },
                     ),
                     self._next(),
                 )
@@ -479,7 +485,7 @@ class _GroupLifter:
                         "table": lookup.table,
                         "placement": lookup.placement,
                         "slots": lookup.slots,
-                        "optimizer": self.optimizer,
+                        "optimizer": self.optimizers[name],
                         "operandSegmentSizes": _segments(0, 0, 0, 1),
                     },
                 ),
@@ -537,9 +543,11 @@ class LiftSparse(ModulePass):
 
     name = "lift-sparse"
 
+    # The optimizer kind of every table's update (`sparselift.optim_rules.OptimizerKind`), group 0,
+    # except the tables `table-optimizers` names: entries "TABLE=KIND" or "TABLE=KIND:GROUP".
+    # Hyperparameters are run-time values of the group (see `#sparse.optimizer`).
     optimizer: str = "sgd"
-    lr: float = 0.01
-    eps: float = 1e-8
+    table_optimizers: tuple[str, ...] = ()
     # How unpooled tables' rows travel: "padded", a row per id position (empty ones included);
     # "jagged", a row per id where `compact-rows` can and it pays (its checks, its remarks).
     rows: str = "padded"
@@ -558,11 +566,18 @@ class LiftSparse(ModulePass):
                 f"lift-sparse: replicated-grads must be {' or '.join(map(repr, REPLICATED_GRADS))}, "
                 f"got '{self.replicated_grads}'"
             )
-        optimizer = OptimizerAttr(self.optimizer, self.lr, self.eps if self.optimizer == "rowwise_adagrad" else 0.0)
+        default, chosen = self._optimizers()
+        known = {t for e in op.walk() if isinstance(e, EmbeddingBagCollectionOp) for t in e.table_map()}
+        if set(chosen) - known:
+            raise PassFailedException(
+                f"lift-sparse: table-optimizers names no table {', '.join(sorted(set(chosen) - known))} "
+                f"(tables: {', '.join(sorted(known))})"
+            )
         for step in [s for s in op.walk() if isinstance(s, StepOp)]:
             for ebc in [o for o in step.forward.block.ops if isinstance(o, EmbeddingBagCollectionOp)]:
                 self._check_supported(step, ebc)
-                _GroupLifter(step, ebc, optimizer, self.narrow_ids).lift()
+                optimizers = {name: chosen.get(name, default) for name in ebc.table_map()}
+                _GroupLifter(step, ebc, optimizers, self.narrow_ids).lift()
         _fold_local_regroups(op)
         verify_lifted(op)
         if self.rows == "jagged":
@@ -570,6 +585,23 @@ class LiftSparse(ModulePass):
         if self.replicated_grads == "with-dense":
             for step in [s for s in op.walk() if isinstance(s, StepOp)]:
                 ride_with_dense_grads(step, self.name)
+
+    def _optimizers(self) -> tuple[OptimizerAttr, dict[str, OptimizerAttr]]:
+        """The default optimizer and the tables' own (`table-optimizers`), checked."""
+        kinds = ", ".join(OptimizerKind)
+        if self.optimizer not in set(OptimizerKind):
+            raise PassFailedException(f"lift-sparse: unknown optimizer '{self.optimizer}'; expected one of {kinds}")
+        chosen = {}
+        for entry in self.table_optimizers:
+            table, _, rest = entry.partition("=")
+            kind, _, group = rest.partition(":")
+            if not table or kind not in set(OptimizerKind) or not (group or "0").isdigit():
+                raise PassFailedException(
+                    f"lift-sparse: table-optimizers entry '{entry}' is not TABLE=KIND or TABLE=KIND:GROUP "
+                    f"(KIND one of {kinds})"
+                )
+            chosen[table] = OptimizerAttr(kind, int(group or 0))
+        return OptimizerAttr(self.optimizer), chosen
 
     @staticmethod
     def _check_supported(step: StepOp, ebc: EmbeddingBagCollectionOp) -> None:

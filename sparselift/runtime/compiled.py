@@ -28,8 +28,11 @@ from torch import nn
 
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
+from sparselift.optim import TableOptimizers
+from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import collectives, huge_pages, shm_transport
+from sparselift.runtime.sparse_optimizer import SparseOptimizer
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -294,7 +297,7 @@ class CompiledModel(nn.Module):
         rank: int,
         world: int,
         pg,
-        optimizer,
+        optimizer: TableOptimizers,
         options: CompileOptions,
         local: LocalTables,
     ):
@@ -304,7 +307,9 @@ class CompiledModel(nn.Module):
         self.rank, self.world, self.pg = rank, world, pg
         self.options = options
         self.regions = nn.ModuleDict(program.regions)
-        self.optimizer = optimizer
+        self.optimizer = optimizer = TableOptimizers.of(optimizer)  # each table's optimizer and group
+        # The run-time hyperparameters and step counts (param_groups, for LR schedules).
+        self.sparse_optimizer = SparseOptimizer(optimizer, local.tables)
         # The rank's live table storage, shared by every plan built on it (sparselift.runtime.tables).
         self.local = local
         plan.huge_page_bytes = dict(local.huge_page_bytes)
@@ -324,6 +329,7 @@ class CompiledModel(nn.Module):
             grad_scale=(1.0 / world if options.grad_reduction == "mean" else 1.0),
             kernels=self.kernels,
         )
+        self.runner.sparse_optimizer = self.sparse_optimizer
         self.runner.shm = shm_transport.attached(pg) if options.transport == "shm" else None
         plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
         plan.shm = self.runner.shm
@@ -357,7 +363,7 @@ class CompiledModel(nn.Module):
             self.stage_times.append(self.runner.timing)
         self.runner.take_riders()  # left by a backward that did not finish: never applied late
         outputs = self.runner.forward(*tensors)
-        if torch.is_grad_enabled() and (self.options.benchmark or self.world > 1):
+        if torch.is_grad_enabled():  # a backward is a training step: the optimizer's step starts with it
             for out in outputs:
                 if isinstance(out, torch.Tensor) and out.requires_grad:
                     out.register_hook(self._on_backward_start)
@@ -377,6 +383,7 @@ class CompiledModel(nn.Module):
 
     def _on_backward_start(self, grad):
         if not self._sync_queued:
+            self.sparse_optimizer.begin_step()  # raises (a bad learning rate) before any update
             self._sync_queued = True
             self._backward_start = time.perf_counter()
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
@@ -405,15 +412,16 @@ class CompiledModel(nn.Module):
                     yield name, p
 
     def state_dict(self, *args, gather_to: str = "all", **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
-        """The original model's keys (collective): dense parameters, whole tables gathered from their
-        shards, and with row-wise Adagrad each table's accumulator as `<table param>.momentum` (one
-        value per row).
+        """The original model's keys (collective): dense parameters, whole tables gathered from
+        their shards, and each table's optimizer state as `<table param>.<state>` (its rule's
+        states: `momentum` for row-wise Adagrad, one value per row; `exp_avg` and `exp_avg_sq`
+        for Adam; ...) with, for the optimizers that count steps, `<table param>.step`.
 
         Tables are gathered one at a time, straight into the result (a broadcast per shard from its
         owner), so no rank holds more than the result plus nothing. `gather_to="rank0"`: only rank 0
-        receives tables and accumulators; the other ranks' dicts hold the dense parameters only.
-        For models that do not fit one process use `sharded_state_dict()` with
-        `torch.distributed.checkpoint`.
+        receives tables and states; the other ranks' dicts hold the dense parameters only (and the
+        step counts). For models that do not fit one process use `sharded_state_dict()` with
+        `torch.distributed.checkpoint`. The hyperparameters are `sparse_optimizer.state_dict()`.
         """
         if gather_to not in ("all", "rank0"):
             raise ValueError(f"state_dict(gather_to={gather_to!r}): use 'all' or 'rank0'")
@@ -422,18 +430,45 @@ class CompiledModel(nn.Module):
             table = self._gather_table(info, self.tables, (info.dim,), torch_dtype(info), gather_to)
             if table is not None:
                 out[info.param] = table
-            if self.optimizer.kind == "rowwise_adagrad":
-                state = self._gather_table(info, self.states, (), torch.float32, gather_to)
-                if state is not None:
-                    out[f"{info.param}.momentum"] = state
+            for state, row_shape, view in self._state_views(info):
+                gathered = self._gather_table(
+                    info, {info.name: view} if view is not None else {}, row_shape, torch.float32, gather_to
+                )
+                if gathered is not None:
+                    out[f"{info.param}.{state}"] = gathered
+            out.update({k: v.clone() for k, v in self._step_entries(info).items()})
         return out
+
+    def _state_views(self, info: TableFact) -> list[tuple[str, tuple[int, ...], torch.Tensor | None]]:
+        """(state name, shape of a row of it, this rank's shard of it as a view of the live
+        storage, or None where the rank holds none) for each state of `info`'s optimizer."""
+        rule = rule_for(self.optimizer.kind(info.name))
+        packed = self.states.get(info.name)
+        out = []
+        for slot in rule.states:
+            off, width = rule.state_offset(slot.name, info.dim), slot.width(info.dim)
+            view = None
+            if packed is not None:
+                view = packed if packed.dim() == 1 else packed[:, off : off + width]
+                if slot.scope == StateScope.ROW and view.dim() == 2:
+                    view = view[:, 0]
+            out.append((slot.name, (info.dim,) if slot.scope == StateScope.ELEMENT else (), view))
+        return out
+
+    def _step_entries(self, info: TableFact) -> dict[str, torch.Tensor]:
+        """`<table param>.step` (the step count of the table's group) where its rule counts steps."""
+        if not rule_for(self.optimizer.kind(info.name)).counts_steps:
+            return {}
+        return {f"{info.param}.step": self.sparse_optimizer.steps[self.optimizer.group_of(info.name)]}
 
     def sharded_state_dict(self) -> dict[str, torch.Tensor]:
         """This rank's shards, for `torch.distributed.checkpoint` (no gathering).
 
         Keys are the model's parameter names; a table shard's key adds its row range
-        (`emb_l.3.weight#rows=0-730`), so ranks save and load only what they hold. The tensors
-        are the live storage: `dcp.load(compiled.sharded_state_dict(), ...)` restores in place.
+        (`emb_l.3.weight#rows=0-730`), so ranks save and load only what they hold, and so does
+        each optimizer state (`emb_l.3.weight.exp_avg#rows=0-730`). The tensors are the live
+        storage: `dcp.load(compiled.sharded_state_dict(), ...)` restores in place, step counts
+        (`<table param>.step`, the optimizer group's counter) included.
         """
         out = {name: p.detach() for name, p in self.dense_named_parameters()}
         for info in self.table_facts:
@@ -441,8 +476,10 @@ class CompiledModel(nn.Module):
                 continue
             lo, hi = info.shard_rows(self.rank)
             out[f"{info.param}#rows={lo}-{hi}"] = self.tables[info.name]
-            if info.name in self.states:
-                out[f"{info.param}.momentum#rows={lo}-{hi}"] = self.states[info.name]
+            for state, _, view in self._state_views(info):
+                if view is not None:
+                    out[f"{info.param}.{state}#rows={lo}-{hi}"] = view
+            out.update(self._step_entries(info))
         return out
 
     def state_keys(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -450,24 +487,22 @@ class CompiledModel(nn.Module):
         keys = {name: (tuple(p.shape), p.dtype) for name, p in self.dense_named_parameters()}
         for info in self.table_facts:
             keys[info.param] = ((info.rows, info.dim), torch_dtype(info))
-            if self.optimizer.kind == "rowwise_adagrad":
-                keys[f"{info.param}.momentum"] = ((info.rows,), torch.float32)
+            for state, row_shape, _ in self._state_views(info):
+                keys[f"{info.param}.{state}"] = ((info.rows, *row_shape), torch.float32)
+            keys.update({k: ((), torch.int64) for k in self._step_entries(info)})
         return keys
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True):
         """Load what `state_dict()` wrote (each rank keeps its own rows); `strict` raises on missing
-        or unexpected keys, and a wrong shape or dtype always raises, naming the key."""
+        or unexpected keys, and a wrong shape or dtype always raises, naming the key. Optimizer
+        state of another optimizer (Adam's `exp_avg` into SGD, a missing `exp_avg_sq`) is such a
+        key: the error names the tables' optimizers."""
         expected = self.state_keys()
         missing = [k for k in expected if k not in state_dict]
         unexpected = [k for k in state_dict if k not in expected]
         if strict and (missing or unexpected):
             raise KeyError(
-                f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
-                + (
-                    " (the optimizer state of row-wise Adagrad is '<table>.momentum')"
-                    if any(k.endswith(".momentum") for k in missing + unexpected)
-                    else ""
-                )
+                f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}" + self._state_hint()
             )
         for key, (shape, dtype) in expected.items():
             got = state_dict.get(key)
@@ -476,6 +511,7 @@ class CompiledModel(nn.Module):
                     f"load_state_dict: '{key}' has shape {tuple(got.shape)} and dtype {got.dtype}; "
                     f"the compiled model's is {shape}, {dtype}"
                 )
+        steps = self._loaded_steps(state_dict)
         with torch.no_grad():
             for name, p in self.dense_named_parameters():
                 if name in state_dict:
@@ -486,10 +522,40 @@ class CompiledModel(nn.Module):
                 lo, hi = info.shard_rows(self.rank)
                 if info.param in state_dict:
                     self.tables[info.name].copy_(state_dict[info.param][lo:hi])
-                momentum = state_dict.get(f"{info.param}.momentum")
-                if momentum is not None and info.name in self.states:
-                    self.states[info.name].copy_(momentum[lo:hi])
+                for state, _, view in self._state_views(info):
+                    saved = state_dict.get(f"{info.param}.{state}")
+                    if saved is not None and view is not None:
+                        view.copy_(saved[lo:hi])
+        counts = self.sparse_optimizer.step_counts()
+        for group, step in steps.items():
+            counts[group] = step
+        self.sparse_optimizer.set_step_counts(counts)
         return nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    def _loaded_steps(self, state_dict: Mapping[str, torch.Tensor]) -> dict[int, int]:
+        """Each optimizer group's step count from its tables' `.step` entries (which must agree)."""
+        steps: dict[int, tuple[int, str]] = {}
+        for info in self.table_facts:
+            key = f"{info.param}.step"
+            if key not in state_dict:
+                continue
+            group, step = self.optimizer.group_of(info.name), int(state_dict[key])
+            if group in steps and steps[group][0] != step:
+                raise ValueError(
+                    f"load_state_dict: '{key}' is {step} but '{steps[group][1]}' is {steps[group][0]}; "
+                    "tables of one optimizer group share one step count"
+                )
+            steps[group] = (step, key)
+        return {g: s for g, (s, _) in steps.items()}
+
+    def _state_hint(self) -> str:
+        kinds = sorted({f"{self.optimizer.kind(f.name)}" for f in self.table_facts})
+        states = sorted({s.name for k in kinds for s in rule_for(k).states})
+        return (
+            f" (the tables train with {', '.join(kinds)}, whose optimizer state is "
+            f"{', '.join(repr(f'<table>.{s}') for s in states) or 'none'}; a checkpoint of another optimizer's "
+            "state does not fit)"
+        )
 
     def _gather_table(
         self,

@@ -112,14 +112,15 @@ class CCalls:
         weights,
         features_per_segment,
         batch,
-        lr,
-        eps,
+        optimizer,
         grad_scale,
         threads,
         names_fn,
     ) -> None:
-        """The `sl_update` call of `fused_lookup_update` (checked inputs, prepared constants)."""
+        """The `sl_update` call of `fused_lookup_update` (checked inputs, prepared constants);
+        `optimizer`: the group's `OptimizerArgs`, passed as the C `sl_hyper`."""
         n = len(gs)
+        hyper = optimizer.c_struct()
         stt, st_p = _addr_array(ctypes.c_void_p, sp)
         ga, g_p = _addr_array(ctypes.c_void_p, [g.data_ptr() for g in gs])
         la, l_p = _addr_array(ctypes.c_int64, [g.stride(0) for g in gs])
@@ -143,8 +144,7 @@ class CCalls:
             weights.data_ptr() if weights is not None else None,
             int(features_per_segment),
             int(batch),
-            float(lr),
-            float(eps),
+            ctypes.addressof(hyper),
             float(grad_scale),
             threads,
             ctypes.addressof(err),

@@ -46,6 +46,7 @@ import torch
 from sparselift import cache as cache_files
 from sparselift.codegen import ckernels
 from sparselift.codegen.ckernels import TableSpec
+from sparselift.optim_rules import rule_for
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernel_buffers import BufferOps
 from sparselift.runtime.kernel_calls import CCalls
@@ -66,6 +67,7 @@ from sparselift.runtime.kernel_library import (
     _toolchain,
     cache_dir,
 )
+from sparselift.runtime.sparse_optimizer import OptimizerArgs
 
 __all__ = [
     "TableSpec",
@@ -149,12 +151,11 @@ def _device_impl(name: str):
                 ref.lookup(t, lengths, indices, weights, sl, fps, batch, p)
                 for t, sl, p in zip(tables, slots_per_table, poolings)
             ]
-        states, lengths, indices, weights, grads, slots_per_table, fps, batch, poolings, kinds, lr, eps, gs = args
+        states, lengths, indices, weights, grads, slots_per_table, fps, batch, poolings, optimizer, gs = args
         n = len(tables)
         poolings = [poolings] * n if isinstance(poolings, str) else poolings
-        kinds = [kinds] * n if isinstance(kinds, str) else kinds
-        for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
-            ref.lookup_update(t, st, lengths, indices, weights, g, sl, fps, batch, p, k, lr, eps, gs)
+        for t, st, g, sl, p in zip(tables, states, grads, slots_per_table, poolings):
+            ref.lookup_update(t, st, lengths, indices, weights, g, sl, fps, batch, p, optimizer, gs)
 
     return via_reference
 
@@ -364,16 +365,15 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         features_per_segment: int,
         batch: int,
         poolings: Sequence[str] | str,
-        kinds: Sequence[str] | str,
-        lr: float,
-        eps: float,
+        optimizer: OptimizerArgs,
         grad_scale: float = 1.0,
         names: Sequence[str] | None = None,
     ) -> None:
-        """`reference.lookup_update` of several tables in one C call (all or nothing on bad input)."""
+        """`reference.lookup_update` of several tables of one optimizer group in one C call (all
+        or nothing on bad input)."""
         tables = list(tables)
         n = len(tables)
-        kinds = [kinds] * n if isinstance(kinds, str) else list(kinds)
+        kinds = [str(optimizer.kind)] * n
         states = list(states) if states is not None else [None] * n
         poolings, names_fn = self._per_table(
             "fused_lookup_update",
@@ -401,9 +401,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
                 features_per_segment,
                 batch,
                 poolings,
-                kinds,
-                lr,
-                eps,
+                optimizer,
                 grad_scale,
                 names=names_fn(),
             )
@@ -419,8 +417,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
             batch,
             poolings,
             kinds,
-            lr,
-            eps,
+            optimizer,
             grad_scale,
             names_fn,
         )
@@ -438,8 +435,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         batch,
         poolings,
         kinds,
-        lr,
-        eps,
+        optimizer,
         grad_scale,
         names_fn,
     ) -> None:
@@ -475,16 +471,27 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
             self._check_ids_torch(
                 names_fn(), tables, lengths, indices, weights, slots_per_table, features_per_segment, batch
             )
-            for t, st, g, sl, p, k in zip(tables, states, grads, slots_per_table, poolings, kinds):
+            for t, st, g, sl, p in zip(tables, states, grads, slots_per_table, poolings):
                 ref.lookup_update(
-                    t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, k, lr, eps, grad_scale
+                    t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, optimizer, grad_scale
                 )
             return
         threads = self._threads()
         if threads > 1 and len({t.data_ptr() for t in tables}) < n:
             threads = 1  # one table listed twice: update in order, never concurrently
         self._call_update(
-            prep, gs, sp, lengths, indices, weights, features_per_segment, batch, lr, eps, grad_scale, threads, names_fn
+            prep,
+            gs,
+            sp,
+            lengths,
+            indices,
+            weights,
+            features_per_segment,
+            batch,
+            optimizer,
+            grad_scale,
+            threads,
+            names_fn,
         )
 
     @staticmethod
@@ -498,11 +505,17 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
                     f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}"
                 )
             gs.append(_rows_apart(g, torch.float32))  # a column block of the received buffer: in place
-            if k == "rowwise_adagrad":
-                if st is None or st.dtype != torch.float32 or st.numel() != t.shape[0] or not st.is_contiguous():
+            width = rule_for(k).state_width(int(t.shape[1]))
+            if width:
+                if (
+                    st is None
+                    or st.dtype != torch.float32
+                    or st.numel() != t.shape[0] * width
+                    or not st.is_contiguous()
+                ):
                     raise ValueError(
-                        f"update of table '{names_fn()[i]}': row-wise Adagrad needs a contiguous float32 "
-                        f"state of {t.shape[0]} entries"
+                        f"update of table '{names_fn()[i]}': {k} needs a contiguous float32 state of "
+                        f"{t.shape[0]} x {width} entries"
                     )
                 sp.append(st.data_ptr())
             else:
@@ -590,9 +603,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         features_per_segment,
         batch,
         pooling,
-        kind: str,
-        lr: float,
-        eps: float,
+        optimizer: OptimizerArgs,
         grad_scale: float = 1.0,
     ) -> None:
         """Same signature and effect as `reference.lookup_update`."""
@@ -607,9 +618,7 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
             features_per_segment,
             batch,
             [pooling],
-            [kind],
-            lr,
-            eps,
+            optimizer,
             grad_scale,
         )
 
@@ -644,9 +653,7 @@ def lookup_update(
     features_per_segment,
     batch,
     pooling,
-    kind,
-    lr,
-    eps,
+    optimizer,
     grad_scale=1.0,
 ):
     return default_kernels().lookup_update(
@@ -660,9 +667,7 @@ def lookup_update(
         features_per_segment,
         batch,
         pooling,
-        kind,
-        lr,
-        eps,
+        optimizer,
         grad_scale,
     )
 
@@ -684,9 +689,7 @@ def fused_lookup_update(
     features_per_segment,
     batch,
     poolings,
-    kinds,
-    lr,
-    eps,
+    optimizer,
     grad_scale=1.0,
 ):
     return default_kernels().fused_lookup_update(
@@ -700,9 +703,7 @@ def fused_lookup_update(
         features_per_segment,
         batch,
         poolings,
-        kinds,
-        lr,
-        eps,
+        optimizer,
         grad_scale,
     )
 

@@ -2,8 +2,10 @@
 
 The reference trains an unmodified copy of the model in one process on the same data: at each
 step it runs every rank's local batch, averages the per-rank losses (each a mean over its own
-batch), and applies plain SGD (or row-wise Adagrad for the tables) to the exact gradients of
-that average. This is DDP's convention, and also when local batches differ in size (`sizes`:
+batch), and applies plain SGD to the dense parameters and the sparse optimizer to the tables
+(`reference_table_step`: each optimizer's formulas written out here, independently of
+`sparselift.optim_rules`, on the rows the step touched) with the exact gradients of that
+average. This is DDP's convention, and also when local batches differ in size (`sizes`:
 per step, each rank's batch): the gradient is that of `sum_r loss_r / W`, which is the mean loss
 on the global batch only when the local batches have equal sizes. The compiled side runs `sparselift.compile` on
 each rank with `grad_reduction="mean"`. Both report the forward outputs of every step, the
@@ -60,20 +62,22 @@ def reference_run(
     steps: int,
     batch: int,
     rows_cap: int,
-    optimizer: tuple,
+    optimizer,
     seed: int = 0,
     table_names: list[str] | None = None,
     sizes=None,
+    lr_gamma: float | None = None,
 ) -> dict[str, Any]:
     model, _ = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model = copy.deepcopy(model)
-    kind, lr, eps = optimizer
+    lr = as_optimizer(optimizer).lr  # the dense parameters' (SGD)
     batches = local_batches(model_name, world, steps, batch, rows_cap, seed, sizes)
     tables = set(table_names or [])
-    states = {}
+    states: dict[str, dict[str, torch.Tensor]] = {}
     outputs = []
     grads = {}
-    for step_batches in batches:
+    for step, step_batches in enumerate(batches):
+        decay = lr_gamma**step if lr_gamma is not None else 1.0
         model.zero_grad()
         loss = 0.0
         step_out = []
@@ -89,14 +93,9 @@ def reference_run(
                 if p.grad is None:
                     continue
                 if name in tables:
-                    if kind == "rowwise_adagrad":
-                        g = p.grad
-                        touched = (g != 0).any(dim=1)
-                        st = states.setdefault(name, torch.zeros(p.shape[0]))
-                        st[touched] += (g[touched] ** 2).mean(dim=1)
-                        p[touched] -= lr * g[touched] / (st[touched].sqrt() + eps)[:, None]
-                    else:
-                        p -= lr * p.grad
+                    config = as_optimizer(optimizer, name if isinstance(optimizer, dict) else None)
+                    state = states.setdefault(name, {})
+                    reference_table_step(config, config.lr * decay, p, p.grad, state, step + 1)
                 else:
                     grads[name] = p.grad.clone()
                     p -= lr * p.grad
@@ -106,6 +105,61 @@ def reference_run(
         "dense": {n: p.detach().clone() for n, p in model.named_parameters() if n not in tables},
         "grads": grads,
     }
+
+
+def as_optimizer(optimizer, table: str | None = None):
+    """A `sparselift.optim` record, from one, from `(kind, lr, eps)`, or from a mapping of table
+    parameter names to `(class, kwargs)` (the optimizers `apply_optimizer_in_backward` gives
+    each table; `table` picks one, or the first)."""
+    from sparselift.optim import SGD, RowWiseAdagrad, from_class
+
+    if isinstance(optimizer, dict):
+        cls, kwargs = optimizer[table] if table is not None else next(iter(optimizer.values()))
+        return from_class(cls, kwargs)
+    if not isinstance(optimizer, tuple):
+        return optimizer
+    kind, lr, eps = optimizer
+    return SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
+
+
+def reference_table_step(config, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict, step: int) -> None:
+    """One single-process step of table `p` with the sparse optimizer `config` (at learning rate
+    `lr`) on its dense gradient `g`, updating only the rows it touched (a non-zero gradient
+    row), at step count `step`; `state` holds the optimizer's tensors for `p`."""
+    kind = str(config.kind)
+    if kind == "sgd":
+        p -= lr * g
+        return
+    touched = (g != 0).any(dim=1)
+    gt, w = g[touched], p[touched]
+    hyper = config.hyperparameters()
+    eps, b1, b2, wd = hyper["eps"], hyper["beta1"], hyper["beta2"], hyper["weight_decay"]
+    if kind == "adagrad":
+        acc = state.setdefault("sum", torch.zeros_like(p))
+        acc[touched] += gt * gt
+        p[touched] = w - lr * gt / (acc[touched].sqrt() + eps)
+    elif kind == "rowwise_adagrad":
+        acc = state.setdefault("momentum", torch.zeros(p.shape[0]))
+        acc[touched] += (gt**2).mean(dim=1)
+        p[touched] = w - lr * gt / (acc[touched].sqrt() + eps)[:, None]
+    elif kind in ("adam", "adamw"):
+        if kind == "adamw":
+            w = w - lr * wd * w
+        else:
+            gt = gt + wd * w
+        m, v = state.setdefault("exp_avg", torch.zeros_like(p)), state.setdefault("exp_avg_sq", torch.zeros_like(p))
+        m[touched] = b1 * m[touched] + (1 - b1) * gt
+        v[touched] = b2 * v[touched] + (1 - b2) * gt * gt
+        m_hat, v_hat = m[touched] / (1 - b1**step), v[touched] / (1 - b2**step)
+        p[touched] = w - lr * m_hat / (v_hat.sqrt() + eps)
+    elif kind == "partial_rowwise_adam":
+        m, v = state.setdefault("exp_avg", torch.zeros_like(p)), state.setdefault("exp_avg_sq", torch.zeros(p.shape[0]))
+        m[touched] = b1 * m[touched] + (1 - b1) * gt
+        v[touched] = b2 * v[touched] + (1 - b2) * (gt**2).mean(dim=1)
+        m_hat, v_hat = m[touched] / (1 - b1**step), v[touched] / (1 - b2**step)
+        p[touched] = w - lr * (m_hat / (v_hat.sqrt() + eps)[:, None] + wd * w)
+    else:
+        raise ValueError(f"no reference for optimizer '{kind}'")
 
 
 def _to(device: str, x):
@@ -127,7 +181,7 @@ def compiled_worker(
     batch: int,
     rows_cap: int,
     sharding: str,
-    optimizer: tuple,
+    optimizer,
     seed: int = 0,
     kernels: str = "reference",
     pipeline: bool = False,
@@ -137,16 +191,24 @@ def compiled_worker(
     rows: str = "jagged",
     replicated_grads: str = "with-dense",
     transport: str = "auto",
+    lr_gamma: float | None = None,
 ) -> dict[str, Any]:
-    """Train the compiled model on this rank (on `device`); results come back on the CPU."""
+    """Train the compiled model on this rank (on `device`); results come back on the CPU.
+    `lr_gamma`: the tables' learning rate decays by this factor after every step (a `StepLR` on
+    `compiled.sparse_optimizer`)."""
     import sparselift
-    from sparselift.optim import SGD, RowWiseAdagrad
 
     torch.manual_seed(seed)
     model, example = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model, example = model.to(device), _to(device, example)
-    kind, lr, eps = optimizer
-    opt = SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
+    lr = as_optimizer(optimizer).lr  # the dense parameters' (SGD)
+    opt = None if isinstance(optimizer, dict) else as_optimizer(optimizer)
+    if isinstance(optimizer, dict):  # chosen the TorchRec way, on the model's tables
+        from torch.distributed.optim import _apply_optimizer_in_backward
+
+        params = dict(model.named_parameters())
+        for name, (cls, kwargs) in optimizer.items():
+            _apply_optimizer_in_backward(cls, [params[name]], kwargs)
     compiled = sparselift.compile(
         model,
         example,
@@ -163,6 +225,11 @@ def compiled_worker(
         ),
     )
     dense_opt = torch.optim.SGD([p for _, p in compiled.dense_named_parameters()], lr=lr)
+    schedule = (
+        torch.optim.lr_scheduler.StepLR(compiled.sparse_optimizer, step_size=1, gamma=lr_gamma)
+        if lr_gamma is not None
+        else None
+    )
     batches = _to(device, local_batches(model_name, world, steps, batch, rows_cap, seed, sizes))
     outputs, grads = [], {}
     if pipeline:
@@ -183,6 +250,8 @@ def compiled_worker(
         _loss(out).backward()
         grads = {n: p.grad.clone() for n, p in compiled.dense_named_parameters() if p.grad is not None}
         dense_opt.step()
+        if schedule is not None:
+            schedule.step()
     state = compiled.state_dict()
     tables = {info.param: state[info.param] for info in compiled.table_facts}
     ir_text = compiled.plan.ir_text
@@ -236,6 +305,7 @@ def check_parity(
     replicated_grads: str = "with-dense",
     transport: str = "auto",
     expect_transport: str | None = None,
+    lr_gamma: float | None = None,
 ) -> None:
     """Raise AssertionError if the compiled run diverges from the single-process reference (on the CPU).
 
@@ -247,6 +317,10 @@ def check_parity(
     `CompileOptions.replicated_grads` (where replicated tables' gradients are summed); `expect_ops` are op names the
     compiled plan must hold (that the lowering under test is the one that ran). `transport` is
     `CompileOptions.transport`; `expect_transport` ("shm" or "gloo"), the one every rank must have run.
+    `optimizer`: a `sparselift.optim` record (or `(kind, lr, eps)`), or `{table param: (class,
+    kwargs)}` applied to the model's tables with `apply_optimizer_in_backward` before compiling;
+    the dense parameters train with SGD at its (first) learning rate. `lr_gamma`: the tables'
+    learning rate is scheduled (`StepLR`, this factor a step) on both sides.
     """
     from sparselift.runtime.distributed import launch
 
@@ -274,6 +348,7 @@ def check_parity(
                 rows,
                 replicated_grads,
                 transport,
+                lr_gamma,
             )
         ]
     else:
@@ -295,11 +370,20 @@ def check_parity(
             rows,
             replicated_grads,
             transport,
+            lr_gamma,
             backend=backend or "gloo",
             timeout_s=120,
         )
     ref = reference_run(
-        model_name, world, steps, batch, rows_cap, optimizer, table_names=results[0]["table_names"], sizes=sizes
+        model_name,
+        world,
+        steps,
+        batch,
+        rows_cap,
+        optimizer,
+        table_names=results[0]["table_names"],
+        sizes=sizes,
+        lr_gamma=lr_gamma,
     )
     for rank, res in enumerate(results):
         if replicated_grads == "own" and "dense_grad" not in passes:

@@ -59,6 +59,7 @@ from sparselift.runtime.rows import (  # noqa: F401 - re-exported: a plan module
     take_rows,
     unique_ids,
 )
+from sparselift.runtime.sparse_optimizer import optimizer_args
 
 __all__ = [
     "PlanBase",
@@ -120,6 +121,9 @@ class PlanBase:
         self.pg = process_group
         self.grad_scale = grad_scale
         self.kernels = kernels  # generated kernels; None selects the reference lowering
+        # The sparse optimizer's groups (runtime/sparse_optimizer.py), set by the compiled model:
+        # each update reads its group's arguments for this step from it.
+        self.sparse_optimizer: Any = None
         self.shm = None  # the all-to-alls' shared-memory transport (runtime/shm_transport.py); None: the group's
         self.timing: dict[str, float] | None = None  # benchmark mode: seconds per stage this step
         self.grad_anchor = torch.zeros((), requires_grad=True)
@@ -469,8 +473,7 @@ def lookup_update(
     segment_batches,
     grad,
     optimizer,
-    lr,
-    eps,
+    group,
 ):
     bags = _Bags(lengths, features_per_segment, segment_batches)
     _kernel_or_ref(plan, "lookup_update")(
@@ -484,9 +487,7 @@ def lookup_update(
         features_per_segment,
         bags.batch,
         pooling,
-        optimizer,
-        lr,
-        eps,
+        optimizer_args(plan, optimizer, group),
         plan.grad_scale,
     )
 
@@ -606,8 +607,7 @@ def fused_lookup_update(
     poolings,
     segment_batches,
     optimizer,
-    lr,
-    eps,
+    group,
     grads=None,
     packed_grads=None,
 ):
@@ -623,6 +623,7 @@ def fused_lookup_update(
     grads = [bags.padded(g) for g in grads]
     tables = [plan.tables[n] for n in names]
     states = [plan.states.get(n) for n in names]
+    args = optimizer_args(plan, optimizer, group)
     if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):
         plan.kernels.fused_lookup_update(
             tables,
@@ -635,9 +636,7 @@ def fused_lookup_update(
             features_per_segment,
             bags.batch,
             list(poolings),
-            optimizer,
-            lr,
-            eps,
+            args,
             plan.grad_scale,
             names=list(names),
         )
@@ -654,9 +653,7 @@ def fused_lookup_update(
             features_per_segment,
             bags.batch,
             p,
-            optimizer,
-            lr,
-            eps,
+            args,
             plan.grad_scale,
         )
 
@@ -739,8 +736,10 @@ def all_reduce_with_dense_grads(plan: PlanBase, inputs, *, then) -> None:
         plan.riders.append((list(inputs), then))
 
 
-def dense_update(plan: PlanBase, table: str, grad, *, optimizer, lr, eps):
-    ref.dense_update(plan.tables[table], plan.states.get(table), grad, optimizer, lr, eps, plan.grad_scale)
+def dense_update(plan: PlanBase, table: str, grad, *, optimizer, group):
+    ref.dense_update(
+        plan.tables[table], plan.states.get(table), grad, optimizer_args(plan, optimizer, group), plan.grad_scale
+    )
 
 
 def _common_batch(batch: int | Sequence[int]) -> int | None:

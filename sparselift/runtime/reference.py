@@ -12,6 +12,9 @@ from collections.abc import Sequence
 import attrs
 import torch
 
+from sparselift.optim_rules import OptimizerKind, evaluate, rule_for
+from sparselift.runtime.sparse_optimizer import OptimizerArgs
+
 
 @attrs.frozen
 class RouteFeature:
@@ -373,39 +376,50 @@ def apply_optimizer(
     state: torch.Tensor | None,
     rows: torch.Tensor,
     grad_rows: torch.Tensor,
-    kind: str,
-    lr: float,
-    eps: float,
+    optimizer: OptimizerArgs,
 ) -> None:
-    """Update the touched rows.
+    """Update the touched rows (`rows`, one per gradient row, repeats allowed) by the rule of
+    `optimizer.kind` (`sparselift.optim_rules`), evaluated on tensors.
 
     SGD is `torch.optim.SGD` on a sparse gradient: one fused `w + (-lr) * g` per occurrence, in
     the given order (what `index_add_` with alpha does), so an f32 table rounds exactly as
     `nn.EmbeddingBag(sparse=True)` + `torch.optim.SGD` would. Tables stored in 16 bits accumulate
-    a row's steps in f32 and round once. Row-wise Adagrad sums a row's occurrences first: its
-    state takes the mean square of the summed gradient.
+    a row's steps in f32 and round once. Every other optimizer sums a row's occurrences first,
+    then runs its rule on the row's state (`state`: `[rows, width]`, or `[rows]` for a width of
+    one) once per touched row.
     """
     if rows.numel() == 0:
         return
-    if kind == "sgd":
+    rule = rule_for(optimizer.kind)
+    if not rule.summed:
         if table.dtype == torch.float32:
-            table.index_add_(0, rows, grad_rows.float(), alpha=-lr)
+            table.index_add_(0, rows, grad_rows.float(), alpha=-optimizer.lr)
         else:
             unique, inverse = torch.unique(rows, return_inverse=True)
-            w = table[unique].float().index_add_(0, inverse, grad_rows.float(), alpha=-lr)
+            w = table[unique].float().index_add_(0, inverse, grad_rows.float(), alpha=-optimizer.lr)
             table[unique] = w.to(table.dtype)
         return
     unique, inverse = torch.unique(rows, return_inverse=True)
-    g = torch.zeros(unique.numel(), table.shape[1], dtype=torch.float32, device=table.device).index_add_(
+    dim = table.shape[1]
+    g = torch.zeros(unique.numel(), dim, dtype=torch.float32, device=table.device).index_add_(
         0, inverse, grad_rows.float()
     )
-    if kind == "rowwise_adagrad":
-        assert state is not None
-        state.index_add_(0, unique, (g * g).mean(dim=1))
-        step = g / (state[unique].sqrt() + eps)[:, None]
-        table.index_add_(0, unique, (-lr * step).to(table.dtype))
-    else:
-        raise ValueError(f"unknown optimizer '{kind}'")
+    values: dict = {**optimizer.values(), "g": g, "w": table[unique].float()}
+    saved = None if state is None else state[unique].reshape(unique.numel(), -1)
+    for slot in rule.states:
+        assert saved is not None, f"{optimizer.kind} keeps state"
+        off = rule.state_offset(slot.name, dim)
+        values[slot.name] = saved[:, off : off + slot.width(dim)]
+    if "mean_g2" in rule.names_read():
+        values["mean_g2"] = (g * g).mean(dim=1, keepdim=True)
+    evaluate(rule.row, values, torch.sqrt)
+    evaluate(rule.element, values, torch.sqrt)
+    if saved is not None and state is not None:
+        for slot in rule.states:
+            off = rule.state_offset(slot.name, dim)
+            saved[:, off : off + slot.width(dim)] = values[slot.name]
+        state[unique] = saved.reshape((unique.numel(), *state.shape[1:]))
+    table[unique] = values["w"].to(table.dtype)
 
 
 def lookup_update(
@@ -419,15 +433,13 @@ def lookup_update(
     features_per_segment,
     batch,
     pooling,
-    kind: str,
-    lr: float,
-    eps: float,
+    optimizer: OptimizerArgs,
     grad_scale: float = 1.0,
 ) -> None:
     if indices.numel() == 0:
         return
     rows, g = _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling)
-    apply_optimizer(table, state, rows, g * grad_scale, kind, lr, eps)
+    apply_optimizer(table, state, rows, g * grad_scale, optimizer)
 
 
 def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling) -> torch.Tensor:
@@ -438,16 +450,19 @@ def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segm
     return dense
 
 
-def dense_update(table, state, dense_grad, kind: str, lr: float, eps: float, grad_scale: float = 1.0) -> None:
-    """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched."""
-    if kind == "sgd" and table.dtype == dense_grad.dtype == torch.float32:
+def dense_update(table, state, dense_grad, optimizer: OptimizerArgs, grad_scale: float = 1.0) -> None:
+    """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched (for
+    the Adam family a touched row whose summed gradient is exactly zero is then not stepped:
+    the whole-table gradient does not say which rows the batch read)."""
+    lr = optimizer.lr
+    if optimizer.kind == OptimizerKind.SGD and table.dtype == dense_grad.dtype == torch.float32:
         # An untouched row has a zero gradient and fma(0, -lr, t) == t, so the whole-table update
         # equals the touched-rows one, with the same rounding (one fused multiply-add), without
         # searching for the touched rows.
         table.add_(dense_grad if grad_scale == 1.0 else dense_grad * grad_scale, alpha=-lr)
         return
     touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
-    apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, kind, lr, eps)
+    apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, optimizer)
 
 
 def segment_rows(batch: int | Sequence[int], segments: int) -> list[int]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from sparselift.runtime import reference as ref
+from sparselift.runtime.sparse_optimizer import optimizer_args
 from sparselift.strided_rows import block_runs, take_run_rows
 
 
@@ -149,7 +150,7 @@ def compact_rows(
     return out.reshape(-1)
 
 
-def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor, *, optimizer, lr, eps) -> None:
+def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor, *, optimizer, group) -> None:
     """The table's update from one gradient row per received id: the one-id bags of
     `lookup_update`, applied by the same kernel (or the reference)."""
     n = indices.numel()
@@ -170,9 +171,7 @@ def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor
         1,
         n,
         "sum",
-        optimizer,
-        lr,
-        eps,
+        optimizer_args(plan, optimizer, group),
         plan.grad_scale,
     )
 

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 
 from sparselift.codegen.table_facts import TableFact
+from sparselift.optim import TableOptimizers
+from sparselift.optim_rules import rule_for
 from sparselift.runtime import huge_pages
 
 TableInit = Callable[[str, torch.Tensor, int], object]
@@ -35,27 +37,39 @@ def torch_dtype(fact: TableFact) -> torch.dtype:
     return TORCH_DTYPES[fact.dtype]
 
 
-def state_bytes(optimizer_kind: str, rows: int) -> int:
-    return 4 * rows if optimizer_kind == "rowwise_adagrad" else 0
+Optimizers = str | Mapping[str, str] | TableOptimizers
+"""Each table's optimizer: one kind for every table, IR table name -> kind, or the compile's choice."""
 
 
-def local_shard_bytes(tables: Sequence[TableFact], rank: int, optimizer_kind: str) -> dict[str, int]:
+def optimizer_of(optimizers: Optimizers, table: str) -> str:
+    if isinstance(optimizers, TableOptimizers):
+        return str(optimizers.kind(table))
+    return optimizers if isinstance(optimizers, str) else optimizers[table]
+
+
+def state_width(optimizers: Optimizers, info: TableFact) -> int:
+    """Floats of optimizer state per row of table `info` (its rule's states side by side)."""
+    return rule_for(optimizer_of(optimizers, info.name)).state_width(info.dim)
+
+
+def local_shard_bytes(tables: Sequence[TableFact], rank: int, optimizers: Optimizers) -> dict[str, int]:
     """Bytes of each table shard (and its optimizer state) that `rank` holds, by IR table name."""
     out = {}
     for info in tables:
         if not info.holds(rank):
             continue
         lo, hi = info.shard_rows(rank)
-        out[info.name] = (hi - lo) * (info.dim * torch_dtype(info).itemsize) + state_bytes(optimizer_kind, hi - lo)
+        row_bytes = info.dim * torch_dtype(info).itemsize + 4 * state_width(optimizers, info)
+        out[info.name] = (hi - lo) * row_bytes
     return out
 
 
-def check_memory_cap(tables: Sequence[TableFact], world: int, optimizer_kind: str, cap: int | None) -> None:
+def check_memory_cap(tables: Sequence[TableFact], world: int, optimizers: Optimizers, cap: int | None) -> None:
     """Raise (on every rank alike: each rank checks every rank) if some rank's shards exceed `cap`."""
     if not cap:
         return
     for rank in range(world):
-        sizes = local_shard_bytes(tables, rank, optimizer_kind)
+        sizes = local_shard_bytes(tables, rank, optimizers)
         total = sum(sizes.values())
         if total > cap:
             largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
@@ -91,7 +105,7 @@ def take_local_shards(
     model_tables: Mapping[str, torch.Tensor],
     *,
     rank: int,
-    optimizer_kind: str,
+    optimizers: Optimizers,
     inits: Mapping[str, TableInit],
     device: torch.device | str = "cpu",
     huge_page_min_bytes: int | None = None,
@@ -129,8 +143,10 @@ def take_local_shards(
         local.tables[info.name], local.row_offsets[info.name] = shard, lo
         if huge:
             local.huge_page_bytes[info.name] = huge_pages.huge_page_bytes(shard)
-        if optimizer_kind == "rowwise_adagrad":
-            local.states[info.name] = torch.zeros(hi - lo, dtype=torch.float32, device=shard.device)
+        width = state_width(optimizers, info)
+        if width:  # the rule's states side by side, zeros (a one-float state is one value per row)
+            shape = (hi - lo,) if width == 1 else (hi - lo, width)
+            local.states[info.name] = torch.zeros(shape, dtype=torch.float32, device=shard.device)
     return local
 
 
@@ -198,7 +214,7 @@ class TouchedRows:
     @property
     def nbytes(self) -> int:
         return sum(
-            r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * 4)
+            r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * s.element_size())
             for _, i, r, s in self.saved
         )
 

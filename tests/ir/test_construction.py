@@ -66,11 +66,13 @@ def test_placement_kinds():
 
 
 def test_optimizer_attr():
-    assert OptimizerAttr("rowwise_adagrad", 0.1, 1e-8).eps.data == 1e-8
-    with pytest.raises(VerifyException, match="lr must be positive"):
-        OptimizerAttr("sgd", 0.0)
-    with pytest.raises(VerifyException, match="eps must be positive"):
-        OptimizerAttr("rowwise_adagrad", 0.1, 0.0)
+    # The kind and the hyperparameter group; hyperparameters are run-time values, not IR.
+    assert OptimizerAttr("adam", 2).group.data == 2
+    assert OptimizerAttr("partial_rowwise_adam").optimizer_kind == "partial_rowwise_adam"
+    with pytest.raises(VerifyException, match="unknown optimizer 'rmsprop'"):
+        OptimizerAttr("rmsprop")
+    with pytest.raises(VerifyException, match="group must be non-negative"):
+        OptimizerAttr("sgd", -1)
 
 
 def test_layout_attr_segments_and_checks():

@@ -79,10 +79,10 @@ def test_update_operands_are_the_ids_then_one_gradient_per_table():
         TensorType(f32, [DYNAMIC_INDEX, 4]),
         TensorType(f32, [DYNAMIC_INDEX, 16]),
     )
-    update = FusedLookupUpdateOp(lengths, indices, None, [g0, g1], TABLES, PLACED, SLOTS, OptimizerAttr("sgd", 0.1))
+    update = FusedLookupUpdateOp(lengths, indices, None, [g0, g1], TABLES, PLACED, SLOTS, OptimizerAttr("sgd"))
     update.verify()
     assert list(update.operands) == [lengths, indices, g0, g1] and list(update.grads) == [g0, g1]
-    swapped = FusedLookupUpdateOp(lengths, indices, None, [g1, g0], TABLES, PLACED, SLOTS, OptimizerAttr("sgd", 0.1))
+    swapped = FusedLookupUpdateOp(lengths, indices, None, [g1, g0], TABLES, PLACED, SLOTS, OptimizerAttr("sgd"))
     with pytest.raises(VerifyException, match="gradient for table 't0' must be \\[bags, 4\\]"):
         swapped.verify()
 

@@ -197,7 +197,8 @@ def modules(draw) -> ModuleOp:
 
     bwd = Block(arg_types=[v.type for v in [*outputs, *saved]])
     grads = bwd.args[1 : 1 + len(tables)]
-    optimizer = draw(st.sampled_from([OptimizerAttr("sgd", 0.05), OptimizerAttr("rowwise_adagrad", 0.1, 1e-8)]))
+    kind = draw(st.sampled_from(["sgd", "adagrad", "rowwise_adagrad", "adam", "adamw", "partial_rowwise_adam"]))
+    optimizer = OptimizerAttr(kind, draw(st.integers(0, 3)))
     for table, placement, grad in zip(tables, placements, grads):
         slots = grad.type.get_shape()[1] // table.dim.data
         bwd.add_op(

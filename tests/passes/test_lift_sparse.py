@@ -186,14 +186,15 @@ def test_lift_builtin_model(export_model, name, world_size, sharding):
 
 def test_lift_options_choose_the_optimizer(export_model):
     program = export_model("two-tower", 2, "auto")
-    LiftSparse(optimizer="rowwise_adagrad", lr=0.05, eps=1e-6).apply(Context(), program.module)
+    LiftSparse(optimizer="rowwise_adagrad", table_optimizers=("user.emb.1=adam:1",)).apply(Context(), program.module)
     program.module.verify()
     optimizers = {
-        (op.optimizer.kind.data, op.optimizer.lr.data, op.optimizer.eps.data)
+        op.table.name_str: (op.optimizer.kind.data, op.optimizer.group.data)
         for op in program.module.walk()
         if isinstance(op, LookupUpdateOp)
     }
-    assert optimizers == {("rowwise_adagrad", 0.05, 1e-6)}
+    assert optimizers.pop("user.emb.1") == ("adam", 1)
+    assert set(optimizers.values()) == {("rowwise_adagrad", 0)}
 
 
 def test_lift_is_a_no_op_without_opaque_ops(export_model):

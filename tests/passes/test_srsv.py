@@ -51,8 +51,8 @@ sched.step @small world_size = 2 outputs = 1 attributes {batch = "4"} {
   %grecv = coll.all_to_all %gbuf on #coll.group<[0, 1]> role #coll.role<grad_pooled> splits #coll.splits<[[8, 16], [8, 16]]> {group = "emb/table_wise"} : tensor<?xf32> -> tensor<?xf32>
   %gt0 = sparse.unpack %grecv layout = #sparse.layout<[[0 : 8], [0 : 8]]> on_rank 0 {group = "emb/table_wise"} : tensor<?xf32> -> tensor<?x8xf32>
   %gt1 = sparse.unpack %grecv layout = #sparse.layout<[[0 : 16], [0 : 16]]> on_rank 1 {group = "emb/table_wise"} : tensor<?xf32> -> tensor<?x16xf32>
-  sparse.lookup_update %slen, %sidx grad %gt0 table = #sparse.table<"t0", rows = 100, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> {group = "emb/table_wise"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %slen, %sidx grad %gt1 table = #sparse.table<"t1", rows = 50, dim = 16, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> {group = "emb/table_wise"} : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %slen, %sidx grad %gt0 table = #sparse.table<"t0", rows = 100, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "emb/table_wise"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %slen, %sidx grad %gt1 table = #sparse.table<"t1", rows = 50, dim = 16, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "emb/table_wise"} : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   sched.yield
 }
 """

@@ -8,9 +8,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from sparselift.optim import SGD, TableOptimizers
 from sparselift.runtime import plan_ops as rt
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernels import default_kernels
+from sparselift.runtime.sparse_optimizer import OptimizerArgs, SparseOptimizer
 from sparselift.strided_rows import block_run
 
 ROWS, DIMS, BATCH, FEATURES = (7, 3, 11), (4, 8, 4), 5, 3
@@ -58,16 +60,21 @@ def test_all_reduce_copies_operands_that_are_not_a_gradient_buffer():
     assert rt._back_to_back(views) is None  # an arbitrary buffer may be read again: no in-place reduce
 
 
+def _sgd(tables) -> SparseOptimizer:
+    """The sparse optimizer of a plan whose tables all train with SGD(lr=0.1)."""
+    return SparseOptimizer(TableOptimizers((SGD(lr=0.1),), dict.fromkeys(tables, 0)), {})
+
+
 def test_sgd_whole_table_update_is_the_touched_rows_update():
     g = torch.Generator().manual_seed(3)
     table = torch.randn(9, 4, generator=g)
     grad = torch.randn(9, 4, generator=g)
     grad[[1, 4, 5]] = 0.0  # untouched rows
-    plan = SimpleNamespace(tables={"t": table.clone()}, states={}, grad_scale=0.5)
-    rt.dense_update(plan, "t", grad, optimizer="sgd", lr=0.1, eps=0.0)
+    plan = SimpleNamespace(tables={"t": table.clone()}, states={}, grad_scale=0.5, sparse_optimizer=_sgd(["t"]))
+    rt.dense_update(plan, "t", grad, optimizer="sgd", group=0)
     want = table.clone()  # the touched rows only, as the sparse lowerings update them
     touched = torch.tensor([r for r in range(9) if r not in (1, 4, 5)])
-    ref.apply_optimizer(want, None, touched, grad[touched] * 0.5, "sgd", 0.1, 0.0)
+    ref.apply_optimizer(want, None, touched, grad[touched] * 0.5, OptimizerArgs.of(SGD(lr=0.1)))
     assert torch.equal(plan.tables["t"], want)
 
 
@@ -109,6 +116,7 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
         states={},
         grad_scale=1.0,
         kernels=default_kernels() if generated else None,
+        sparse_optimizer=_sgd(tables),
     )
     common = dict(
         slots=[[0], [1], [2]], features_per_segment=FEATURES, poolings=poolings, segment_batches=SEGMENT_BATCHES
@@ -136,13 +144,9 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
                 FEATURES,
                 b,
                 poolings[k],
-                "sgd",
-                0.1,
-                0.0,
+                OptimizerArgs.of(SGD(lr=0.1)),
             )
-    rt.fused_lookup_update(
-        plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd", lr=0.1, eps=0.0
-    )
+    rt.fused_lookup_update(plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd", group=0)
     for name in tables:
         torch.testing.assert_close(plan.tables[name], want_tables[name], atol=1e-6, rtol=1e-6)
     views = rt.fused_lookup_grad(plan, list(tables), lengths, indices, None, **common, grads=grads)

@@ -78,7 +78,7 @@ def _planner_worker(rank, world):
     program = _export_same_on_every_rank(model, inputs, world, SHARDING, None)
     options = sparselift.CompileOptions(optimizations=FAMILIES)
     tables = take_local_shards(
-        describe_tables(program.module), dict(model.named_parameters()), rank=rank, optimizer_kind="sgd", inits={}
+        describe_tables(program.module), dict(model.named_parameters()), rank=rank, optimizers="sgd", inits={}
     )
     popts = planner.planner_options(options, "cpu")
     records = []
@@ -102,7 +102,7 @@ def _planner_worker(rank, world):
     timer = PlanTimer(
         auto,
         take_local_shards(
-            describe_tables(auto.module), dict(model.named_parameters()), rank=rank, optimizer_kind="sgd", inits={}
+            describe_tables(auto.module), dict(model.named_parameters()), rank=rank, optimizers="sgd", inits={}
         ),
         inputs,
         lift=lift_pass(SGD()),

@@ -97,8 +97,8 @@ def test_facts_of_exported_and_lifted_ir_agree():
     # Lifting adds the optimizer and the kernels; every other fact is the same.
     for name, before in exported.items():
         after = lifted[name]
-        assert (after.optimizer, after.lr, after.eps) == ("rowwise_adagrad", 0.1, 1e-3)
-        assert attrs.evolve(after, optimizer=None, lr=None, eps=None, kernel_spec=None, module="") == attrs.evolve(
+        assert (after.optimizer, after.optimizer_group) == ("rowwise_adagrad", 0)
+        assert attrs.evolve(after, optimizer=None, optimizer_group=None, kernel_spec=None, module="") == attrs.evolve(
             before, kernel_spec=None, module=""
         )
         assert after.kernel_spec.index_dtype == before.index_dtype
@@ -153,7 +153,7 @@ def test_storage_that_disagrees_with_the_plan_is_refused():
 
     program = sparselift.export(_Mixed(), _mixed_inputs(), world_size=1)
     facts = describe_tables(program.module)
-    local = take_local_shards(facts, dict(_Mixed().named_parameters()), rank=0, optimizer_kind="sgd", inits={})
+    local = take_local_shards(facts, dict(_Mixed().named_parameters()), rank=0, optimizers="sgd", inits={})
     check_storage(facts, local, 0)
     local.tables["a"] = local.tables["a"][:5]
     with pytest.raises(RuntimeError, match=r"shard of table 'a' is \(5, 4\).*expects rows \[0, 10\)"):

@@ -38,7 +38,7 @@ builtin.module {
     %g0, %g1 = sched.dense @dense_post(%g) phase "backward" : (tensor<?xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>)
     %19 = sparse.compact_rows %16, %g0, %g1 layout = #sparse.layout<[[0 : 8, 8 : 8], [0 : 0, 0 : 0]]> dim = 8 {group = "item/table_wise"} : tensor<?xi32>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?xf32>
     %20, %21 = coll.all_to_all %19 on #coll.group<[0, 1]> role #coll.role<grad_rows> send_splits(%18 : tensor<2xi64>) recv_splits(%17 : tensor<2xi64>) {group = "item/table_wise"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
-    sparse.rows_update %15 grad %20 table = #sparse.table<"item", rows = 100, dim = 8, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.01> {group = "item/table_wise"} : tensor<?xi64>, tensor<?xf32>
+    sparse.rows_update %15 grad %20 table = #sparse.table<"item", rows = 100, dim = 8, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd> {group = "item/table_wise"} : tensor<?xi64>, tensor<?xf32>
     sched.yield
   }
 }

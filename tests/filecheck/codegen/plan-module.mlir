@@ -76,7 +76,7 @@
 // HIDE-NEXT:     {{v[0-9]+}}, = rt.wait([[G]])
 // CHECK:           = rt.unpack(self, {{.*}}, batch=batches.ranks)
 // CHECK:         rt.lookup_update(self, 't0'
-// CHECK-SAME:      segment_batches=batches.ranks, grad={{v[0-9]+}}, optimizer='sgd', lr=0.01
+// CHECK-SAME:      segment_batches=batches.ranks, grad={{v[0-9]+}}, optimizer='sgd', group=0
 // CHECK:         rt.lookup_update(self, 't1'
 // SYNC:          return None
 

@@ -34,10 +34,10 @@ sched.step @two_groups world_size = 2 outputs = 0 {
 ^bb0(%l: tensor<?xi32>, %i: tensor<?xi64>, %ga: tensor<?x4xf32>, %gb: tensor<?x4xf32>):
   %a = sparse.lookup_grad %l, %i grad %ga table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<10x4xf32>
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga"} : tensor<10x4xf32> -> tensor<10x4xf32>
-  sparse.lookup_update grad %ra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x4xf32>
+  sparse.lookup_update grad %ra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x4xf32>
   %b = sparse.lookup_grad %l, %i grad %gb table = #sparse.table<"b", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"b", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<6x4xf32>
   %rb = coll.all_reduce %b on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "gb"} : tensor<6x4xf32> -> tensor<6x4xf32>
-  sparse.lookup_update grad %rb table = #sparse.table<"b", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"b", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<6x4xf32>
+  sparse.lookup_update grad %rb table = #sparse.table<"b", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"b", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd> : tensor<6x4xf32>
   sched.yield
 }
 
@@ -173,7 +173,7 @@ sched.step @sum_read_elsewhere world_size = 2 outputs = 0 {
   %a = sparse.lookup_grad %l, %i grad %ga table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<10x4xf32>
   %ra = coll.all_reduce %a on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga"} : tensor<10x4xf32> -> tensor<10x4xf32>
   %rra = coll.all_reduce %ra on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {group = "ga"} : tensor<10x4xf32> -> tensor<10x4xf32>
-  sparse.lookup_update grad %rra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x4xf32>
+  sparse.lookup_update grad %rra table = #sparse.table<"a", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"a", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x4xf32>
   sched.yield
 }
 

@@ -25,7 +25,7 @@
 // CHECK-NEXT:  %g0, %g1 = sched.dense @dense_post(%g) phase "backward"
 // CHECK-NEXT:  %[[C:[0-9]+]] = sparse.compact_rows %[[SL]], %g0, %g1 layout = #sparse.layout<{{\[\[}}0 : 8, 8 : 8], [0 : 0, 0 : 0]]> dim = 8
 // CHECK-NEXT:  %[[GR:[0-9]+]], %{{[0-9]+}} = coll.all_to_all %[[C]] on #coll.group<[0, 1]> role #coll.role<grad_rows> send_splits(%[[SR]] : tensor<2xi64>) recv_splits(%[[SS]] : tensor<2xi64>)
-// CHECK-NEXT:  sparse.rows_update %[[SI]] grad %[[GR]] table = #sparse.table<"item", rows = 100, dim = 8, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.01> {group = "item/table_wise"} : tensor<?xi64>, tensor<?xf32>
+// CHECK-NEXT:  sparse.rows_update %[[SI]] grad %[[GR]] table = #sparse.table<"item", rows = 100, dim = 8, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd> {group = "item/table_wise"} : tensor<?xi64>, tensor<?xf32>
 // CHECK-NEXT:  sched.yield
 
 // Option: under min-empty-share 0.5 the 12.5% of empty bags do not pay for the scatter; the

@@ -14,7 +14,7 @@
 // CHECK-NOT:   sparse.lookup {{.*}}"t1"
 // CHECK:       } backward {
 // CHECK:       sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0"
-// CHECK:       sparse.fused_lookup_update %sl, %si grads(%g1, %g2 : tensor<?x8xf32>, tensor<?x4xf32>) {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"}
+// CHECK:       sparse.fused_lookup_update %sl, %si grads(%g1, %g2 : tensor<?x8xf32>, tensor<?x4xf32>) {{.*}} optimizer = #sparse.optimizer<sgd> {group = "g"}
 // MIN3-LABEL:  sched.step @two_on_one_rank
 // MIN3-NOT:    sparse.fused_
 sched.step @two_on_one_rank world_size = 2 outputs = 3 {
@@ -25,9 +25,9 @@ sched.step @two_on_one_rank world_size = 2 outputs = 3 {
   sched.yield %p0, %p1, %p2, %l, %i : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
 } backward {
 ^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x8xf32>, %g2: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
-  sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %sl, %si grad %g1 table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %sl, %si grad %g2 table = #sparse.table<"t2", rows = 10, dim = 4, f32, mean> placement = #sparse.placement<"t2", table_wise, rank = 1> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+  sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g1 table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g2 table = #sparse.table<"t2", rows = 10, dim = 4, f32, mean> placement = #sparse.placement<"t2", table_wise, rank = 1> slots = [1] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
   sched.yield
 }
 
@@ -66,8 +66,8 @@ sched.step @replicated_gradients world_size = 2 outputs = 2 {
   %t0 = sparse.lookup_grad %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] {group = "dp"} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32> -> tensor<10x8xf32>
   %t1 = sparse.lookup_grad %sl, %si grad %g1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] {group = "dp"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<6x4xf32>
   %r0, %r1 = coll.all_reduce %t0, %t1 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<10x8xf32>, tensor<6x4xf32> -> tensor<10x8xf32>, tensor<6x4xf32>
-  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
-  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<6x4xf32>
+  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x8xf32>
+  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd> : tensor<6x4xf32>
   sched.yield
 }
 
@@ -144,8 +144,8 @@ sched.step @gradient_read_early world_size = 2 outputs = 2 {
   %r0 = coll.all_reduce %t0 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<10x8xf32> -> tensor<10x8xf32>
   %t1 = sparse.lookup_grad %sl, %si grad %g1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32> -> tensor<6x4xf32>
   %r1 = coll.all_reduce %t1 on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" : tensor<6x4xf32> -> tensor<6x4xf32>
-  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
-  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<6x4xf32>
+  sparse.lookup_update grad %r0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x8xf32>
+  sparse.lookup_update grad %r1 table = #sparse.table<"t1", rows = 6, dim = 4, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] optimizer = #sparse.optimizer<sgd> : tensor<6x4xf32>
   sched.yield
 }
 

@@ -10,14 +10,17 @@
 // RUN: sed -n '/^sched.step @no_adjoint /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=NO-ADJOINT
 // RUN: sed -n '/^sched.step @opaque_left /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=OPAQUE-LEFT
 // RUN: sed -n '/^sched.step @table_twice /,/^}$/p' %s | not sparselift-opt -p lift-sparse 2>&1 | filecheck %s --check-prefix=TABLE-TWICE
-// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=adam}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
-// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{lr=-0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
-// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=rowwise_adagrad eps=0.0}' 2>&1 | filecheck %s --check-prefix=BAD-EPS
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{optimizer=rmsprop}' 2>&1 | filecheck %s --check-prefix=BAD-OPTIMIZER
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{lr=0.5}' 2>&1 | filecheck %s --check-prefix=BAD-LR
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{table-optimizers="user.emb.0=adam:x"}' 2>&1 | filecheck %s --check-prefix=BAD-ENTRY
+// RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{table-optimizers="nope=adam"}' 2>&1 | filecheck %s --check-prefix=BAD-TABLE
 // RUN: not sparselift-opt %S/../inputs/two-tower-ws2.mlir -p 'lift-sparse{replicated-grads=twice}' 2>&1 | filecheck %s --check-prefix=BAD-REPLICATED-GRADS
 // Bad pass options are rejected before any step is touched:
-// BAD-OPTIMIZER: sparselift-opt: error: pass 'lift-sparse': unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
-// BAD-LR: sparselift-opt: error: pass 'lift-sparse': optimizer lr must be positive, got -0.5
-// BAD-EPS: sparselift-opt: error: pass 'lift-sparse': rowwise_adagrad eps must be positive, got 0.0
+// BAD-OPTIMIZER: sparselift-opt: error: lift-sparse: unknown optimizer 'rmsprop'; expected one of sgd, adagrad, rowwise_adagrad, adam, adamw, partial_rowwise_adam
+// A learning rate is a run-time value (sparse_optimizer.param_groups), no pass option:
+// BAD-LR: sparselift-opt: error: pass 'lift-sparse' has no option 'lr'; its options: optimizer, table-optimizers,
+// BAD-ENTRY: sparselift-opt: error: lift-sparse: table-optimizers entry 'user.emb.0=adam:x' is not TABLE=KIND or TABLE=KIND:GROUP
+// BAD-TABLE: sparselift-opt: error: lift-sparse: table-optimizers names no table nope
 // BAD-REPLICATED-GRADS: sparselift-opt: error: lift-sparse: replicated-grads must be 'own' or 'with-dense', got 'twice'
 
 // lift-sparse rejects what it cannot lift with a PassFailedException naming the module, table

@@ -1,5 +1,6 @@
 // RUN: sparselift-opt %s --split-input-file -p lift-sparse | sparselift-opt --split-input-file | filecheck %s
-// RUN: sparselift-opt %s --split-input-file -p 'lift-sparse{optimizer=rowwise_adagrad lr=0.05 eps=1.0e-06}' | filecheck %s --check-prefix=ADAGRAD
+// RUN: sparselift-opt %s --split-input-file -p 'lift-sparse{optimizer=rowwise_adagrad}' | filecheck %s --check-prefix=ADAGRAD
+// RUN: sed -n '/^sched.step @options /,/^}$/p' %s | sparselift-opt -p 'lift-sparse{optimizer=adam table-optimizers="t1=partial_rowwise_adam:1"}' | filecheck %s --check-prefix=PER-TABLE
 // RUN: sparselift-opt %s --split-input-file -p 'lift-sparse{narrow-ids=true}' | filecheck %s --check-prefix=NARROW
 
 // lift-sparse on small hand-written steps, modelled on the opaque IR `sparselift export` prints
@@ -30,8 +31,8 @@
 // CHECK-NEXT:  %[[GR:[0-9]+]] = coll.all_to_all %[[GP]] on #coll.group<[0, 1]> role #coll.role<grad_pooled> splits #coll.splits<{{\[\[}}4, 8], [4, 8]]> {{.*}} : tensor<?xf32> -> tensor<?xf32>
 // CHECK-NEXT:  %[[G1:[0-9]+]] = sparse.unpack %[[GR]] layout = #sparse.layout<{{\[\[}}0 : 4], [0 : 4]]> on_rank 0 {{.*}} -> tensor<?x4xf32>
 // CHECK-NEXT:  %[[G0:[0-9]+]] = sparse.unpack %[[GR]] layout = #sparse.layout<{{\[\[}}0 : 8], [0 : 8]]> on_rank 1 {{.*}} -> tensor<?x8xf32>
-// CHECK-NEXT:  sparse.lookup_update %[[SL]], %[[SI]] grad %[[G0]] table = #sparse.table<"t0", {{.*}}> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> {{.*}} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-// CHECK-NEXT:  sparse.lookup_update %[[SL]], %[[SI]] grad %[[G1]] table = #sparse.table<"t1", {{.*}}> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> {{.*}} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+// CHECK-NEXT:  sparse.lookup_update %[[SL]], %[[SI]] grad %[[G0]] table = #sparse.table<"t0", {{.*}}> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> {{.*}} : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+// CHECK-NEXT:  sparse.lookup_update %[[SL]], %[[SI]] grad %[[G1]] table = #sparse.table<"t1", {{.*}}> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> {{.*}} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
 // CHECK-NEXT:  sched.yield
 // CHECK-NOT:   sparse.embedding_bag_collection
 sched.step @table_wise world_size = 2 outputs = 1 {
@@ -107,7 +108,7 @@ sched.step @row_wise world_size = 2 outputs = 1 {
 // CHECK-NEXT:  %[[TG1:[0-9]+]] = sparse.lookup_grad %[[SL]], %[[SI]] grad %g1 table = #sparse.table<"t1", {{.*}} -> tensor<6x4xf32>
 // The group's dense gradients go in one aggregated all-reduce.
 // CHECK-NEXT:  %[[R0:[0-9]+]], %[[R1:[0-9]+]] = coll.all_reduce %[[TG0]], %[[TG1]] on #coll.group<[0, 1]> role #coll.role<sparse_grad> reduce "sum" {{.*}} : tensor<10x8xf32>, tensor<6x4xf32> -> tensor<10x8xf32>, tensor<6x4xf32>
-// CHECK-NEXT:  sparse.lookup_update grad %[[R0]] table = #sparse.table<"t0", {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.01> {{.*}} : tensor<10x8xf32>
+// CHECK-NEXT:  sparse.lookup_update grad %[[R0]] table = #sparse.table<"t0", {{.*}} optimizer = #sparse.optimizer<sgd> {{.*}} : tensor<10x8xf32>
 // CHECK-NEXT:  sparse.lookup_update grad %[[R1]] table = #sparse.table<"t1", {{.*}} : tensor<6x4xf32>
 // CHECK-NEXT:  sched.yield
 sched.step @data_parallel world_size = 2 outputs = 1 {
@@ -343,12 +344,16 @@ sched.step @pooled_is_output world_size = 2 outputs = 2 {
 
 // -----
 
-// The pass options pick the optimizer fused into every lookup_update (second RUN line).
-// Note: xDSL's pass-option parser needs `eps=1.0e-06` (or `0.000001`); `1e-06` is rejected.
+// The pass options pick the optimizer fused into every lookup_update (second RUN line), or
+// per table (`table-optimizers`, third: t1 in hyperparameter group 1). No hyperparameter is in
+// the IR: they are run-time values of the group.
 // CHECK-LABEL:   sched.step @options
-// CHECK:           sparse.lookup_update {{.*}} optimizer = #sparse.optimizer<sgd, lr = 0.01> {
+// CHECK:           sparse.lookup_update {{.*}} optimizer = #sparse.optimizer<sgd> {
 // ADAGRAD-LABEL:   sched.step @options
-// ADAGRAD-COUNT-2: sparse.lookup_update {{.*}} optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.05, eps = 1.0e-06> {
+// ADAGRAD-COUNT-2: sparse.lookup_update {{.*}} optimizer = #sparse.optimizer<rowwise_adagrad> {
+// PER-TABLE-LABEL: sched.step @options
+// PER-TABLE-DAG:   sparse.lookup_update {{.*}} table = #sparse.table<"t0"{{.*}} optimizer = #sparse.optimizer<adam> {
+// PER-TABLE-DAG:   sparse.lookup_update {{.*}} table = #sparse.table<"t1"{{.*}} optimizer = #sparse.optimizer<partial_rowwise_adam, group = 1> {
 sched.step @options world_size = 2 outputs = 1 {
 ^bb0(%ids0: tensor<?xi64>, %offs0: tensor<?xi64>, %ids1: tensor<?xi64>, %offs1: tensor<?xi64>):
   %p0, %p1 = sparse.embedding_bag_collection "emb" ids(%ids0, %ids1 : tensor<?xi64>, tensor<?xi64>) offsets(%offs0, %offs1 : tensor<?xi64>, tensor<?xi64>) tables = [#sparse.table<"t0", rows = 100, dim = 8, f32, sum>, #sparse.table<"t1", rows = 50, dim = 4, f32, sum>] features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>, #sparse.feature<"f1" -> "t1", pooling_factor = 2.0>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 1>] {group = "emb/table_wise"} -> tensor<?x8xf32>, tensor<?x4xf32>

@@ -88,10 +88,10 @@ sched.step @four_tables world_size = 2 outputs = 4 attributes {batch = "4"} {
   sched.yield %p0, %p1, %p2, %p3, %l, %ix : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>, tensor<?xi32>, tensor<?xi64>
 } backward {
 ^bb0(%g0: tensor<?x8xf32>, %g1: tensor<?x8xf32>, %g2: tensor<?x8xf32>, %g3: tensor<?x8xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
-  sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %sl, %si grad %g1 table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %sl, %si grad %g2 table = #sparse.table<"t2", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t2", table_wise, rank = 0> slots = [2] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
-  sparse.lookup_update %sl, %si grad %g3 table = #sparse.table<"t3", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t3", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g0 table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g1 table = #sparse.table<"t1", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", table_wise, rank = 0> slots = [1] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g2 table = #sparse.table<"t2", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t2", table_wise, rank = 0> slots = [2] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g3 table = #sparse.table<"t3", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t3", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
   sched.yield
 }
 
@@ -126,7 +126,7 @@ sched.step @same_table world_size = 1 outputs = 1 attributes {batch = "4"} {
 } backward {
 ^bb0(%g: tensor<?x8xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
   %tg = sparse.lookup_grad %sl, %si grad %g table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32> -> tensor<10x8xf32>
-  sparse.lookup_update %sl, %si grad %g table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
+  sparse.lookup_update %sl, %si grad %g table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf32>
   sched.yield
 }
 

@@ -41,10 +41,10 @@ sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i
 // Parallel lanes without results.
 // CHECK-LABEL: func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
 // CHECK-NEXT:    sched.parallel lanes 3 {
-// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"t", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
 // CHECK-NEXT:      sched.yield
 // CHECK-NEXT:    }, {
-// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"u", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+// CHECK-NEXT:      sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = {{\[}}#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = {{\[}}#sparse.placement<"u", table_wise, rank = 0>] slots = {{\[}}array<i64: 0>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
 // CHECK-NEXT:      sched.yield
 // CHECK-NEXT:    }, {
 // CHECK-NEXT:      sched.yield
@@ -53,10 +53,10 @@ sched.step @dense_phases world_size = 8 outputs = 1 attributes {batch = 2048 : i
 // CHECK-NEXT:  }
 func.func @parallel_no_results(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
   sched.parallel lanes 3 {
-    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"t", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"t", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"t", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
     sched.yield
   }, {
-    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"u", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+    sparse.fused_lookup_update %l, %i grads(%g : tensor<?x16xf32>) tables = [#sparse.table<"u", rows = 10, dim = 16, f32, sum>] placements = [#sparse.placement<"u", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
     sched.yield
   }, {
     sched.yield

@@ -158,7 +158,7 @@ func.func @fused_result_dtype(%l: tensor<?xi32>, %i: tensor<?xi64>) {
 // A fused update reads one pooled gradient per table, [bags, dim x slots].
 // CHECK: sparse.fused_lookup_update: needs one gradient per table (2 tables), got 1
 func.func @fused_update_grad_count(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: tensor<?x4xf32>) {
-  sparse.fused_lookup_update %l, %i grads(%g0 : tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+  sparse.fused_lookup_update %l, %i grads(%g0 : tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
   func.return
 }
 
@@ -166,7 +166,7 @@ func.func @fused_update_grad_count(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: te
 
 // CHECK: sparse.fused_lookup_update: gradient for table 't1' must be [bags, 8] (1 slot), got tensor<?x16xf32>
 func.func @fused_update_grad_width(%l: tensor<?xi32>, %i: tensor<?xi64>, %g0: tensor<?x4xf32>, %g1: tensor<?x16xf32>) {
-  sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x16xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>
+  sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x16xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 10, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>, #sparse.placement<"t1", table_wise, rank = 0>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>
   func.return
 }
 
@@ -306,7 +306,7 @@ sched.step @fused_weights_missing world_size = 1 outputs = 1 {
 } backward {
 ^bb1(%sl: tensor<?xi32>, %si: tensor<?xi64>):
   %g = "test.op"() : () -> tensor<?x4xf32>
-  sparse.fused_lookup_update %sl, %si grads(%g : tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>
+  sparse.fused_lookup_update %sl, %si grads(%g : tensor<?x4xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>] placements = [#sparse.placement<"t0", table_wise, rank = 0>] slots = [array<i64: 0>] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<?xi32>, tensor<?xi64>
   sched.yield
 }
 

@@ -112,23 +112,29 @@ sched.step @lookup_in_step world_size = 2 outputs = 1 {
   sched.yield
 }
 
+// Every optimizer kind, each in its hyperparameter group (group 0 is not printed).
+// CHECK-LABEL: func.func @optimizer_kinds() attributes {a = #sparse.optimizer<adagrad>, b = #sparse.optimizer<adam, group = 1>, c = #sparse.optimizer<adamw, group = 2>, d = #sparse.optimizer<partial_rowwise_adam, group = 3>, e = #sparse.optimizer<rowwise_adagrad>, f = #sparse.optimizer<sgd>} {
+func.func @optimizer_kinds() attributes {a = #sparse.optimizer<adagrad, group = 0>, b = #sparse.optimizer<adam, group = 1>, c = #sparse.optimizer<adamw, group = 2>, d = #sparse.optimizer<partial_rowwise_adam, group = 3>, e = #sparse.optimizer<rowwise_adagrad>, f = #sparse.optimizer<sgd>} {
+  func.return
+}
+
 // The fused backward + SGD update, without weights.
 // CHECK-LABEL: func.func @lookup_update_sgd(%l: tensor<?xi32>, %ix: tensor<?xi64>, %g: tensor<?x16xf32>) {
-// CHECK-NEXT:    sparse.lookup_update %l, %ix grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+// CHECK-NEXT:    sparse.lookup_update %l, %ix grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 func.func @lookup_update_sgd(%l: tensor<?xi32>, %ix: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %ix grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.01> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %ix grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 1> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
 // The fused backward + row-wise Adagrad update, with weights, two slots, integer lr.
 // CHECK-LABEL: func.func @lookup_update_adagrad(%l: tensor<?xi32>, %ix: tensor<?xi32>, %w: tensor<?xf32>, %g: tensor<?x32xf32>) {
-// CHECK-NEXT:    sparse.lookup_update %l, %ix weights %w : tensor<?xf32> grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, mean> placement = #sparse.placement<"t0", row_wise, ranks = [1, 0], row_bounds = [0, 10, 100]> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 1.0, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>, tensor<?x32xf32>
+// CHECK-NEXT:    sparse.lookup_update %l, %ix weights %w : tensor<?xf32> grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, mean> placement = #sparse.placement<"t0", row_wise, ranks = [1, 0], row_bounds = [0, 10, 100]> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<?xi32>, tensor<?xi32>, tensor<?x32xf32>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 func.func @lookup_update_adagrad(%l: tensor<?xi32>, %ix: tensor<?xi32>, %w: tensor<?xf32>, %g: tensor<?x32xf32>) {
-  sparse.lookup_update %l, %ix weights %w : tensor<?xf32> grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, mean> placement = #sparse.placement<"t0", row_wise, ranks = [1, 0], row_bounds = [0, 10, 100]> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>, tensor<?x32xf32>
+  sparse.lookup_update %l, %ix weights %w : tensor<?xf32> grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, mean> placement = #sparse.placement<"t0", row_wise, ranks = [1, 0], row_bounds = [0, 10, 100]> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<?xi32>, tensor<?xi32>, tensor<?x32xf32>
   func.return
 }
 
@@ -136,15 +142,15 @@ func.func @lookup_update_adagrad(%l: tensor<?xi32>, %ix: tensor<?xi32>, %w: tens
 // CHECK-LABEL: func.func @lookup_grad_dense_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
 // CHECK-NEXT:    %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
 // CHECK-NEXT:    %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
-// CHECK-NEXT:    sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
-// CHECK-NEXT:    sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+// CHECK-NEXT:    sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<7x8xf16>
+// CHECK-NEXT:    sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<7x8xf16>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 func.func @lookup_grad_dense_update(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf16>, %g: tensor<?x8xf16>, %g2: tensor<?x16xf16>) {
   %tg = sparse.lookup_grad %l, %i grad %g table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [1] : tensor<?xi32>, tensor<?xi64>, tensor<?x8xf16> -> tensor<7x8xf16>
   %tw = sparse.lookup_grad %l, %i weights %w : tensor<?xf16> grad %g2 table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0, 2] : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf16> -> tensor<7x8xf16>
-  sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.5> : tensor<7x8xf16>
-  sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.5, eps = 1.0e-06> : tensor<7x8xf16>
+  sparse.lookup_update grad %tg table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<7x8xf16>
+  sparse.lookup_update grad %tw table = #sparse.table<"t1", rows = 7, dim = 8, f16, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<7x8xf16>
   func.return
 }
 
@@ -246,11 +252,11 @@ func.func @fused_lookup(%l: tensor<?xi32>, %i: tensor<?xi64>, %w: tensor<?xf32>)
 
 // A fused update: one pooled gradient per table, the optimizer fused in.
 // CHECK-LABEL: func.func @fused_lookup_update(%l: tensor<?xi32>, %i: tensor<?xi32>, %g0: tensor<?x4xf32>, %g1: tensor<?x8xf32>) {
-// CHECK-NEXT:    sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>
+// CHECK-NEXT:    sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<?xi32>, tensor<?xi32>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 func.func @fused_lookup_update(%l: tensor<?xi32>, %i: tensor<?xi32>, %g0: tensor<?x4xf32>, %g1: tensor<?x8xf32>) {
-  sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi32>
+  sparse.fused_lookup_update %l, %i grads(%g0, %g1 : tensor<?x4xf32>, tensor<?x8xf32>) tables = [#sparse.table<"t0", rows = 10, dim = 4, f32, sum>, #sparse.table<"t1", rows = 20, dim = 8, f32, sum>] placements = [#sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]>, #sparse.placement<"t1", row_wise, ranks = [0, 1], row_bounds = [0, 10, 20]>] slots = [array<i64: 0>, array<i64: 1>] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<?xi32>, tensor<?xi32>
   func.return
 }
 

@@ -152,7 +152,7 @@ func.func @ebc_row_ranges_short(%i: tensor<?xi64>, %o: tensor<?xi64>) -> tensor<
 // Row-wise ranges must cover exactly the table's rows (lookup_update): too many rows.
 // CHECK: placement of table 't0': row ranges cover rows [0, 120) but the table has 100 rows
 func.func @lookup_update_row_ranges_long(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 50, 120]> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", row_wise, ranks = [0, 1], row_bounds = [0, 50, 120]> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -198,57 +198,17 @@ func.func @route_rank_out_of_world(%i: tensor<?xi64>, %o: tensor<?xi64>) {
 //===----------------------------------------------------------------------===//
 
 // Unknown optimizer.
-// CHECK: unknown optimizer 'adam'; expected one of sgd, rowwise_adagrad
-func.func @optimizer_unknown() attributes {o = #sparse.optimizer<adam, lr = 0.1>} {
+// CHECK: unknown optimizer 'rmsprop'; expected one of sgd, adagrad, rowwise_adagrad, adam, adamw, partial_rowwise_adam
+func.func @optimizer_unknown() attributes {o = #sparse.optimizer<rmsprop>} {
   func.return
 }
 
 // -----
 
-// The learning rate must be positive (zero).
-// CHECK: optimizer lr must be positive, got 0.0
-func.func @optimizer_zero_lr(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.0> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
-  func.return
-}
-
-// -----
-
-// The learning rate must be positive (negative).
-// CHECK: optimizer lr must be positive, got -0.5
-func.func @optimizer_negative_lr() attributes {o = #sparse.optimizer<rowwise_adagrad, lr = -0.5, eps = 1.0e-08>} {
-  func.return
-}
-
-// -----
-
-// The learning rate must be finite.
-// CHECK: optimizer lr must be finite, got inf
-func.func @optimizer_infinite_lr() attributes {o = #sparse.optimizer<sgd, lr = 1.0e999>} {
-  func.return
-}
-
-// -----
-
-// eps must be finite.
-// CHECK: optimizer eps must be finite, got inf
-func.func @optimizer_infinite_eps() attributes {o = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e999>} {
-  func.return
-}
-
-// -----
-
-// Row-wise Adagrad needs a positive eps (here: none given, so 0).
-// CHECK: rowwise_adagrad eps must be positive, got 0.0
-func.func @optimizer_adagrad_no_eps() attributes {o = #sparse.optimizer<rowwise_adagrad, lr = 0.1>} {
-  func.return
-}
-
-// -----
-
-// SGD takes no eps.
-// CHECK: sgd takes no eps
-func.func @optimizer_sgd_eps() attributes {o = #sparse.optimizer<sgd, lr = 0.1, eps = 1.0e-08>} {
+// A group is a non-negative index into the sparse optimizer's param_groups.
+// CHECK: optimizer group must be non-negative, got -1
+func.func @optimizer_negative_group(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<adam, group = -1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -588,7 +548,7 @@ func.func @lookup_placement_other_table(%l: tensor<?xi32>, %i: tensor<?xi64>) ->
 // The placement is for the table the update writes.
 // CHECK: sparse.lookup_update: placement is for table 't1' but the op reads table 't0'
 func.func @lookup_update_placement_other_table(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -615,7 +575,7 @@ func.func @lookup_duplicate_slots(%l: tensor<?xi32>, %i: tensor<?xi64>) -> tenso
 // Slots are non-negative.
 // CHECK: sparse.lookup_update of table 't0': slots must be distinct and non-negative
 func.func @lookup_update_negative_slot(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [-1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [-1] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -696,7 +656,7 @@ func.func @lookup_result_width_slots(%l: tensor<?xi32>, %i: tensor<?xi64>) -> te
 // The gradient is 2-D.
 // CHECK: gradient of table 't0' must be 2-D [bags, dim], got tensor<?x16x1xf32>
 func.func @lookup_update_3d_grad(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16x1xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16x1xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16x1xf32>
   func.return
 }
 
@@ -705,7 +665,7 @@ func.func @lookup_update_3d_grad(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tenso
 // dtype mismatch between the table and the gradient.
 // CHECK: gradient of table 't0' has dtype f32 but table 't0' has dtype f16
 func.func @lookup_update_grad_dtype(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f16, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f16, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -714,7 +674,7 @@ func.func @lookup_update_grad_dtype(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: te
 // dim mismatch between the table and the gradient (not a multiple of dim).
 // CHECK: gradient of table 't0' has width 20 but table 't0' has dim 16
 func.func @lookup_update_grad_dim(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x20xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi32>, tensor<?xi64>, tensor<?x20xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<?xi32>, tensor<?xi64>, tensor<?x20xf32>
   func.return
 }
 
@@ -723,7 +683,7 @@ func.func @lookup_update_grad_dim(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tens
 // The gradient is dim x number of slots wide.
 // CHECK: gradient of table 't0' has width 16, expected dim 16 x 2 slots = 32
 func.func @lookup_update_grad_width_slots(%l: tensor<?xi32>, %i: tensor<?xi64>, %g: tensor<?x16xf32>) {
-  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
+  sparse.lookup_update %l, %i grad %g table = #sparse.table<"t0", rows = 100, dim = 16, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad> : tensor<?xi32>, tensor<?xi64>, tensor<?x16xf32>
   func.return
 }
 
@@ -772,7 +732,7 @@ func.func @lookup_grad_table_grad_dtype(%l: tensor<?xi32>, %i: tensor<?xi64>, %g
 // The placement is for the table that is updated.
 // CHECK: sparse.lookup_update: placement is for table 't1' but the op updates table 't0'
 func.func @dense_update_placement_other_table(%tg: tensor<10x8xf32>) {
-  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t1", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x8xf32>
   func.return
 }
 
@@ -781,7 +741,7 @@ func.func @dense_update_placement_other_table(%tg: tensor<10x8xf32>) {
 // The applied gradient has the table's [rows, dim] shape.
 // CHECK: dense gradient of table 't0' must have the table's shape [10, 8], got tensor<8x10xf32>
 func.func @dense_update_shape(%tg: tensor<8x10xf32>) {
-  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<8x10xf32>
+  sparse.lookup_update grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<8x10xf32>
   func.return
 }
 
@@ -937,7 +897,7 @@ func.func @permute_types(%a: tensor<?x16xf32>, %b: tensor<?x8xf32>) -> (tensor<?
 // The dense-gradient form of lookup_update takes no weights (they need lengths and indices).
 // CHECK: sparse.lookup_update of table 't0': indices and weights need lengths
 func.func @dense_update_with_weights(%tg: tensor<10x8xf32>, %w: tensor<?xf32>) {
-  sparse.lookup_update weights %w : tensor<?xf32> grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<10x8xf32>
+  sparse.lookup_update weights %w : tensor<?xf32> grad %tg table = #sparse.table<"t0", rows = 10, dim = 8, f32, sum> placement = #sparse.placement<"t0", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> : tensor<10x8xf32>
   func.return
 }
 
@@ -1070,7 +1030,7 @@ sched.step @table_differs world_size = 1 outputs = 1 {
   sched.yield %p, %l, %ix : tensor<?x4xf32>, tensor<?xi32>, tensor<?xi64>
 } backward {
 ^bb1(%g: tensor<?x4xf32>, %sl: tensor<?xi32>, %si: tensor<?xi64>):
-  sparse.lookup_update %sl, %si grad %g table = #sparse.table<"t0", rows = 20, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
+  sparse.lookup_update %sl, %si grad %g table = #sparse.table<"t0", rows = 20, dim = 4, f32, sum> placement = #sparse.placement<"t0", table_wise, rank = 0> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<?xi32>, tensor<?xi64>, tensor<?x4xf32>
   sched.yield
 }
 
@@ -1124,7 +1084,7 @@ sched.step @other_groups_lengths world_size = 1 outputs = 1 {
 sched.step @dense_update_unrouted world_size = 2 outputs = 0 {
 ^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %tg: tensor<10x4xf32>):
   %l, %ix, %sp = sparse.route ids(%i0 : tensor<?xi64>) offsets(%o0 : tensor<?xi64>) features = [#sparse.feature<"f0" -> "t0", pooling_factor = 1.0>] placements = [#sparse.placement<"t0", data_parallel>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
-  sparse.lookup_update grad %tg table = #sparse.table<"t9", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t9", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd, lr = 0.1> {group = "g"} : tensor<10x4xf32>
+  sparse.lookup_update grad %tg table = #sparse.table<"t9", rows = 10, dim = 4, f32, sum> placement = #sparse.placement<"t9", data_parallel> slots = [0] optimizer = #sparse.optimizer<sgd> {group = "g"} : tensor<10x4xf32>
   sched.yield
 } backward {
 ^bb1:

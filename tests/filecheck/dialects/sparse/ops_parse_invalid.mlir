@@ -24,9 +24,18 @@ func.func @feature_bad_flag() attributes {f = #sparse.feature<"f0" -> "t0", pool
 
 // -----
 
-// lr is a number.
-// CHECK: expected a number
-func.func @optimizer_lr_not_number() attributes {o = #sparse.optimizer<sgd, lr = fast>} {
+// Hyperparameters are run-time values (sparse_optimizer.param_groups), not IR: an old `lr =`
+// says so.
+// CHECK: expected 'group', got 'lr': hyperparameters such as lr are run-time values
+func.func @optimizer_lr_in_ir() attributes {o = #sparse.optimizer<sgd, lr = 0.1>} {
+  func.return
+}
+
+// -----
+
+// A group is an integer.
+// CHECK: Expected integer literal
+func.func @optimizer_group_not_number() attributes {o = #sparse.optimizer<adam, group = first>} {
   func.return
 }
 
@@ -106,6 +115,6 @@ func.func @placement_kind_string() attributes {p = #sparse.placement<"t0", "row_
 
 // The optimizer kind is an identifier.
 // CHECK: identifier expected for the optimizer kind
-func.func @optimizer_no_kind() attributes {o = #sparse.optimizer<"sgd", lr = 0.1>} {
+func.func @optimizer_no_kind() attributes {o = #sparse.optimizer<"sgd">} {
   func.return
 }

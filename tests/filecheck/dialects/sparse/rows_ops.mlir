@@ -13,7 +13,7 @@
 // CHECK:       } backward {
 // CHECK:         %c = sparse.compact_rows %sl, %g0, %g1 layout = #sparse.layout<{{\[\[}}0 : 4, 4 : 4], [0 : 0, 0 : 0]]> dim = 4 {group = "g"} : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
 // CHECK-NEXT:    %gr, %gs = coll.all_to_all %c on #coll.group<[0, 1]> role #coll.role<grad_rows> send_splits(%sb : tensor<2xi64>) recv_splits(%ss : tensor<2xi64>) {group = "g"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
-// CHECK-NEXT:    sparse.rows_update %si grad %gr table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> {group = "g"} : tensor<?xi64>, tensor<?xf32>
+// CHECK-NEXT:    sparse.rows_update %si grad %gr table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad> {group = "g"} : tensor<?xi64>, tensor<?xf32>
 sched.step @rows world_size = 2 outputs = 2 {
 ^bb0(%i0: tensor<?xi64>, %o0: tensor<?xi64>, %i1: tensor<?xi64>, %o1: tensor<?xi64>):
   %l, %ix, %sp = sparse.route ids(%i0, %i1 : tensor<?xi64>, tensor<?xi64>) offsets(%o0, %o1 : tensor<?xi64>, tensor<?xi64>) features = [#sparse.feature<"h[0]" -> "item", pooling_factor = 1.0>, #sparse.feature<"h[1]" -> "item", pooling_factor = 0.5>] placements = [#sparse.placement<"item", table_wise, rank = 0>] world_size = 2 {group = "g"} -> tensor<?xi32>, tensor<?xi64>, tensor<2xi64>
@@ -28,7 +28,7 @@ sched.step @rows world_size = 2 outputs = 2 {
 ^bb1(%g0: tensor<?x4xf32>, %g1: tensor<?x4xf32>, %si: tensor<?xi64>, %sl: tensor<?xi32>, %ss: tensor<2xi64>, %sb: tensor<2xi64>):
   %c = sparse.compact_rows %sl, %g0, %g1 layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 0, 0 : 0]]> dim = 4 {group = "g"} : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
   %gr, %gs = coll.all_to_all %c on #coll.group<[0, 1]> role #coll.role<grad_rows> send_splits(%sb : tensor<2xi64>) recv_splits(%ss : tensor<2xi64>) {group = "g"} : tensor<?xf32> -> tensor<?xf32>, tensor<2xi64>
-  sparse.rows_update %si grad %gr table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad, lr = 0.1, eps = 1.0e-08> {group = "g"} : tensor<?xi64>, tensor<?xf32>
+  sparse.rows_update %si grad %gr table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<rowwise_adagrad> {group = "g"} : tensor<?xi64>, tensor<?xf32>
   sched.yield
 }
 
@@ -41,12 +41,12 @@ sched.step @rows world_size = 2 outputs = 2 {
 // CHECK:         %rows, %sizes = sparse.gather_rows %rl, %ri table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
 // CHECK-NEXT:    %h0, %h1 = sparse.expand_rows %got, %l layout = #sparse.layout<{{\[\[}}0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xf32>, tensor<?xi32> -> tensor<?x4xf32>, tensor<?x4xf32>
 // CHECK-NEXT:    %c = sparse.compact_rows %l, %h0, %h1 layout = #sparse.layout<{{\[\[}}0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
-// CHECK-NEXT:    sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi64>, tensor<?xf32>
+// CHECK-NEXT:    sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd> : tensor<?xi64>, tensor<?xf32>
 func.func @row_wise(%rl: tensor<?xi32>, %ri: tensor<?xi64>, %l: tensor<?xi32>, %got: tensor<?xf32>) {
   %rows, %sizes = sparse.gather_rows %rl, %ri table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] : tensor<?xi32>, tensor<?xi64> -> tensor<?xf32>, tensor<2xi64>
   %h0, %h1 = sparse.expand_rows %got, %l layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xf32>, tensor<?xi32> -> tensor<?x4xf32>, tensor<?x4xf32>
   %c = sparse.compact_rows %l, %h0, %h1 layout = #sparse.layout<[[0 : 4, 4 : 4], [0 : 4, 4 : 4]]> dim = 4 : tensor<?xi32>, tensor<?x4xf32>, tensor<?x4xf32> -> tensor<?xf32>
-  sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi64>, tensor<?xf32>
+  sparse.rows_update %ri grad %c table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", row_wise, ranks = [0, 1], row_bounds = [0, 5, 10]> slots = [0, 1] optimizer = #sparse.optimizer<sgd> : tensor<?xi64>, tensor<?xf32>
   func.return
 }
 

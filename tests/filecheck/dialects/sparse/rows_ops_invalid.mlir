@@ -131,7 +131,7 @@ func.func @compact_dtype(%l: tensor<?xi32>, %g: tensor<?x4xf16>) {
 // The update's gradients are rows back to back (1-D).
 // CHECK: gradient of sparse.rows_update of table 'item' must be a 1-D float tensor, got tensor<?x4xf32>
 func.func @update_grad_shape(%i: tensor<?xi64>, %g: tensor<?x4xf32>) {
-  sparse.rows_update %i grad %g table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi64>, tensor<?x4xf32>
+  sparse.rows_update %i grad %g table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd> : tensor<?xi64>, tensor<?x4xf32>
   func.return
 }
 
@@ -139,7 +139,7 @@ func.func @update_grad_shape(%i: tensor<?xi64>, %g: tensor<?x4xf32>) {
 
 // CHECK: indices of sparse.rows_update of table 'item' must be i32 or i64, got i16
 func.func @update_ids(%i: tensor<?xi16>, %g: tensor<?xf32>) {
-  sparse.rows_update %i grad %g table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd, lr = 0.1> : tensor<?xi16>, tensor<?xf32>
+  sparse.rows_update %i grad %g table = #sparse.table<"item", rows = 10, dim = 4, f32, none> placement = #sparse.placement<"item", table_wise, rank = 0> slots = [0, 1] optimizer = #sparse.optimizer<sgd> : tensor<?xi16>, tensor<?xf32>
   func.return
 }
 
