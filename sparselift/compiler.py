@@ -26,6 +26,7 @@ from sparselift.codegen.table_facts import describe_features, describe_tables, d
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device, trace
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
+from sparselift.frontend.modes import export_eval_regions
 from sparselift.optim import (
     SparseOptimizerConfig,
     TableOptimizers,
@@ -244,6 +245,8 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     program = _export_same_on_every_rank(
         model, example_inputs, world, sharding, process_group, seed, dict(options.max_lengths or {})
     )
+    with same_outcome(process_group, world):  # the dense regions again, in eval mode (for `eval()`)
+        eval_regions = export_eval_regions(model, example_inputs, program)
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
     with same_outcome(process_group, world):  # an optimizer refused: on every rank, before a table is taken
@@ -269,7 +272,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     lift = lift_pass(optimizer, options)
 
     if options.passes or options.plan == "none":
-        return _build_on_every_rank(
+        compiled = _build_on_every_rank(
             program,
             local,
             _explicit_pipeline(options, lift),
@@ -279,21 +282,23 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
             optimizer=optimizer,
             options=options,
         )
-
-    return _compile_planned(
-        model,
-        example_inputs,
-        program,
-        local,
-        take,
-        sharding=sharding,
-        lift=lift,
-        rank=rank,
-        world=world,
-        process_group=process_group,
-        optimizer=optimizer,
-        options=options,
-    )
+    else:
+        compiled = _compile_planned(
+            model,
+            example_inputs,
+            program,
+            local,
+            take,
+            sharding=sharding,
+            lift=lift,
+            rank=rank,
+            world=world,
+            process_group=process_group,
+            optimizer=optimizer,
+            options=options,
+        )
+    compiled.set_eval_regions(eval_regions)
+    return compiled
 
 
 def _resolve_transport(process_group, rank: int, world: int, options: CompileOptions) -> CompileOptions:

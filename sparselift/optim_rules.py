@@ -88,11 +88,14 @@ class OptimizerRule:
         _check_statements(self)
 
     def state_width(self, dim: int) -> int:
-        """Floats of state per row: the states side by side, in order."""
+        """Floats of state per row (all the states together)."""
         return sum(s.width(dim) for s in self.states)
 
     def state_offset(self, name: str, dim: int) -> int:
-        """Where state `name` starts within a row's state."""
+        """The floats per row of the states before `name`. A table's state is one float32
+        buffer of `rows * state_width(dim)` floats holding each state whole, one after the other
+        (`[rows, width]` each, contiguous): state `name` starts at float `rows * state_offset`,
+        and its row `r` at `rows * state_offset + r * width`."""
         off = 0
         for s in self.states:
             if s.name == name:

@@ -12,7 +12,8 @@ round by round so machine drift cancels out:
 
 `generate-kernels` selects the generated C kernels (without it the per-table reference
 lowering runs). The planner is off: each row is exactly its pipeline. Per row: median and
-p25/p75 step time, the five-column stage breakdown and the speedup over `unoptimized`.
+p25/p75 step time, the five-column stage breakdown and the speedup over `unoptimized`. Every row
+trains its tables with `--sparse-optimizer` (default SGD) at `--lr`, its dense part with SGD.
 
 Cost-model accuracy: first the planner calibrates as `compile()` does; its fitted profile then
 predicts every row's forward + backward time, next to the measured one (median absolute error
@@ -44,11 +45,13 @@ from sparselift.bench.dlrm import (
     BenchConfig,
     _pct,
     _progress,
+    add_optimizer_arguments,
     apply_host_memory,
     dlrm_config,
     machine_info,
     report,
     rows_cap_arg,
+    sparse_optimizer_record,
 )
 from sparselift.placement import ShardingPlan
 from sparselift.tools.arguments import add_host_memory_argument, load_sharding
@@ -168,7 +171,7 @@ def _calibrated_predictions(cfg: BenchConfig, config, example, rows: list[Ablati
     from sparselift.passes.profiles import HardwareProfile
 
     model, _ = build_dlrm(attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=cfg.seed)
-    opt = sparselift.optim.SGD(lr=cfg.lr)
+    opt = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
         compiled = sparselift.compile(
@@ -226,13 +229,14 @@ def _runners(
     predictions (DLRM only; None for `bench seq`'s DIN, whose model, data and runner are used)."""
     from functools import partial
 
+    record = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
     if cfg.model in SEQUENCE_MODELS:
         from sparselift.bench.seq_systems import din_config, din_source, din_sparselift_runner
 
         config = din_config(cfg.rows_cap, cfg.seed)
         source = din_source(config, seed=cfg.seed)
         locals_ = [source.local_batch(i, cfg.batch_size, rank, world) for i in range(cfg.data_pool)]
-        make = partial(din_sparselift_runner, config, rank, world, cfg.lr, cfg.seed)
+        make = partial(din_sparselift_runner, config, rank, world, cfg.lr, cfg.seed, sparse_optimizer=record)
         return (*_compile_each(make, rows, locals_[0], locals_), None)
     from sparselift.bench.baselines import synthetic_source
     from sparselift.bench.systems import SparseLiftRunner
@@ -244,7 +248,7 @@ def _runners(
         for i in range(cfg.data_pool)
     ]
     predicted = _calibrated_predictions(cfg, config, locals_[0], rows, rank) if cost_model else None
-    make = partial(SparseLiftRunner, config, rank, world, cfg.lr, cfg.seed)
+    make = partial(SparseLiftRunner, config, rank, world, cfg.lr, cfg.seed, sparse_optimizer=record)
     return (*_compile_each(make, rows, locals_[0], locals_), predicted)
 
 
@@ -350,7 +354,9 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"Ablation: {cfg['model']}, {cfg['world_size']} ranks (gloo), batch {cfg['batch_size']} per rank, "
         f"rows cap {cfg['rows_cap']}, {cfg['steps']} timed steps per configuration in {cfg['rounds']} "
-        "interleaved rounds" + (", freed host memory retained" if cfg.get("host_memory") == "retain" else ""),
+        "interleaved rounds"
+        + (", freed host memory retained" if cfg.get("host_memory") == "retain" else "")
+        + f", sparse optimizer {cfg.get('sparse_optimizer', 'sgd')} (lr {cfg['lr']}; dense SGD)",
         "",
         f"{'configuration':<34}{'median ms':>10}{'p25':>9}{'p75':>9}{'speedup':>9}"
         + "".join(f"{c:>11}" for c in COLUMNS),
@@ -393,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rows-cap", type=rows_cap_arg, default=50_000, help="ten compiled copies live at once: keep tables small"
     )
     add_host_memory_argument(p)
+    add_optimizer_arguments(p)
     p.add_argument("--quick", action="store_true", help="small batch, rows cap and few steps")
     p.add_argument(
         "--no-cost-model",
@@ -449,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=a.batch_size or (1024 if a.model in SEQUENCE_MODELS else 2048),
         rows_cap=a.rows_cap,
         host_memory=a.host_memory,
+        lr=a.lr,
+        sparse_optimizer=a.sparse_optimizer,
     )
     if a.quick:
         cfg = attrs.evolve(

@@ -2,8 +2,9 @@
 
 All runners start from the same seeded weights (:func:`~sparselift.models.dlrm.build_dlrm` with
 the same ``seed`` on every rank), use the same data, the same per-rank batch, BCE-with-logits
-(mean over the rank's local rows) and plain SGD with one learning rate for dense and sparse
-parameters.
+(mean over the rank's local rows) and one learning rate for dense and sparse parameters: plain
+SGD for the dense ones, and for the tables SGD or the optimizer `sparse_optimizer=` gives (a
+`sparselift.optim` record; `sparselift.bench.dlrm.UNAVAILABLE` says which a peer lacks).
 
 * :class:`BaselineRunner` ("DLRM-Baseline") re-implements the distributed path of the DLRM
   reference (facebookresearch/dlrm ``dlrm_s_pytorch.py --dist-backend`` with
@@ -14,11 +15,14 @@ parameters.
   asynchronous ``all_to_all_single`` that overlaps the bottom MLP (``All2All_Req`` /
   ``All2All_Wait``), and the pooled gradients through the matching all-to-all in backward (it
   overlaps the bottom MLP's backward); embeddings are updated by ``torch.optim.SGD`` on sparse
-  gradients, the bottom and top MLPs are each wrapped in DDP (gloo), like the reference.
+  gradients (or ``torch.optim.Adagrad``, the one other torch optimizer of sparse gradients the
+  benchmark's optimizers have), the bottom and top MLPs are each wrapped in DDP (gloo), like the
+  reference.
 * :class:`TorchRecRunner` ("TorchRec"): ``EmbeddingBagCollection`` with the same tables,
   ``DistributedModelParallel`` with table-wise sharding on FBGEMM's fused TBE
   (``EmbeddingComputeKernel.FUSED``) and SGD fused into backward
-  (``apply_optimizer_in_backward`` -> ``EXACT_SGD``), the DLRM dense part under DMP's DDP, and
+  (``apply_optimizer_in_backward`` -> ``EXACT_SGD``; ``EXACT_ADAGRAD`` / ``EXACT_ROWWISE_ADAGRAD``
+  for Adagrad / row-wise Adagrad, FBGEMM's only others on CPU), the DLRM dense part under DMP's DDP, and
   ``TrainPipelineSparseDist`` (input distribution of batch i+1 overlaps batch i). The
   ``pipeline`` attribute says which pipeline ran ("sparse_dist", or "base" as the fallback).
 * :class:`DenseOnlyRunner` (:func:`dense_only_step`): the MLPs + interaction with the pooled
@@ -77,7 +81,9 @@ __all__ = [
     "dense_only_step",
     "get_my_slice",
     "get_split_lengths",
+    "in_backward_optimizer",
     "interact",
+    "sparse_torch_optimizer",
     "synthetic_source",
     "to_torchrec_batch",
 ]
@@ -109,6 +115,25 @@ def interact(x: Tensor, pooled: Tensor, li: Tensor, lj: Tensor) -> Tensor:
     t = torch.cat([x, pooled], dim=1).view(x.shape[0], -1, d)
     z = torch.bmm(t, t.transpose(1, 2))
     return torch.cat([x, z[:, li, lj]], dim=1)
+
+
+def sparse_torch_optimizer(
+    record: Any, lr: float, params: Iterable[Tensor], reference: bool = False
+) -> torch.optim.Optimizer:
+    """A baseline's embedding optimizer on sparse gradients: `record`'s torch optimizer (None: SGD
+    at `lr`); `reference`: the reference semantics where torch has none (quality runs)."""
+    from sparselift.bench.dlrm import torch_sparse_optimizer
+    from sparselift.optim import SGD
+
+    return torch_sparse_optimizer(record if record is not None else SGD(lr=lr), list(params), reference)
+
+
+def in_backward_optimizer(record: Any, lr: float) -> tuple[type, dict[str, float]]:
+    """TorchRec's `apply_optimizer_in_backward` class and kwargs for `record` (None: SGD at `lr`)."""
+    from sparselift.bench.dlrm import torchrec_optimizer
+    from sparselift.optim import SGD
+
+    return torchrec_optimizer(record if record is not None else SGD(lr=lr))
 
 
 def _dlrm(config: DLRMConfig, seed: int, sparse: bool):
@@ -299,7 +324,11 @@ class BaselineRunner(_StageTiming):
         seed: int,
         *,
         grad_division: bool = True,
+        sparse_optimizer: Any = None,
+        reference_optimizer: bool = False,
     ) -> None:
+        """`sparse_optimizer`: the tables' `sparselift.optim` record (default SGD at `lr`);
+        `reference_optimizer`: its reference semantics where torch has no sparse form of it."""
         _world_group(world)
         n = config.num_tables
         if n < world:
@@ -321,7 +350,7 @@ class BaselineRunner(_StageTiming):
             self.top_l: nn.Module = DDP(model.top_l)
         else:
             self.bot_l, self.top_l = model.bot_l, model.top_l
-        self.emb_opt = torch.optim.SGD(self.emb_l.parameters(), lr=lr)
+        self.emb_opt = sparse_torch_optimizer(sparse_optimizer, lr, self.emb_l.parameters(), reference_optimizer)
         self.dense_opt = torch.optim.SGD([*self.bot_l.parameters(), *self.top_l.parameters()], lr=lr)
         self.stage_timer: StageTimer | None = None
 
@@ -685,6 +714,8 @@ class TorchRecRunner(_TorchRecTrainer):
 
     ``pipeline``: ``"sparse_dist"`` (default) or ``"base"``; if TrainPipelineSparseDist cannot
     be built, the runner falls back to TrainPipelineBase and ``self.pipeline`` says "base".
+    ``sparse_optimizer``: the tables' ``sparselift.optim`` record, fused into backward by FBGEMM
+    (default SGD at ``lr``; one FBGEMM lacks on CPU is a ValueError saying so).
     """
 
     def __init__(
@@ -699,6 +730,7 @@ class TorchRecRunner(_TorchRecTrainer):
         pipeline: str = "sparse_dist",
         batch_size_hint: int | None = None,
         keys: Sequence[str] | None = None,
+        sparse_optimizer: Any = None,
     ) -> None:
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -722,7 +754,8 @@ class TorchRecRunner(_TorchRecTrainer):
             for i, rows in enumerate(config.num_rows)
         ]
         ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-        apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": lr})
+        cls, kwargs = in_backward_optimizer(sparse_optimizer, lr)
+        apply_optimizer_in_backward(cls, ebc.parameters(), kwargs)
         net = _TorchRecDLRM(ebc, dlrm.bot_l, dlrm.top_l, dlrm.li, dlrm.lj, keys)
         names = [t.name for t in tables]
         self._shard(net, [EmbeddingBagCollectionSharder()], names, world, batch_size_hint)

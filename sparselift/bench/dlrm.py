@@ -1,7 +1,12 @@
 """`sparselift bench dlrm`: DLRM-Baseline vs TorchRec vs SparseLift, side by side in one run.
 
 All systems run in the same ranks (gloo on localhost), on the same synthetic Criteo-shaped data,
-from the same seeded weights, with the same batch per rank and SGD learning rate. Repeats are
+from the same seeded weights, with the same batch per rank and learning rate (`--lr`). The
+tables train with the sparse optimizer `--sparse-optimizer` names (default SGD; the others:
+Adagrad, row-wise Adagrad, Adam, AdamW, partial row-wise Adam), every system with the same
+one where it has it; a system without it is left out of the run with the reason printed and
+recorded (`skipped` in the JSON; `UNAVAILABLE` says which, found by trying). The dense part
+trains with SGD in every system. Repeats are
 interleaved (rounds of A, B, C, ...) so drift of the machine cancels out; warmup and
 compilation are excluded from the timed steps and reported separately. The dense-only step
 (the same MLPs with the pooled embeddings given) is measured in the same rounds: it is the floor
@@ -40,7 +45,7 @@ class BenchConfig:
     warmup: int = 3
     batch_size: int = 2048  # per rank
     rows_cap: int | None = 100_000
-    lr: float = 0.1
+    lr: float = 0.1  # the sparse optimizer's and the dense SGD's
     seed: int = 0
     threads: int = 1  # per rank: 2 ranks on 2 cores
     kernels: str = "generated"
@@ -51,6 +56,105 @@ class BenchConfig:
     # A directory: SparseLift refines the plan cached there (`plan="refine"`), going on with the
     # paired tests earlier runs left unclear; None: it plans afresh.
     plan_cache: str | None = None
+    sparse_optimizer: str = "sgd"  # an OptimizerKind value: the tables' optimizer in every system
+
+
+# ---- the sparse optimizer every system trains its tables with ----------------------------------
+
+SPARSE_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam", "adamw", "partial-rowwise-adam")
+
+# Why a peer cannot train its tables with an optimizer, found by trying (torch 2.13, torchrec 1.8.0,
+# fbgemm-gpu-cpu 1.8.0; tests/bench/test_bench_cli.py checks FBGEMM's refusals still hold).
+# SparseLift has every one.
+UNAVAILABLE: dict[str, dict[str, str]] = {
+    "baseline": {
+        "rowwise_adagrad": "torch has no row-wise Adagrad",
+        "adam": "torch.optim.Adam refuses sparse gradients, and torch.optim.SparseAdam is not the same update "
+        "(eps added before the bias correction), so it is not substituted",
+        "adamw": "torch.optim.AdamW refuses sparse gradients, and torch.optim.SparseAdam is not the same update "
+        "(no weight decay, eps added before the bias correction), so it is not substituted",
+        "partial_rowwise_adam": "torch has no partial row-wise Adam",
+    },
+    "torchrec": {
+        "adam": "TorchRec on CPU has no Adam: FBGEMM's Adam is GPU-only (its CPU TBE: "
+        "'Optimizer adam is not supported in CPU mode.')",
+        "adamw": "TorchRec on CPU has no AdamW: TorchRec maps no AdamW class to FBGEMM ('Cannot cast "
+        "torch.optim.AdamW to an EmbOptimType'), and FBGEMM's Adam (decoupled weight decay) is GPU-only",
+        "partial_rowwise_adam": "TorchRec on CPU has no partial row-wise Adam: FBGEMM's PARTIAL_ROWWISE_ADAM is "
+        "GPU-only (its CPU TBE: 'Optimizer partial_row_wise_adam is not supported in CPU mode.')",
+    },
+}
+
+
+def sparse_optimizer_arg(text: str) -> str:
+    """`--sparse-optimizer`: one of `SPARSE_OPTIMIZERS`, dashes or underscores; its `OptimizerKind`
+    value (`rowwise_adagrad`)."""
+    kind = text.strip().lower().replace("-", "_")
+    if kind.replace("_", "-") not in SPARSE_OPTIMIZERS:
+        raise argparse.ArgumentTypeError(
+            f"unknown sparse optimizer '{text}'; choose from {', '.join(SPARSE_OPTIMIZERS)}"
+        )
+    return kind
+
+
+def sparse_optimizer_record(kind: str, lr: float):
+    """The `sparselift.optim` record of `kind` at learning rate `lr`, its other hyperparameters the
+    record's defaults (the Adam family's betas and eps, AdamW's weight decay)."""
+    from sparselift.optim import RECORDS
+    from sparselift.optim_rules import OptimizerKind
+
+    return RECORDS[OptimizerKind(kind)](lr=lr)
+
+
+def unavailable(system: str, kind: str) -> str | None:
+    """Why `system` ("baseline", "torchrec", ...) cannot train its tables with `kind`; None if it can."""
+    return UNAVAILABLE.get(system, {}).get(kind)
+
+
+def torch_sparse_optimizer(record, params, reference: bool = False) -> Any:
+    """The baselines' embedding optimizer: the torch optimizer of `record` on sparse gradients;
+    with `reference`, for the optimizers torch has no sparse form of, the reference semantics
+    written out (`runtime.parity.ReferenceSparseOptimizer`: what quality runs compare against)."""
+    import torch
+
+    h = record.hyperparameters()
+    if record.kind == "sgd":
+        return torch.optim.SGD(params, lr=h["lr"])
+    if record.kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=h["lr"], eps=h["eps"])
+    if reference:
+        from sparselift.runtime.parity import ReferenceSparseOptimizer
+
+        return ReferenceSparseOptimizer(params, record)
+    raise ValueError(f"the baseline cannot train with {record!r}: {unavailable('baseline', str(record.kind))}")
+
+
+def torchrec_optimizer(record) -> tuple[type, dict[str, float]]:
+    """`apply_optimizer_in_backward`'s class and kwargs for `record` (what FBGEMM fuses on CPU)."""
+    import torch
+    import torchrec.optim
+
+    reason = unavailable("torchrec", str(record.kind))
+    if reason:
+        raise ValueError(f"TorchRec cannot train with {record!r}: {reason}")
+    h = record.hyperparameters()
+    if record.kind == "sgd":
+        return torch.optim.SGD, {"lr": h["lr"]}
+    cls = torch.optim.Adagrad if record.kind == "adagrad" else torchrec.optim.RowWiseAdagrad
+    return cls, {"lr": h["lr"], "eps": h["eps"]}
+
+
+def available_systems(cfg: Any) -> tuple[Any, dict[str, str]]:
+    """`cfg` without the systems that lack its sparse optimizer, and why each is left out."""
+    skipped = {s: r for s in cfg.systems if (r := unavailable(s, cfg.sparse_optimizer))}
+    return attrs.evolve(cfg, systems=tuple(s for s in cfg.systems if s not in skipped)), skipped
+
+
+def optimizer_summary(cfg: Any, skipped: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON's record of the tables' optimizer: its kind, record, hyperparameters, and the
+    systems left out for lack of it."""
+    record = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
+    return {"kind": str(record.kind), "record": repr(record), **record.hyperparameters(), "skipped": dict(skipped)}
 
 
 def dlrm_config(cfg: BenchConfig):
@@ -85,11 +189,14 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
     )
     from sparselift.bench.systems import SparseLiftRunner
 
+    record = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
     if name == "baseline":
-        return BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
+        return BaselineRunner(config, rank, world, cfg.lr, cfg.seed, sparse_optimizer=record)
     if name == "torchrec":
         with quiet_torchrec_setup():
-            return TorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
+            return TorchRecRunner(
+                config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_), sparse_optimizer=record
+            )
     if name == "sparselift":
         return SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, locals_[0], **compiled_options(cfg, locals_))
     if name == "dense_only":
@@ -99,10 +206,16 @@ def _build_runner(name: str, cfg: BenchConfig, config, rank: int, world: int, lo
 
 def compiled_options(cfg: Any, locals_: Sequence[Any]) -> dict[str, Any]:
     """A compiled system's options from the benchmark's config (`CompiledRunner`'s): its kernels,
-    its training batches (this rank's, cycled) and the plan cache it refines, if any."""
+    its training batches (this rank's, cycled), the plan cache it refines, if any, and the
+    tables' optimizer."""
     import itertools
 
-    return {"kernels": cfg.kernels, "batches": itertools.cycle(locals_), "plan_cache": cfg.plan_cache}
+    return {
+        "kernels": cfg.kernels,
+        "batches": itertools.cycle(locals_),
+        "plan_cache": cfg.plan_cache,
+        "sparse_optimizer": sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr),
+    }
 
 
 def apply_host_memory(cfg: Any) -> None:
@@ -180,17 +293,7 @@ def measure_systems(
             return runner.progress()
         return runner.step(locals_[i])
 
-    warmup_s = {}
-    for name, runner in runners.items():
-        dist.barrier()
-        added = AddedMemory().start()
-        start = time.perf_counter()
-        for _ in range(cfg.warmup):
-            one(name)
-        warmup_s[name] = time.perf_counter() - start
-        added.stop()
-        memory[name].update(_peak_of(memory[name], added))
-        runner.enable_stage_timing(True)
+    warmup_s = _warm_up(cfg.warmup, runners, one, memory)
 
     per_round = max(1, cfg.steps // cfg.rounds)
     step_ms: dict[str, list[float]] = {n: [] for n in runners}
@@ -219,6 +322,25 @@ def measure_systems(
         "sparselift_plan": _summary(runners.get("sparselift")),
         "sparselift_ec_plan": _summary(runners.get("sparselift_ec")),
     }
+
+
+def _warm_up(steps: int, runners: Mapping[str, Any], one: Callable[[str], float], memory: dict) -> dict[str, float]:
+    """`steps` untimed steps of each runner (then its stage timing on); each one's time, and its
+    peak memory over its life so far into `memory`."""
+    import torch.distributed as dist
+
+    warmup_s = {}
+    for name, runner in runners.items():
+        dist.barrier()
+        added = AddedMemory().start()
+        start = time.perf_counter()
+        for _ in range(steps):
+            one(name)
+        warmup_s[name] = time.perf_counter() - start
+        added.stop()
+        memory[name].update(_peak_of(memory[name], added))
+        runner.enable_stage_timing(True)
+    return warmup_s
 
 
 def _summary(runner) -> dict | None:
@@ -328,7 +450,7 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
+def format_table(result: dict[str, Any], title: str = "DLRM benchmark", labels: Mapping[str, str] = LABELS) -> str:
     cfg = result["config"]
     rows = list(result["systems"].items()) + [("dense_only", result["dense_only"])]
     width = max(17, *(len(s["label"]) + 2 for _, s in rows))
@@ -337,6 +459,7 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
         f"{_rows_label(cfg['rows_cap'])}, {cfg['steps']} timed steps per system in {cfg['rounds']} interleaved rounds"
         + (", freed host memory retained (every system)" if cfg.get("host_memory") == "retain" else "")
         + (f", SparseLift's plan refined in {cfg['plan_cache']}" if cfg.get("plan_cache") else ""),
+        *_optimizer_lines(result, labels),
         "",
         f"{'system':<{width}}{'median ms':>10}{'p25':>9}{'p75':>9}{'samples/s':>11}"
         + "".join(f"{c:>11}" for c in COLUMNS)
@@ -379,6 +502,17 @@ def format_table(result: dict[str, Any], title: str = "DLRM benchmark") -> str:
             )
         lines += [f"  {d}" for d in plan.get("decisions", [])]
     return "\n".join(lines)
+
+
+def _optimizer_lines(result: dict[str, Any], labels: Mapping[str, str]) -> list[str]:
+    """The tables' optimizer, and each system left out for lack of it (none in older results)."""
+    opt = result.get("sparse_optimizer")
+    if not opt:
+        return []
+    lines = [f"sparse optimizer (every system that has it): {opt['record']}; dense: SGD(lr={opt['lr']})"]
+    for name, reason in opt["skipped"].items():
+        lines.append(f"skipped {labels.get(name, name)}: {reason}")
+    return lines
 
 
 def _bar_label(label: str) -> str:
@@ -426,8 +560,11 @@ def plot(result: dict[str, Any], path: str) -> None:
 def run(cfg: BenchConfig) -> dict[str, Any]:
     from sparselift.runtime.distributed import launch
 
-    per_rank = launch(bench_worker, cfg.world_size, cfg, timeout_s=1800)
-    return summarize(cfg, per_rank)
+    ran, skipped = available_systems(cfg)
+    for name, reason in skipped.items():
+        print(f"bench {cfg.model}: skipping {LABELS.get(name, name)}: {reason}", file=sys.stderr)
+    per_rank = launch(bench_worker, ran.world_size, ran, timeout_s=1800)
+    return {**summarize(cfg, per_rank), "sparse_optimizer": optimizer_summary(cfg, skipped)}
 
 
 def add_arguments(
@@ -456,6 +593,7 @@ def add_arguments(
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1: 2 ranks on 2 cores)")
     p.add_argument("--kernels", default="generated", choices=("reference", "generated"))
+    add_optimizer_arguments(p)
     add_host_memory_argument(p)
     p.add_argument(
         "--plan-cache",
@@ -465,6 +603,20 @@ def add_arguments(
     p.add_argument("--quick", action="store_true", help="small rows cap and few steps (under a minute here)")
     p.add_argument("--json", help="write the results as JSON")
     p.add_argument("--plot", help="write a PNG: throughput per step and the stage breakdown")
+
+
+def add_optimizer_arguments(p: argparse.ArgumentParser, lr: float = 0.1) -> None:
+    """`--sparse-optimizer NAME` and `--lr` (every benchmark that trains takes them)."""
+    p.add_argument(
+        "--sparse-optimizer",
+        type=sparse_optimizer_arg,
+        default="sgd",
+        metavar="NAME",
+        help=f"the tables' optimizer, every system's where it has it: {', '.join(SPARSE_OPTIMIZERS)} (dashes or "
+        "underscores; default sgd; the Adam family with the betas and eps of sparselift.optim's records); "
+        "a system without it is skipped, with the reason",
+    )
+    p.add_argument("--lr", type=float, default=lr, help=f"its learning rate, and the dense SGD's (default {lr})")
 
 
 def config_from_args(a: argparse.Namespace) -> BenchConfig:
@@ -481,6 +633,8 @@ def config_from_args(a: argparse.Namespace) -> BenchConfig:
         kernels=a.kernels,
         host_memory=a.host_memory,
         plan_cache=a.plan_cache,
+        lr=a.lr,
+        sparse_optimizer=a.sparse_optimizer,
     )
     known = getattr(a, "known_systems", SYSTEMS)
     unknown = [s for s in cfg.systems if s not in known]

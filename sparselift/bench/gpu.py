@@ -8,8 +8,10 @@ CUDA GPU and says so (exit 2) without one. Four sections, each recorded even if 
   here; it is the ceiling the kernels are held against.
 - `correctness`: `triton_ops.lookup` / `lookup_update` on CUDA against
   `reference.lookup` / `lookup_update` on the CPU, over pooling (sum, mean), per-id weights,
-  SGD and row-wise Adagrad, float32 and bfloat16 tables, empty bags and duplicate ids; plus a
-  bad id, which must raise a ValueError naming the table and leave it unchanged.
+  every sparse optimizer (SGD, Adagrad, row-wise Adagrad, Adam, AdamW, partial row-wise Adam;
+  the update arguments an `OptimizerArgs` at step 3, every hyperparameter non-trivial), the
+  optimizer states too, float32 and bfloat16 tables, empty bags and duplicate ids; plus a bad
+  id, which must raise a ValueError naming the table and leave it unchanged.
 - `kernels`: interleaved timings (CUDA events, medians) of the Triton forward and
   forward + backward + SGD against `nn.EmbeddingBag` (sparse gradients + `torch.optim.SGD`) on
   the same tables and ids, for the CPU benchmark's cases and a large uniform case. `fwd` and
@@ -87,73 +89,93 @@ def copy_bandwidth(torch, device: str, mib: int = 2048, repeats: int = 10) -> di
 # ---- correctness ------------------------------------------------------------------------------
 
 CORRECTNESS_CASES = (
-    # (name, rows, dim, batch, pooling, weighted, optimizer, dtype)
+    # (name, rows, dim, batch, pooling, weighted, optimizer, dtype): every optimizer of
+    # `sparselift.optim_rules`, over poolings, per-id weights, dims and both storage dtypes
     ("sum-sgd-d64", 5000, 64, 256, "sum", False, "sgd", "float32"),
     ("mean-sgd-d13", 300, 13, 128, "mean", False, "sgd", "float32"),
-    ("weighted-sum-adagrad-d16", 200, 16, 256, "sum", True, "rowwise_adagrad", "float32"),
-    ("weighted-mean-adagrad-d128", 1000, 128, 64, "mean", True, "rowwise_adagrad", "float32"),
+    ("weighted-sum-adagrad-d16", 200, 16, 256, "sum", True, "adagrad", "float32"),
+    ("weighted-sum-rwadagrad-d16", 200, 16, 256, "sum", True, "rowwise_adagrad", "float32"),
+    ("weighted-mean-rwadagrad-d128", 1000, 128, 64, "mean", True, "rowwise_adagrad", "float32"),
+    ("sum-adam-d64", 2000, 64, 128, "sum", False, "adam", "float32"),
+    ("weighted-mean-adamw-d24", 300, 24, 128, "mean", True, "adamw", "float32"),
+    ("sum-prwadam-d128", 1000, 128, 64, "sum", False, "partial_rowwise_adam", "float32"),
     ("bf16-sum-sgd-d32", 500, 32, 128, "sum", False, "sgd", "bfloat16"),
+    ("bf16-mean-adam-d32", 500, 32, 128, "mean", False, "adam", "bfloat16"),
 )
 
 
-def correctness(torch, device: str) -> dict:
+def optimizer_args(kind: str, step: int = 3):
+    """Update arguments of `kind` with every hyperparameter non-trivial, at step `step` (the
+    Adam family's bias corrections away from 1)."""
+    from sparselift.runtime.sparse_optimizer import OptimizerArgs
+
+    b1, b2 = 0.9, 0.999
+    return OptimizerArgs(
+        kind, lr=0.1, eps=1e-3, beta1=b1, beta2=b2, weight_decay=0.01, bc1=1 - b1**step, bc2=1 - b2**step
+    )
+
+
+def optimizer_state(torch, kind: str, rows: int, dim: int, g):
+    """A random non-negative state of the rule's layout: `[rows, W]`, `[rows]` when W is 1, None
+    for an optimizer without state (SGD)."""
+    from sparselift.optim_rules import rule_for
+
+    width = rule_for(kind).state_width(dim)
+    if width == 0:
+        return None
+    return torch.rand(rows * width, generator=g)  # the rule's states whole, one after the other
+
+
+def _max_err(a, b) -> float:
+    return 0.0 if a is None and b is None else float((a.float().cpu() - b.float()).abs().max())
+
+
+def _correctness_case(torch, device: str, seed: int, case: tuple) -> dict:
+    """One case: `triton_ops` on `device` against `reference` on the CPU, forward and one update."""
     from sparselift.codegen import triton_ops as tk
     from sparselift.runtime import reference as ref
 
+    name, rows, dim, batch, pooling, weighted, kind, dtype = case
     features, segments, slots = 3, 2, [2, 0]
-    cases = []
-    for seed, (name, rows, dim, batch, pooling, weighted, kind, dtype) in enumerate(CORRECTNESS_CASES):
-        g = torch.Generator().manual_seed(seed)
-        lengths = torch.randint(0, 30, (segments * features * batch,), generator=g, dtype=torch.int32)
-        lengths[::5] = 0  # empty bags
-        n = int(lengths.sum())
-        idx = torch.randint(0, max(rows // 4, 1), (n,), generator=g)  # a quarter of the rows: many duplicates
-        w = torch.rand(n, generator=g) + 0.5 if weighted else None
-        table = (torch.randn(rows, dim, generator=g) * 0.1).to(getattr(torch, dtype))
-        grad = torch.randn(segments * batch, dim * len(slots), generator=g)
-        state = torch.rand(rows, generator=g)
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 30, (segments * features * batch,), generator=g, dtype=torch.int32)
+    lengths[::5] = 0  # empty bags
+    n = int(lengths.sum())
+    idx = torch.randint(0, max(rows // 4, 1), (n,), generator=g)  # a quarter of the rows: many duplicates
+    w = torch.rand(n, generator=g) + 0.5 if weighted else None
+    table = (torch.randn(rows, dim, generator=g) * 0.1).to(getattr(torch, dtype))
+    grad = torch.randn(segments * batch, dim * len(slots), generator=g)
+    state = optimizer_state(torch, kind, rows, dim, g)
+    args = optimizer_args(kind)
 
-        def cuda(t):
-            return None if t is None else t.to(device)
+    def on(t):
+        return None if t is None else t.to(device)
 
-        out = tk.lookup(cuda(table), cuda(lengths), cuda(idx), cuda(w), slots, features, batch, pooling)
-        want = ref.lookup(table.float(), lengths, idx, w, slots, features, batch, pooling)
-        t_gpu, s_gpu = cuda(table.clone()), cuda(state.clone())
-        t_ref, s_ref = table.float().clone(), state.clone()
-        tk.lookup_update(
-            t_gpu,
-            s_gpu,
-            cuda(lengths),
-            cuda(idx),
-            cuda(w),
-            cuda(grad),
-            slots,
-            features,
-            batch,
-            pooling,
-            kind,
-            0.1,
-            1e-3,
-            0.5,
-        )
-        ref.lookup_update(t_ref, s_ref, lengths, idx, w, grad, slots, features, batch, pooling, kind, 0.1, 1e-3, 0.5)
-        tol = 2e-2 if dtype == "bfloat16" else 1e-4
-        errs = {
-            "fwd": float((out.float().cpu() - want).abs().max()),
-            "update": float((t_gpu.float().cpu() - t_ref).abs().max()),
-            "state": float((s_gpu.cpu() - s_ref).abs().max()),
-        }
-        cases.append(
-            {
-                "case": name,
-                "ids": n,
-                "duplicates": n - int(idx.unique().numel()),
-                "tolerance": tol,
-                **errs,
-                "ok": all(v <= tol for v in errs.values()),
-            }
-        )
-    # a bad id: a clear error naming the table, the table untouched
+    out = tk.lookup(on(table), on(lengths), on(idx), on(w), slots, features, batch, pooling)
+    want = ref.lookup(table.float(), lengths, idx, w, slots, features, batch, pooling)
+    t_dev, s_dev = on(table.clone()), on(None if state is None else state.clone())
+    t_ref, s_ref = table.float().clone(), None if state is None else state.clone()
+    tk.lookup_update(t_dev, s_dev, on(lengths), on(idx), on(w), on(grad), slots, features, batch, pooling, args, 0.5)
+    ref.lookup_update(t_ref, s_ref, lengths, idx, w, grad, slots, features, batch, pooling, args, 0.5)
+    tol = 2e-2 if dtype == "bfloat16" else 1e-4
+    errs = {"fwd": _max_err(out, want), "update": _max_err(t_dev, t_ref), "state": _max_err(s_dev, s_ref)}
+    return {
+        "case": name,
+        "optimizer": kind,
+        "ids": n,
+        "duplicates": n - int(idx.unique().numel()),
+        "tolerance": tol,
+        **errs,
+        "ok": all(v <= tol for v in errs.values()),
+    }
+
+
+def _bad_id(torch, device: str) -> dict:
+    """A bad id: a clear error naming the table, the table untouched."""
+    from sparselift.codegen import triton_ops as tk
+    from sparselift.optim_rules import OptimizerKind
+    from sparselift.runtime.sparse_optimizer import OptimizerArgs
+
     t = torch.randn(3, 4, device=device)
     before = t.clone()
     try:
@@ -168,9 +190,7 @@ def correctness(torch, device: str) -> dict:
             1,
             2,
             "sum",
-            "sgd",
-            0.1,
-            0.0,
+            OptimizerArgs(OptimizerKind.SGD, lr=0.1),
             names=["t_items"],
         )
         message = "no error"
@@ -178,6 +198,12 @@ def correctness(torch, device: str) -> dict:
         message = str(e)
     bad = {"message": message, "unchanged": bool(torch.equal(t, before))}
     bad["ok"] = "t_items" in message and "out of range" in message and bad["unchanged"]
+    return bad
+
+
+def correctness(torch, device: str) -> dict:
+    cases = [_correctness_case(torch, device, seed, case) for seed, case in enumerate(CORRECTNESS_CASES)]
+    bad = _bad_id(torch, device)
     return {"cases": cases, "bad_id": bad, "ok": all(c["ok"] for c in cases) and bad["ok"]}
 
 
@@ -206,11 +232,53 @@ def _inputs(torch, case, device: str, uniform: bool) -> dict:
     return data
 
 
-def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
+def _embbag_fns(torch, case, data: dict, lr: float):
+    """torch's forward and step: one `nn.EmbeddingBag(sparse=True)` per table over its slice of
+    ids, sparse gradients, `torch.optim.SGD`."""
     from torch import nn
 
+    t, b, dim, device = len(case.rows), case.bags, case.dim, data["ids"].device
+    bags = [nn.EmbeddingBag(r, dim, mode="sum", sparse=True).to(device) for r in case.rows]
+    with torch.no_grad():
+        for e, w in zip(bags, data["tables"]):
+            e.weight.copy_(w)
+    opt = torch.optim.SGD([e.weight for e in bags], lr=lr)
+    id_slices = list(torch.split(data["ids"], data["per_table"]))
+    off_slices = [
+        torch.cat([torch.zeros(1, dtype=torch.int64, device=device), ln.to(torch.int64).cumsum(0)[:-1]])
+        for ln in data["lengths"].view(t, b)
+    ]
+
+    def torch_fwd():
+        return [e(i, o) for e, i, o in zip(bags, id_slices, off_slices)]
+
+    def torch_step():
+        torch.autograd.backward(torch_fwd(), data["grads"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return torch_fwd, torch_step
+
+
+def _interleaved_medians(torch, systems: dict, repeats: int, warmup: int = 2) -> dict:
+    """Median CUDA-event ms of each system's metrics, timed interleaved (per repeat and metric,
+    every system once), after `warmup` untimed repeats."""
+    samples = {s: {m: [] for m in fns} for s, fns in systems.items()}
+    for rep in range(repeats + warmup):
+        for metric in ("fwd", "fwd_kernel", "step"):
+            for s, fns in systems.items():
+                if metric in fns:
+                    ms = _events_ms(torch, fns[metric])
+                    if rep >= warmup:
+                        samples[s][metric].append(ms)
+    return {s: {m: round(statistics.median(v), 4) for m, v in d.items()} for s, d in samples.items()}
+
+
+def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     from sparselift.codegen import triton_kernels
     from sparselift.codegen import triton_ops as tk
+    from sparselift.optim_rules import OptimizerKind
+    from sparselift.runtime.sparse_optimizer import OptimizerArgs
 
     data = _inputs(torch, case, device, uniform)
     t, b, dim = len(case.rows), case.bags, case.dim
@@ -219,13 +287,14 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
     tables = [w.clone() for w in data["tables"]]
     grads = data["grads"]
     lr = 0.01
+    sgd = OptimizerArgs(OptimizerKind.SGD, lr=lr)
 
     def fwd():
         return tk.fused_lookup(tables, lengths, ids, None, slots, t, b, "sum")
 
     def step():
         fwd()
-        tk.fused_lookup_update(tables, None, lengths, ids, None, grads, slots, t, b, "sum", "sgd", lr, 0.0)
+        tk.fused_lookup_update(tables, None, lengths, ids, None, grads, slots, t, b, "sum", sgd)
 
     # the forward kernel alone, on geometry computed once
     geo = tk._geometry([f"t{k}" for k in range(t)], lengths, ids, None, slots, t, b, tables)
@@ -251,26 +320,7 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
                 BLOCK_D=tk._next_pow2(dim),
             )
 
-    # torch: one EmbeddingBag per table over its slice of ids
-    bags = [nn.EmbeddingBag(r, dim, mode="sum", sparse=True).to(device) for r in case.rows]
-    with torch.no_grad():
-        for e, w in zip(bags, data["tables"]):
-            e.weight.copy_(w)
-    opt = torch.optim.SGD([e.weight for e in bags], lr=lr)
-    per = data["per_table"]
-    id_slices = list(torch.split(ids, per))
-    off_slices = [
-        torch.cat([torch.zeros(1, dtype=torch.int64, device=device), ln.to(torch.int64).cumsum(0)[:-1]])
-        for ln in lengths.view(t, b)
-    ]
-
-    def torch_fwd():
-        return [e(i, o) for e, i, o in zip(bags, id_slices, off_slices)]
-
-    def torch_step():
-        torch.autograd.backward(torch_fwd(), grads)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    torch_fwd, torch_step = _embbag_fns(torch, case, data, lr)
 
     # agreement before timing: Triton forward vs EmbeddingBag forward on the same weights
     with torch.no_grad():
@@ -279,15 +329,7 @@ def time_case(torch, case, device: str, repeats: int, uniform: bool) -> dict:
         "triton": {"fwd": fwd, "fwd_kernel": fwd_kernel, "step": step},
         "torch-embbag": {"fwd": torch_fwd, "step": torch_step},
     }
-    samples = {s: {m: [] for m in fns} for s, fns in systems.items()}
-    for rep in range(repeats + 2):
-        for metric in ("fwd", "fwd_kernel", "step"):
-            for s, fns in systems.items():  # interleaved
-                if metric in fns:
-                    ms = _events_ms(torch, fns[metric])
-                    if rep >= 2:
-                        samples[s][metric].append(ms)
-    ms = {s: {m: round(statistics.median(v), 4) for m, v in d.items()} for s, d in samples.items()}
+    ms = _interleaved_medians(torch, systems, repeats)
     n_ids = ids.numel()
     fwd_bytes = n_ids * dim * 4 + n_ids * 8 + (t * b + 1) * 8 + t * b * dim * 4
     return {
@@ -416,10 +458,15 @@ def format_report(doc: dict) -> str:
     if "copy" in doc and doc["copy"]["ok"]:
         lines.append(f"copy bandwidth: {doc['copy']['gb_per_s']} GB/s (read + write)")
     if doc.get("correctness", {}).get("cases"):
-        lines += ["", "| case | ids | fwd err | update err | state err | ok |", "|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| case | optimizer | ids | fwd err | update err | state err | ok |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
         for c in doc["correctness"]["cases"]:
+            kind = c.get("optimizer", "-")  # records before the optimizer field: in the case's name
             lines.append(
-                f"| {c['case']} | {c['ids']} | {c['fwd']:.2g} | {c['update']:.2g} | {c['state']:.2g} | "
+                f"| {c['case']} | {kind} | {c['ids']} | {c['fwd']:.2g} | {c['update']:.2g} | {c['state']:.2g} | "
                 f"{'yes' if c['ok'] else 'NO'} |"
             )
         lines.append(f"bad id: {doc['correctness']['bad_id']}")

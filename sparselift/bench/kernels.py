@@ -1,23 +1,40 @@
 """Kernel benchmark: SparseLift's generated C kernels vs FBGEMM TBE (CPU) vs torch EmbeddingBag.
 
-`python -m sparselift.bench.kernels [--json FILE] [--repeats N] [--quick] [--cases NAME,...]`
-(`sparselift bench kernels` calls `main(argv)`).
+`python -m sparselift.bench.kernels [--json FILE] [--repeats N] [--quick] [--cases NAME,...]
+[--optimizers NAME,...] [--no-torch]` (`sparselift bench kernels` calls `main(argv)`).
 
 Every system runs on one thread (`torch.set_num_threads(1)`, the C kernels with one OpenMP
 thread) over the same tables, ids (Zipf-skewed, alpha 1.05, hot rows scattered over the table
 by a fixed permutation) and pooled gradients. Repeats are interleaved (A, B, C, A, B, C, ...)
-and the medians reported, for
+and the medians reported, one row per metric:
 
 - `fwd`: pooled sum lookup of every table (one fused C call; one TBE call; one
   `nn.EmbeddingBag` call per table), autograd on as in training; `fwd_nograd`: the same under
   `torch.no_grad()` (the torch systems skip their autograd bookkeeping; the C path is the same);
-- `fwd_bwd_sgd`: forward, then backward with the optimizer update (C: one fused
-  backward+SGD call; TBE: `EXACT_SGD` fused into backward; torch: sparse gradients +
-  `torch.optim.SGD.step()` + `zero_grad`);
-- `fwd_bwd_rowwise_adagrad`: the same with row-wise Adagrad (C and TBE
-  `EXACT_ROWWISE_ADAGRAD`; torch has no row-wise Adagrad).
+- `fwd_bwd_<optimizer>`, for each sparse optimizer `--optimizers` names (default all six: `sgd`,
+  `adagrad`, `rowwise_adagrad`, `adam`, `adamw`, `partial_rowwise_adam`): forward, then backward
+  with the optimizer's update, every system with the same hyperparameters (lr 0.01, eps 1e-8,
+  betas (0.9, 0.999), AdamW's decoupled weight decay 0.01, the others' none):
+  - C: one fused backward + update call (`fused_lookup_update` with `OptimizerArgs.of(record,
+    step)`, the step count growing by one per call, so the Adam family's bias corrections move);
+  - FBGEMM: the TBE optimizer fused into backward where its CPU build has it: `EXACT_SGD`,
+    `EXACT_ADAGRAD`, `EXACT_ROWWISE_ADAGRAD`. fbgemm-gpu-cpu 1.8.0 refuses `ADAM` (AdamW is
+    `ADAM` with decoupled weight decay) and `PARTIAL_ROWWISE_ADAM` on CPU ("Optimizer adam is
+    not supported in CPU mode."): those cells are n/a, with the message TBE gave;
+  - torch: `nn.EmbeddingBag(sparse=True)`, sparse gradients, the optimizer's `step()` and
+    `zero_grad`: `torch.optim.SGD`, `torch.optim.Adagrad`, and for Adam, AdamW and partial
+    row-wise Adam the fastest eager path, `torch.optim.SparseAdam` (`Adam`/`AdamW` refuse sparse
+    gradients), which is another update (a footnote says how its numbers differ); torch has no
+    row-wise Adagrad (n/a).
 
-Before timing, the C forward is checked against FBGEMM's on the same weights.
+A system without an optimizer prints "n/a" with the reason in a footnote (the JSON's
+`not_available`), never a dropped row; a stand-in is footnoted too (`stand_ins`). The speedup
+columns are C over each peer, per row, from the same interleaved run.
+
+Before timing, the C forward is checked against FBGEMM's on the same weights, and one training
+step from the same weights against FBGEMM's (SGD, Adagrad, row-wise Adagrad) and against
+`torch.optim.Adam` / `AdamW` on dense gradients, on the touched rows (from a zero state, lazy
+Adam's first step is theirs there).
 """
 
 from __future__ import annotations
@@ -33,7 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CASES", "Case", "main", "run"]
+__all__ = ["CASES", "OPTIMIZERS", "Case", "main", "optimizer_record", "run"]
 
 KAGGLE_CARDINALITIES = (
     1460,
@@ -86,6 +103,32 @@ CASES: dict[str, Case] = {
 ZIPF_ALPHA = 1.05
 LR = 0.01
 EPS = 1e-8
+OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "adamw", "partial_rowwise_adam")  # OptimizerKind values
+OPTIMIZER_NAMES = tuple(o.replace("_", "-") for o in OPTIMIZERS)  # as users type them
+ADAM_FAMILY = ("adam", "adamw", "partial_rowwise_adam")
+
+
+def optimizer_record(kind: str):
+    """The `sparselift.optim` record every system runs for `kind`: lr `LR`, eps `EPS` (FBGEMM's
+    default; SGD has none), the record's other defaults."""
+    from sparselift.optim import RECORDS
+    from sparselift.optim_rules import OptimizerKind
+
+    record = RECORDS[OptimizerKind(kind)]
+    return record(lr=LR) if kind == "sgd" else record(lr=LR, eps=EPS)
+
+
+def metric_of(kind: str) -> str:
+    return f"fwd_bwd_{kind}"
+
+
+def metric_label(metric: str) -> str:
+    from sparselift.optim_rules import rule_for
+
+    if metric.startswith("fwd_bwd_"):
+        title = rule_for(metric.removeprefix("fwd_bwd_")).title
+        return "fwd+bwd+" + {"RowWiseAdagrad": "RwAdagrad", "PartialRowWiseAdam": "PRwAdam"}.get(title, title)
+    return {"fwd": "fwd", "fwd_nograd": "fwd no-grad"}[metric]
 
 
 def _zipf_ids(torch, rows: int, n: int, gen) -> object:
@@ -116,6 +159,8 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
 
 
 class _System:
+    stand_in: str | None = None  # set where the system runs another update in the optimizer's place
+
     def forward(self):
         raise NotImplementedError
 
@@ -126,15 +171,30 @@ class _System:
             return self.forward()
 
 
+def _zero_state(rows: int, width: int):
+    """A table's optimizer state as the C kernels take it: `rows * W` floats (`state_slots`),
+    None when the optimizer keeps none (SGD)."""
+    import torch
+
+    if width == 0:
+        return None
+    return torch.zeros(rows * width, dtype=torch.float32)  # the rule's states whole, one after the other
+
+
 class Ours(_System):
     name = "sparselift-c"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
+        from sparselift.optim_rules import rule_for
         from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+        from sparselift.runtime.sparse_optimizer import OptimizerArgs
 
         self.case, self.optimizer = case, optimizer
+        self.record, self._args = optimizer_record(optimizer), OptimizerArgs.of
         self.tables = [w.clone() for w in data["tables"]]
-        self.states = [torch_zeros(r) for r in case.rows] if optimizer == "rowwise_adagrad" else [None] * len(case.rows)
+        width = rule_for(optimizer).state_width(case.dim)
+        self.states = [_zero_state(r, width) for r in case.rows]
+        self.steps = 0  # the optimizer's step count (the Adam family's bias corrections read it)
         self.lengths, self.ids, self.grads = data["lengths"], data["ids"], data["grads"]
         self.slots = [[t] for t in range(len(case.rows))]
         self.kernels = GeneratedKernels([TableSpec(case.dim, "f32", "i64", "sum", False, optimizer)], nthreads=1)
@@ -146,6 +206,7 @@ class Ours(_System):
 
     def step(self):
         self.forward()
+        self.steps += 1
         self.kernels.fused_lookup_update(
             self.tables,
             self.states,
@@ -157,39 +218,60 @@ class Ours(_System):
             len(self.tables),
             self.case.bags,
             "sum",
-            self.optimizer,
-            LR,
-            EPS if self.optimizer == "rowwise_adagrad" else 0.0,
+            self._args(self.record, self.steps),
         )
 
 
-def torch_zeros(n):
-    import torch
+# TBE's optimizer for each kind (AdamW: ADAM with decoupled weight decay).
+FBGEMM_OPTIMIZERS = {
+    "sgd": "EXACT_SGD",
+    "adagrad": "EXACT_ADAGRAD",
+    "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+    "adam": "ADAM",
+    "adamw": "ADAM",
+    "partial_rowwise_adam": "PARTIAL_ROWWISE_ADAM",
+}
 
-    return torch.zeros(n, dtype=torch.float32)
+
+def _fbgemm_kwargs(kind: str) -> dict:
+    """TBE's optimizer arguments for `kind`, the hyperparameters of `optimizer_record(kind)`."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import OptimType, WeightDecayMode
+
+    h = optimizer_record(kind).hyperparameters()
+    kwargs = {"optimizer": getattr(OptimType, FBGEMM_OPTIMIZERS[kind]), "learning_rate": h["lr"]}
+    if kind != "sgd":
+        kwargs["eps"] = h["eps"]
+    if kind in ADAM_FAMILY:
+        decay = WeightDecayMode.DECOUPLE if kind == "adamw" else WeightDecayMode.L2
+        kwargs.update(beta1=h["beta1"], beta2=h["beta2"], weight_decay=h["weight_decay"])
+        kwargs["weight_decay_mode"] = decay if h["weight_decay"] else WeightDecayMode.NONE
+    return kwargs
 
 
 class Fbgemm(_System):
     name = "fbgemm-tbe"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
+        import fbgemm_gpu
         import torch
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
             ComputeDevice,
-            OptimType,
             SplitTableBatchedEmbeddingBagsCodegen,
         )
 
-        opt = {"sgd": OptimType.EXACT_SGD, "rowwise_adagrad": OptimType.EXACT_ROWWISE_ADAGRAD}[optimizer]
-        kwargs = {"eps": EPS} if optimizer == "rowwise_adagrad" else {}
-        self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
-            [(r, case.dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in case.rows],
-            optimizer=opt,
-            learning_rate=LR,
-            pooling_mode=PoolingMode.SUM,
-            **kwargs,
-        )
+        try:
+            self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
+                [(r, case.dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in case.rows],
+                pooling_mode=PoolingMode.SUM,
+                **_fbgemm_kwargs(optimizer),
+            )
+        except (AssertionError, NotImplementedError, ValueError) as e:  # what TBE says of an optimizer it lacks
+            decoupled = " (decoupled weight decay)" if optimizer == "adamw" else ""
+            raise NotImplementedError(
+                f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')}'s CPU TBE has no "
+                f"{FBGEMM_OPTIMIZERS[optimizer]}{decoupled} ({type(e).__name__}: {e})"
+            ) from None
         with torch.no_grad():
             for dst, src in zip(self.tbe.split_embedding_weights(), data["tables"]):
                 dst.copy_(src)
@@ -206,14 +288,47 @@ class Fbgemm(_System):
         out.backward(self.grad)
 
 
+_SPARSE_ADAM = (
+    "torch.optim.SparseAdam stands in (torch.optim.{name} refuses sparse gradients): lazy Adam, but eps is added "
+    "before the bias correction"
+)
+TORCH_STAND_INS = {
+    "adam": _SPARSE_ADAM.format(name="Adam") + ", so its numbers differ",
+    "adamw": _SPARSE_ADAM.format(name="AdamW") + ", and without AdamW's decoupled weight decay: its numbers differ",
+    "partial_rowwise_adam": "torch has no partial row-wise Adam; torch.optim.SparseAdam stands in (a second moment "
+    "per element, eps added before the bias correction): its numbers differ",
+}
+
+
+def _torch_optimizer(kind: str, params: list):
+    """The torch optimizer of `kind` on sparse gradients (or its stand-in, `TORCH_STAND_INS`)."""
+    import torch
+
+    h = optimizer_record(kind).hyperparameters()
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=h["lr"])
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=h["lr"], eps=h["eps"])
+    if kind == "rowwise_adagrad":
+        raise NotImplementedError("torch has no row-wise Adagrad")
+    return torch.optim.SparseAdam(params, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"])
+
+
+def _bag_inputs(case: Case, data: dict) -> list[tuple]:
+    """Each table's (ids, offsets) for `nn.EmbeddingBag` (offsets: bag starts)."""
+    import torch
+
+    lengths = data["lengths"].view(len(case.rows), case.bags).to(torch.int64)
+    ids = torch.split(data["ids"], data["per_table"])
+    return [(i, torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(n, 0)[:-1]])) for i, n in zip(ids, lengths)]
+
+
 class TorchEmbeddingBag(_System):
     name = "torch-embbag"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
         import torch
 
-        if optimizer != "sgd":
-            raise NotImplementedError("torch has no row-wise Adagrad")
         self.torch = torch
         self.bags = []
         for w in data["tables"]:
@@ -221,17 +336,9 @@ class TorchEmbeddingBag(_System):
             with torch.no_grad():
                 eb.weight.copy_(w)
             self.bags.append(eb)
-        self.opt = torch.optim.SGD([eb.weight for eb in self.bags], lr=LR)
-        t, b = len(case.rows), case.bags
-        lengths = data["lengths"].view(t, b).to(torch.int64)
-        self.inputs = []
-        start = 0
-        for i in range(t):
-            n = int(lengths[i].sum())
-            ids = data["ids"][start : start + n]
-            offs = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths[i], 0)[:-1]])
-            self.inputs.append((ids, offs))
-            start += n
+        self.opt = _torch_optimizer(optimizer, [eb.weight for eb in self.bags])
+        self.stand_in = TORCH_STAND_INS.get(optimizer)
+        self.inputs = _bag_inputs(case, data)
         self.grads = data["grads"]
 
     def forward(self):
@@ -242,6 +349,10 @@ class TorchEmbeddingBag(_System):
         self.torch.autograd.backward(outs, self.grads)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+SYSTEMS: dict[str, type[_System]] = {"sparselift-c": Ours, "fbgemm-tbe": Fbgemm, "torch-embbag": TorchEmbeddingBag}
+PEER_LABELS = {"fbgemm-tbe": "FBGEMM", "torch-embbag": "torch"}
 
 
 # ---- driver ----------------------------------------------------------------------------------
@@ -271,64 +382,110 @@ def _check_step(case: Case, data: dict, optimizer: str) -> float:
     return max(diffs)
 
 
-def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print) -> dict:
+def _check_step_vs_torch(case: Case, data: dict, optimizer: str) -> float:
+    """One step of the C Adam / AdamW and of `torch.optim.Adam` / `AdamW` on dense gradients from
+    the same weights and a zero state: the largest difference on the rows the batch touched."""
     import torch
+    import torch.nn.functional as F
 
-    data = make_inputs(case)
-    n_ids = data["ids"].numel()
-    log(
-        f"[{case.name}] {len(case.rows)} tables, dim {case.dim}, {case.bags} bags, {n_ids} ids "
-        f"({n_ids / (len(case.rows) * case.bags):.1f} per bag)"
-    )
-    systems: dict[str, dict[str, object]] = {"sparselift-c": {}, "fbgemm-tbe": {}}
-    if with_torch:
-        systems["torch-embbag"] = {}
-    makers = {"sparselift-c": Ours, "fbgemm-tbe": Fbgemm, "torch-embbag": TorchEmbeddingBag}
-    notes: list[str] = []
-    for name in systems:
-        for opt in ("sgd", "rowwise_adagrad"):
+    ours = Ours(case, data, optimizer)
+    ours.step()
+    h = optimizer_record(optimizer).hyperparameters()
+    cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
+    worst = 0.0
+    for k, ((ids, offs), w, g) in enumerate(zip(_bag_inputs(case, data), data["tables"], data["grads"])):
+        p = torch.nn.Parameter(w.clone())
+        F.embedding_bag(ids, p, offs, mode="sum").backward(g)
+        cls([p], lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], weight_decay=h["weight_decay"]).step()
+        touched = ids.unique()
+        worst = max(worst, float((ours.tables[k][touched] - p.detach()[touched]).abs().max()))
+    return worst
+
+
+def _build(case: Case, data: dict, kinds: Sequence[str], with_torch: bool, log) -> tuple[dict, dict, dict]:
+    """Every system for SGD (the forward rows run it) and for each of `kinds`; what a system
+    lacks (metric -> reason) and where it runs a stand-in (metric -> what differs)."""
+    names = [n for n in SYSTEMS if with_torch or n != "torch-embbag"]
+    systems: dict[str, dict[str, _System]] = {n: {} for n in names}
+    missing: dict[str, dict[str, str]] = {n: {} for n in names}
+    stand_ins: dict[str, dict[str, str]] = {n: {} for n in names}
+    for name in names:
+        for kind in dict.fromkeys(("sgd", *kinds)):
             try:
-                systems[name][opt] = makers[name](case, data, opt)
-            except NotImplementedError:
-                pass
-            except Exception as e:  # an optional peer that fails to build is reported, not fatal
-                notes.append(f"{name} {opt}: {type(e).__name__}: {e}")
-                log(f"  (skipping {name} {opt}: {e})")
-    diff = (
-        _check_forward(systems["sparselift-c"]["sgd"], systems["fbgemm-tbe"]["sgd"])
-        if "sgd" in systems["fbgemm-tbe"]
-        else float("nan")
-    )
+                obj = SYSTEMS[name](case, data, kind)
+            except Exception as e:  # a peer without the optimizer (or failing to build) is reported, not fatal
+                reason = str(e) if isinstance(e, NotImplementedError) else f"{type(e).__name__}: {e}"
+                log(f"  {name} has no {kind}: {reason}")
+                lacking = [metric_of(kind)] if kind in kinds else []
+                for metric in lacking + (["fwd", "fwd_nograd"] if kind == "sgd" else []):
+                    missing[name][metric] = reason
+                continue
+            systems[name][kind] = obj
+            if obj.stand_in and kind in kinds:
+                stand_ins[name][metric_of(kind)] = obj.stand_in
+    return systems, missing, stand_ins
+
+
+def _checks(case: Case, data: dict, systems: dict, kinds: Sequence[str], log) -> dict:
+    """The agreement checks run before timing (see the module docstring)."""
+    fb = systems.get("fbgemm-tbe", {})
+    diff = _check_forward(systems["sparselift-c"]["sgd"], fb["sgd"]) if "sgd" in fb else float("nan")
     log(f"  max |C forward - FBGEMM forward| = {diff:.3g}")
-    upd_diff = {}
-    for opt in ("sgd", "rowwise_adagrad"):
-        if opt in systems["fbgemm-tbe"]:
-            upd_diff[opt] = _check_step(case, data, opt)
-            log(f"  max |C table - FBGEMM table| after one {opt} step = {upd_diff[opt]:.3g}")
-    measures = [
-        ("fwd", "sgd", "forward"),
-        ("fwd_nograd", "sgd", "forward_nograd"),
-        ("fwd_bwd_sgd", "sgd", "step"),
-        ("fwd_bwd_rowwise_adagrad", "rowwise_adagrad", "step"),
-    ]
+    vs_fbgemm, vs_torch = {}, {}
+    for kind in kinds:
+        if kind in fb:
+            vs_fbgemm[kind] = _check_step(case, data, kind)
+            log(f"  max |C table - FBGEMM table| after one {kind} step = {vs_fbgemm[kind]:.3g}")
+        if kind in ("adam", "adamw"):
+            vs_torch[kind] = _check_step_vs_torch(case, data, kind)
+            label = "AdamW" if kind == "adamw" else "Adam"
+            log(f"  max |C table - torch.optim.{label} table| on touched rows after one step = {vs_torch[kind]:.3g}")
+    return {
+        "max_abs_diff_fwd_vs_fbgemm": diff,
+        "max_abs_diff_after_step_vs_fbgemm": vs_fbgemm,
+        "max_abs_diff_after_step_vs_torch": vs_torch,
+    }
+
+
+def _measure(systems: dict, measures: Sequence[tuple[str, str, str]], repeats: int, warmup: int) -> dict:
+    """Interleaved timings: per repeat, per metric, every system once (A, B, C, A, B, C, ...)."""
     samples: dict[str, dict[str, list[float]]] = {s: {m: [] for m, _, _ in measures} for s in systems}
     for rep in range(warmup + repeats):
         for metric, opt, method in measures:
-            for name, objs in systems.items():  # interleaved: A, B, C, A, B, C, ...
+            for name, objs in systems.items():
                 obj = objs.get(opt)
                 if obj is None:
                     continue
                 ms = _time(getattr(obj, method))
                 if rep >= warmup:
                     samples[name][metric].append(ms)
+    return samples
+
+
+def run_case(
+    case: Case, repeats: int, warmup: int, with_torch: bool, kinds: Sequence[str] = OPTIMIZERS, log=print
+) -> dict:
+    data = make_inputs(case)
+    n_ids = data["ids"].numel()
+    log(
+        f"[{case.name}] {len(case.rows)} tables, dim {case.dim}, {case.bags} bags, {n_ids} ids "
+        f"({n_ids / (len(case.rows) * case.bags):.1f} per bag)"
+    )
+    systems, missing, stand_ins = _build(case, data, kinds, with_torch, log)
+    checks = _checks(case, data, systems, kinds, log)
+    measures = [("fwd", "sgd", "forward"), ("fwd_nograd", "sgd", "forward_nograd")]
+    measures += [(metric_of(k), k, "step") for k in kinds]
+    samples = _measure(systems, measures, repeats, warmup)
     ms = {s: {m: round(statistics.median(v), 3) for m, v in d.items() if v} for s, d in samples.items()}
     spread = {s: {m: [round(min(v), 3), round(max(v), 3)] for m, v in d.items() if v} for s, d in samples.items()}
+    metrics = [m for m, _, _ in measures]
 
-    def speedup(metric):
-        a, b = ms["sparselift-c"].get(metric), ms["fbgemm-tbe"].get(metric)
-        return round(b / a, 3) if a and b else None
+    def speedups(peer: str) -> dict[str, float | None]:
+        ours, theirs = ms.get("sparselift-c", {}), ms.get(peer, {})
+        return {m: round(theirs[m] / ours[m], 3) if ours.get(m) and theirs.get(m) else None for m in metrics}
 
-    del torch
+    vs = {peer: speedups(peer) for peer in systems if peer != "sparselift-c"}
+    fb = vs.get("fbgemm-tbe", {})
     return {
         "name": case.name,
         "tables": len(case.rows),
@@ -336,15 +493,19 @@ def run_case(case: Case, repeats: int, warmup: int, with_torch: bool, log=print)
         "dim": case.dim,
         "bags": case.bags,
         "ids": n_ids,
-        "speedup_vs_fbgemm_fwd": speedup("fwd"),
-        "speedup_vs_fbgemm_fwd_bwd": speedup("fwd_bwd_sgd"),
-        "speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad": speedup("fwd_bwd_rowwise_adagrad"),
-        "speedup_vs_fbgemm_fwd_nograd": speedup("fwd_nograd"),
+        "metrics": metrics,
+        # the earlier runs' keys, unchanged: fwd+bwd is SGD's
+        "speedup_vs_fbgemm_fwd": fb.get("fwd"),
+        "speedup_vs_fbgemm_fwd_bwd": fb.get("fwd_bwd_sgd"),
+        "speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad": fb.get("fwd_bwd_rowwise_adagrad"),
+        "speedup_vs_fbgemm_fwd_nograd": fb.get("fwd_nograd"),
+        "speedup_vs_fbgemm": fb,
+        "speedup_vs_torch": vs.get("torch-embbag"),
         "ms": ms,
         "min_max_ms": spread,
-        "max_abs_diff_fwd_vs_fbgemm": diff,
-        "max_abs_diff_after_step_vs_fbgemm": upd_diff,
-        "notes": notes,
+        "not_available": {s: d for s, d in missing.items() if d},
+        "stand_ins": {s: d for s, d in stand_ins.items() if d},
+        **checks,
     }
 
 
@@ -384,48 +545,87 @@ def machine_info() -> dict:
 
 
 def format_table(results: Sequence[dict]) -> str:
-    cols = [
-        ("fwd", "fwd"),
-        ("fwd_nograd", "fwd no-grad"),
-        ("fwd_bwd_sgd", "fwd+bwd+SGD"),
-        ("fwd_bwd_rowwise_adagrad", "fwd+bwd+RwAdagrad"),
-    ]
-    lines = [f"| case | system | {' | '.join(c[1] + ' ms' for c in cols)} |", "|---|---|" + "---:|" * len(cols)]
+    """One row per case and metric: each system's median ms, then C's speedup over each peer.
+    A missing optimizer is "n/a" and a stand-in is marked, both with a numbered footnote."""
+    systems = [s for s in SYSTEMS if any(s in r["ms"] or s in r.get("not_available", {}) for r in results)]
+    peers = [s for s in systems if s != "sparselift-c"]
+    notes: dict[str, int] = {}
+
+    def mark(system: str, metric: str, text: str) -> str:
+        return f"[{notes.setdefault(f'{system}, {metric_label(metric)}: {text}', len(notes) + 1)}]"
+
+    head = ["case", "metric", *(f"{s} ms" for s in systems), *(f"C vs {PEER_LABELS[p]}" for p in peers)]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for r in results:
-        for system, vals in r["ms"].items():
-            cells = [f"{vals[c]:.2f}" if c in vals else "-" for c, _ in cols]
-            lines.append(f"| {r['name']} | {system} | {' | '.join(cells)} |")
-        sp = [
-            r["speedup_vs_fbgemm_fwd"],
-            r["speedup_vs_fbgemm_fwd_nograd"],
-            r["speedup_vs_fbgemm_fwd_bwd"],
-            r["speedup_vs_fbgemm_fwd_bwd_rowwise_adagrad"],
-        ]
-        cells = [f"**{s:.2f}x**" if s else "-" for s in sp]
-        lines.append(f"| {r['name']} | speedup C vs FBGEMM | {' | '.join(cells)} |")
+        for metric in r.get("metrics", ("fwd", "fwd_nograd", "fwd_bwd_sgd", "fwd_bwd_rowwise_adagrad")):
+            cells = [r["name"], metric_label(metric)]
+            for s in systems:
+                value = r["ms"].get(s, {}).get(metric)
+                missing = r.get("not_available", {}).get(s, {}).get(metric)
+                stand_in = r.get("stand_ins", {}).get(s, {}).get(metric)
+                if value is not None:
+                    cells.append(f"{value:.2f}" + (f" {mark(s, metric, stand_in)}" if stand_in else ""))
+                else:
+                    cells.append(f"n/a {mark(s, metric, missing)}" if missing else "-")
+            for p in peers:
+                ratio = (r.get(f"speedup_vs_{PEER_LABELS[p].lower()}") or {}).get(metric)
+                cells.append(f"**{ratio:.2f}x**" if ratio else "n/a")
+            lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines.append("")
+        lines += [f"[{n}] {text}" for text, n in notes.items()]
     return "\n".join(lines)
 
 
-def run(case_names: Sequence[str], repeats: int, warmup: int, with_torch: bool, log=print) -> list[dict]:
+def run(
+    case_names: Sequence[str],
+    repeats: int,
+    warmup: int,
+    with_torch: bool,
+    kinds: Sequence[str] = OPTIMIZERS,
+    log=print,
+) -> list[dict]:
     import torch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     with torch.autograd.set_grad_enabled(True):
-        return [run_case(CASES[n], repeats, warmup, with_torch, log) for n in case_names]
+        return [run_case(CASES[n], repeats, warmup, with_torch, kinds, log) for n in case_names]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _optimizer_names(text: str) -> list[str]:
+    """`--optimizers`: comma-separated names, dashes or underscores (`rowwise-adagrad`)."""
+    names = [t.strip().lower().replace("-", "_") for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in OPTIMIZERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown optimizer(s) {unknown or text!r}; choose from {', '.join(OPTIMIZER_NAMES)}"
+        )
+    return [o for o in OPTIMIZERS if o in names]  # the table's order, whatever the option's
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparselift bench kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the results as JSON here")
     parser.add_argument(
         "--repeats", type=int, default=None, help="timed repeats per system and metric (default 15, quick 3)"
     )
     parser.add_argument("--warmup", type=int, default=None, help="untimed repeats first (default 2, quick 1)")
-    parser.add_argument("--quick", action="store_true", help="few repeats, no torch EmbeddingBag on dlrm-bench")
+    parser.add_argument("--quick", action="store_true", help="few repeats (3, after 1 warm-up)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
+    parser.add_argument(
+        "--optimizers",
+        type=_optimizer_names,
+        default=list(OPTIMIZERS),
+        help="the fwd+bwd rows to run, comma-separated (dashes or underscores): "
+        f"{', '.join(OPTIMIZER_NAMES)} (default: all)",
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip the torch EmbeddingBag baseline")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
@@ -445,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    results = run(names, repeats, warmup, with_torch=not args.no_torch)
+    results = run(names, repeats, warmup, with_torch=not args.no_torch, kinds=args.optimizers)
     print()
     print(format_table(results))
     command = "python -m sparselift.bench.kernels " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -456,6 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats": repeats,
         "warmup": warmup,
         "zipf_alpha": ZIPF_ALPHA,
+        "optimizers": {k: optimizer_record(k).hyperparameters() for k in args.optimizers},
     }
     if args.json:
         with open(args.json, "w") as f:

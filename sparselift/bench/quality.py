@@ -4,7 +4,9 @@ Both systems start from identical weights and see identical data (the synthetic 
 whose planted click signal makes AUC meaningful). Reported, as in the paper's quality table:
 ROC-AUC, AP and LogLoss on the held-out split for both, and the MAE / RMSE between the two
 training-loss curves over matched steps; `--plot` draws the curves, their difference and the
-metrics.
+metrics. `--sparse-optimizer NAME` trains both systems' tables with that optimizer at `--lr`
+(the dense parts with SGD); the reference has SGD and Adagrad only (torch's optimizers of sparse
+gradients), so the others are refused with the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from sparselift.bench.dlrm import add_optimizer_arguments, unavailable
 from sparselift.tools.arguments import rows_cap_arg
 
 
@@ -35,6 +38,7 @@ class QualityConfig:
     # split across ranks), so any difference in the curves is the compiler's; auto also
     # replicates small tables, whose all-reduced dense gradients round differently.
     sharding: str = "table_wise"
+    sparse_optimizer: str = "sgd"  # an OptimizerKind value: the tables' optimizer in both systems
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[float]) -> float:
@@ -81,7 +85,7 @@ def quality_worker(rank: int, world: int, cfg: QualityConfig) -> dict[str, Any]:
     import torch.distributed as dist
 
     from sparselift.bench.baselines import BaselineRunner, synthetic_source
-    from sparselift.bench.dlrm import BenchConfig, dlrm_config
+    from sparselift.bench.dlrm import BenchConfig, dlrm_config, sparse_optimizer_record
     from sparselift.bench.systems import SparseLiftRunner
 
     torch.set_num_threads(cfg.threads)
@@ -89,8 +93,11 @@ def quality_worker(rank: int, world: int, cfg: QualityConfig) -> dict[str, Any]:
     source = synthetic_source(config, seed=cfg.seed)
     global_bs = cfg.batch_size * world
     first = next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world)))
-    baseline = BaselineRunner(config, rank, world, cfg.lr, cfg.seed)
-    sparselift = SparseLiftRunner(config, rank, world, cfg.lr, cfg.seed, first, sharding=cfg.sharding)
+    record = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
+    baseline = BaselineRunner(config, rank, world, cfg.lr, cfg.seed, sparse_optimizer=record, reference_optimizer=True)
+    sparselift = SparseLiftRunner(
+        config, rank, world, cfg.lr, cfg.seed, first, sharding=cfg.sharding, sparse_optimizer=record
+    )
     losses: dict[str, list[float]] = {"baseline": [], "sparselift": []}
     for step in range(cfg.steps):
         gb = source.global_batch(step, global_bs)
@@ -145,7 +152,8 @@ def format_table(r: dict[str, Any]) -> str:
     lines = [
         f"Training quality: {cfg['model']}, {cfg['world_size']} ranks, {cfg['steps']} steps of "
         f"{cfg['batch_size']} per rank, eval on {r['eval_samples']} held-out samples, "
-        f"SparseLift sharding {cfg['sharding']}",
+        f"SparseLift sharding {cfg['sharding']}, sparse optimizer {cfg.get('sparse_optimizer', 'sgd')} "
+        f"(lr {cfg['lr']}; dense SGD)",
         "",
         f"{'metric':<10}{ref_label:>{w1}}{other_label:>{w2}}{'difference':>13}",
     ]
@@ -212,7 +220,7 @@ def build_parser(
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--rows-cap", type=rows_cap_arg, default=10_000)
-    p.add_argument("--lr", type=float, default=0.1)
+    add_optimizer_arguments(p)
     p.add_argument(
         "--sharding",
         default="table_wise",
@@ -234,8 +242,19 @@ def config_from_args(a: argparse.Namespace, cls: type = QualityConfig, **extra: 
         rows_cap=a.rows_cap,
         lr=a.lr,
         sharding=a.sharding,
+        sparse_optimizer=a.sparse_optimizer,
         **extra,
     )
+
+
+def check_optimizer(p: argparse.ArgumentParser, kind: str, systems: dict[str, str]) -> None:
+    """Exit (argparse's usage error) when a compared system lacks the tables' optimizer `kind`:
+    a quality comparison needs both sides. `systems`: key -> label; a baseline or reference has
+    every optimizer here (the reference semantics, where torch has no sparse form of it)."""
+    for name, label in systems.items():
+        reason = None if name in ("baseline", "reference") else unavailable(name, kind)
+        if reason:
+            p.error(f"--sparse-optimizer {kind.replace('_', '-')}: {label} cannot train with it ({reason})")
 
 
 def run_and_report(
@@ -253,7 +272,9 @@ def run_and_report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    p = build_parser()
+    a = p.parse_args(argv)
+    check_optimizer(p, a.sparse_optimizer, SYSTEMS)
     run_and_report(config_from_args(a), quality_worker, "quality", argv, a, SYSTEMS)
     return 0
 

@@ -14,6 +14,10 @@ one run on the same data (:mod:`sparselift.data.din_synthetic`) and the same see
 * SparseLift (TorchRec model), when named in ``--systems``: the same, compiling DIN as written
   with the TorchRec peer's collections (``sparselift_ec``; KJT inputs, jagged histories).
 
+The tables train with `--sparse-optimizer` (default SGD) at `--lr` in every system that has it,
+as in `bench dlrm` (a peer without it is skipped, the reason printed and in the JSON's
+`sparse_optimizer.skipped`); the dense part with SGD.
+
 Everything else is `bench dlrm`'s (:mod:`sparselift.bench.dlrm`): interleaved rounds, warmup and
 setup excluded from timing, the dense-only floor (the same attention and MLPs with the
 embeddings given), the five stage columns, the memory a system adds per rank, the JSON keys
@@ -31,10 +35,13 @@ from sparselift.bench.dlrm import (
     SYSTEMS,
     BenchConfig,
     apply_host_memory,
+    available_systems,
     cli_main,
     compiled_options,
     format_table,
     measure_systems,
+    optimizer_summary,
+    sparse_optimizer_record,
     summarize,
 )
 
@@ -49,7 +56,7 @@ LABELS = {
 # TorchRec's collections, the very modules the TorchRec peer shards.
 EXTRA_SYSTEMS = ("sparselift_ec",)
 TITLE = "Sequence-model benchmark (DIN)"
-format_seq_table = functools.partial(format_table, title=TITLE)
+format_seq_table = functools.partial(format_table, title=TITLE, labels=LABELS)
 
 
 def default_config(**overrides: Any) -> BenchConfig:
@@ -63,14 +70,17 @@ def _build_runner(name: str, cfg: BenchConfig, config: Any, rank: int, world: in
 
     from sparselift.bench import seq_systems as systems
 
+    record = sparse_optimizer_record(cfg.sparse_optimizer, cfg.lr)
     if name == "baseline":
-        return systems.DINBaselineRunner(config, rank, world, cfg.lr, cfg.seed)
+        return systems.DINBaselineRunner(config, rank, world, cfg.lr, cfg.seed, sparse_optimizer=record)
     if name == "torchrec":
         from sparselift.bench.baselines import quiet_torchrec_setup
         from sparselift.bench.seq_torchrec import DINTorchRecRunner
 
         with quiet_torchrec_setup():
-            return DINTorchRecRunner(config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_))
+            return DINTorchRecRunner(
+                config, rank, world, cfg.lr, cfg.seed, itertools.cycle(locals_), sparse_optimizer=record
+            )
     if name == "sparselift":
         return systems.din_sparselift_runner(
             config, rank, world, cfg.lr, cfg.seed, locals_[0], **compiled_options(cfg, locals_)
@@ -107,8 +117,11 @@ def bench_worker(rank: int, world: int, cfg: BenchConfig) -> dict[str, Any]:
 def run(cfg: BenchConfig) -> dict[str, Any]:
     from sparselift.runtime.distributed import launch
 
-    per_rank = launch(bench_worker, cfg.world_size, cfg, timeout_s=1800)
-    return summarize(cfg, per_rank, LABELS)
+    ran, skipped = available_systems(cfg)
+    for name, reason in skipped.items():
+        print(f"bench seq: skipping {LABELS.get(name, name)}: {reason}", file=sys.stderr)
+    per_rank = launch(bench_worker, ran.world_size, ran, timeout_s=1800)
+    return {**summarize(cfg, per_rank, LABELS), "sparse_optimizer": optimizer_summary(cfg, skipped)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

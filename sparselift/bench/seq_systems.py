@@ -4,7 +4,8 @@ and the dense-only floor (TorchRec's is in :mod:`sparselift.bench.seq_torchrec`)
 All start from the same seeded weights (:class:`~sparselift.models.din.DIN` with the same seed,
 its tables drawn by ``DIN.init_table``), train on the same data
 (:mod:`sparselift.data.din_synthetic`) with BCE-with-logits (mean over the rank's local rows)
-and plain SGD with one learning rate, like the DLRM peers of :mod:`sparselift.bench.baselines`.
+and one learning rate, the dense part with SGD and the tables with SGD or the optimizer
+``sparse_optimizer=`` gives, like the DLRM peers of :mod:`sparselift.bench.baselines`.
 
 * :class:`DINBaselineRunner` ("PyTorch-Baseline") is the DLRM reference's distributed path
   applied to DIN (:class:`~sparselift.bench.baselines.BaselineRunner`'s steps): the three
@@ -13,7 +14,7 @@ and plain SGD with one learning rate, like the DLRM peers of :mod:`sparselift.be
   *global* batch's ids of its own tables; the looked-up vectors (the padded history
   ``[G, L*D]``, the target ``[G, D]``, the pooled user ``[G, 32]``) go through one
   asynchronous all-to-all (and their gradients through the matching one in backward, divided by
-  the world size as TorchRec does); SGD on sparse gradients; the dense part in DDP.
+  the world size as TorchRec does); SGD (or Adagrad) on sparse gradients; the dense part in DDP.
 * :func:`din_sparselift_runner`: DIN compiled by ``sparselift.compile`` (tables on the meta
   device, materialized per shard by ``DIN.table_init``), trained through ``TrainPipeline``.
 * :class:`DINDenseOnlyRunner`: the attention and top MLPs with the embeddings given (random,
@@ -38,6 +39,7 @@ from sparselift.bench.baselines import (
     _world_group,
     get_my_slice,
     random_leaf,
+    sparse_torch_optimizer,
 )
 from sparselift.bench.systems import CompiledRunner
 from sparselift.bench.timing import StageTimer
@@ -75,8 +77,19 @@ class DINBaselineRunner(BaselineRunner):
     name = "PyTorch-Baseline"
 
     def __init__(
-        self, config: DINConfig, rank: int, world: int, lr: float, seed: int, *, grad_division: bool = True
+        self,
+        config: DINConfig,
+        rank: int,
+        world: int,
+        lr: float,
+        seed: int,
+        *,
+        grad_division: bool = True,
+        sparse_optimizer: Any = None,
+        reference_optimizer: bool = False,
     ) -> None:
+        """`reference_optimizer`: the tables' optimizer's reference semantics where torch has no
+        sparse form of it (quality runs)."""
         _world_group(world)
         if len(TABLES) < world:
             raise ValueError(f"the baseline needs at least one table per rank ({len(TABLES)} tables, {world} ranks)")
@@ -99,7 +112,7 @@ class DINBaselineRunner(BaselineRunner):
             sum(len(widths[t]) for t in TABLES[get_my_slice(len(TABLES), r, world)]) for r in range(world)
         ]
         self.dense: nn.Module = DDP(model.dense) if world > 1 else model.dense
-        self.emb_opt = torch.optim.SGD(self.emb_l.parameters(), lr=lr)
+        self.emb_opt = sparse_torch_optimizer(sparse_optimizer, lr, self.emb_l.parameters(), reference_optimizer)
         self.dense_opt = torch.optim.SGD(self.dense.parameters(), lr=lr)
         self.stage_timer: StageTimer | None = None
 
@@ -144,8 +157,9 @@ def din_sparselift_runner(
     config: DINConfig, rank: int, world: int, lr: float, seed: int, example: DINBatch, **options: Any
 ) -> CompiledRunner:
     """SparseLift on DIN: built on the meta device (each rank materializes its shards with
-    ``DIN.table_init``), compiled, trained with SGD; ``options``: :class:`CompiledRunner`'s
-    (``kernels``, ``sharding``, ``batches``, ``passes``)."""
+    ``DIN.table_init``), compiled, trained with SGD (the tables: ``sparse_optimizer``'s);
+    ``options``: :class:`CompiledRunner`'s (``kernels``, ``sharding``, ``batches``, ``passes``,
+    ``sparse_optimizer``)."""
     _world_group(world)
     model = meta_din(config, seed)
     return CompiledRunner(model, example, din_inputs, lr, table_init=model.table_init, **options)

@@ -5,7 +5,8 @@ with table ``item`` (features ``hist_item``, ``target_item``), one with table ``
 (``hist_cat``, ``target_cat``; a collection's tables must share one dim), unpooled, and an
 ``EmbeddingBagCollection`` with table ``user`` (sum pooling);
 the same dense module (``DIN.dense``) and the same seeded table values. Sharded by
-``DistributedModelParallel`` (table-wise, FBGEMM's fused TBE, SGD fused into backward) and
+``DistributedModelParallel`` (table-wise, FBGEMM's fused TBE, SGD, or the optimizer
+``sparse_optimizer=`` gives where FBGEMM has it on CPU, fused into backward) and
 trained through ``TrainPipelineSparseDist``, like the DLRM peer (:mod:`sparselift.bench.baselines`,
 whose ``_TorchRecTrainer`` this runner shares). The history, a JaggedTensor per sample, is padded
 to ``[B, L, D]`` (``to_padded_dense``) and masked by its lengths for the same attention.
@@ -27,7 +28,7 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollec
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from torchrec.streamable import Pipelineable
 
-from sparselift.bench.baselines import _TorchRecTrainer, _world_group, check_pipeline
+from sparselift.bench.baselines import _TorchRecTrainer, _world_group, check_pipeline, in_backward_optimizer
 from sparselift.bench.seq_systems import meta_din
 from sparselift.bench.systems import CompiledRunner
 from sparselift.bench.timing import StageTimer
@@ -134,7 +135,8 @@ def din_ec_sparselift_runner(
 ) -> CompiledRunner:
     """SparseLift on DIN written with TorchRec's collections (`DINOnCollections`), built on the
     meta device, every table filled with `DIN.init_table`'s values (the other systems' too);
-    compiled for histories of up to `config.max_history` items. `options`: `CompiledRunner`'s."""
+    compiled for histories of up to `config.max_history` items. `options`: `CompiledRunner`'s
+    (its `sparse_optimizer` among them: the model carries no in-backward optimizer of its own)."""
     _world_group(world)
     din = meta_din(config, seed)
     tables = din_collections(config, torch.device("meta"))
@@ -182,7 +184,8 @@ class TorchRecDIN(nn.Module):
 
 
 class DINTorchRecRunner(_TorchRecTrainer):
-    """TorchRec DMP on DIN (table-wise, fused TBE + in-backward SGD), ``TrainPipelineSparseDist``.
+    """TorchRec DMP on DIN (table-wise, fused TBE + in-backward SGD, or ``sparse_optimizer``'s
+    record where FBGEMM has it on CPU), ``TrainPipelineSparseDist``.
 
     ``batches`` yields this rank's local :class:`DINBatch` es; ``progress()`` trains one and
     returns the loss; ``forward(local_batch)`` returns logits ``[B]`` without gradients.
@@ -199,6 +202,7 @@ class DINTorchRecRunner(_TorchRecTrainer):
         *,
         pipeline: str = "sparse_dist",
         batch_size_hint: int | None = None,
+        sparse_optimizer: Any = None,
     ) -> None:
         from torchrec.distributed.embedding import EmbeddingCollectionSharder
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -210,7 +214,8 @@ class DINTorchRecRunner(_TorchRecTrainer):
         model = DIN(attrs.evolve(config, seed=seed), device="meta")
         tables = din_collections(config, torch.device("meta"))
         params = [p for m in tables.values() for p in m.parameters()]
-        apply_optimizer_in_backward(torch.optim.SGD, params, {"lr": lr})
+        cls, kwargs = in_backward_optimizer(sparse_optimizer, lr)
+        apply_optimizer_in_backward(cls, params, kwargs)
         net = TorchRecDIN(**tables, dense=model.dense, length=config.max_history)
         sharders = [EmbeddingCollectionSharder(), EmbeddingBagCollectionSharder()]
         self._shard(net, sharders, list(STATE_KEYS), world, batch_size_hint)

@@ -1,4 +1,5 @@
-"""SparseLift as a benchmarked system: a model compiled with `sparselift.compile`, trained with SGD.
+"""SparseLift as a benchmarked system: a model compiled with `sparselift.compile`, its tables trained
+with the benchmark's sparse optimizer (SGD by default) fused into backward, its dense part with SGD.
 
 `CompiledRunner` compiles any model (its batches' forward arguments given by a function);
 `SparseLiftRunner` is the DLRM of `bench dlrm` (the DIN of `bench seq` is in `bench.seq_systems`).
@@ -38,9 +39,10 @@ the default lowering (lift-sparse's options), and the all-to-alls' transport."""
 
 
 class CompiledRunner:
-    """A model compiled by `sparselift.compile` and trained with SGD (sparse: fused in backward;
-    dense: `torch.optim.SGD`). `inputs_of(batch)` gives the model's forward arguments of a batch
-    with a `labels` field; `batches` (optional) feeds `progress()` through `TrainPipeline`."""
+    """A model compiled by `sparselift.compile` and trained (sparse: `sparse_optimizer`, a
+    `sparselift.optim` record, default SGD at `lr`, fused in backward; dense: `torch.optim.SGD`).
+    `inputs_of(batch)` gives the model's forward arguments of a batch with a `labels` field;
+    `batches` (optional) feeds `progress()` through `TrainPipeline`."""
 
     name = "SparseLift"
 
@@ -59,13 +61,17 @@ class CompiledRunner:
         max_lengths: dict[str, int] | None = None,
         plan_cache: str | None = None,
         lowering: Mapping[str, Any] | None = None,
+        sparse_optimizer: Any = None,
     ) -> None:
         """`passes`: an explicit pipeline after lift-sparse (no planning); None: the planner decides.
         `max_lengths`: `CompileOptions.max_lengths` (a TorchRec EmbeddingCollection's keys).
         `plan_cache`: refine the plan cached there (`plan="refine"`) instead of planning afresh.
-        `lowering`: `CompileOptions` lowering fields other than the defaults (`LOWERING_FIELDS`)."""
+        `lowering`: `CompileOptions` lowering fields other than the defaults (`LOWERING_FIELDS`).
+        `sparse_optimizer`: the tables' record; a model whose tables carry in-backward optimizers
+        (TorchRec's `apply_optimizer_in_backward`) trains with those, which must then be it."""
         import sparselift
 
+        self.sparse_optimizer, compile_optimizer = _tables_optimizer(model, sparse_optimizer, lr)
         self._inputs_of = inputs_of
         self._timing = False
         start = time.perf_counter()
@@ -73,7 +79,7 @@ class CompiledRunner:
             model,
             inputs_of(example),
             sharding=sharding,
-            sparse_optimizer=sparselift.optim.SGD(lr=lr),
+            sparse_optimizer=compile_optimizer,
             # A benchmark plans afresh (calibration reported in its setup time), never from a
             # plan cached by an earlier run; with `plan_cache` it goes on with the earlier runs'
             # undecided paired tests (calibrating as much as a fresh plan).
@@ -149,6 +155,25 @@ class CompiledRunner:
         self.compiled.stage_times.clear()
 
 
+def _tables_optimizer(model: torch.nn.Module, chosen: Any, lr: float) -> tuple[Any, Any]:
+    """The tables' optimizer record, and what `compile(sparse_optimizer=)` takes: the record, or
+    None where the model's tables carry in-backward optimizers (compile() refuses both at once;
+    the carried ones must then be the chosen record, or `chosen` is None)."""
+    from sparselift.optim import SGD, from_class, in_backward_optimizers
+
+    carried = in_backward_optimizers(dict(model.named_parameters()))
+    if not carried:
+        record = chosen if chosen is not None else SGD(lr=lr)
+        return record, record
+    theirs = {from_class(cls, kwargs, where=name) for name, (cls, kwargs) in carried.items()}
+    if chosen is not None and theirs != {chosen}:
+        raise ValueError(
+            f"the model's tables carry in-backward optimizers {sorted(map(repr, theirs))}, not the "
+            f"benchmark's {chosen!r}: attach that one, or none"
+        )
+    return (chosen if chosen is not None else next(iter(theirs))), None
+
+
 def _bce(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(out.reshape(-1), labels)
 
@@ -189,6 +214,7 @@ class SparseLiftRunner(CompiledRunner):
         passes: str | None = None,
         plan_cache: str | None = None,
         lowering: Mapping[str, Any] | None = None,
+        sparse_optimizer: Any = None,
     ) -> None:
         model, _ = build_dlrm(
             attrs.evolve(config, return_logits=True), batch_size=example.batch_size, seed=seed, device="meta"
@@ -205,4 +231,5 @@ class SparseLiftRunner(CompiledRunner):
             passes=passes,
             plan_cache=plan_cache,
             lowering=lowering,
+            sparse_optimizer=sparse_optimizer,
         )

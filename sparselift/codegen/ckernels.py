@@ -258,7 +258,6 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
         prefetch_l2=prefetch_l2,
         per_id=spec.weighted,
         summed=rule.summed,
-        sw=max(rule.state_width(spec.dim), 1),
         mean_g2="mean_g2" in rule.names_read(),
         row_code=row_code,
         element_code=element_code,
@@ -267,14 +266,15 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
 
 
 def _rule_code(rule: OptimizerRule, dim: int) -> tuple[str, str]:
-    """C of a rule's row statements (state loads, statements, state stores; after `sr`, the
-    row's state, and `mean_g2`) and of its element statements (inside the loop over `c`, after
-    `g` and `w`)."""
+    """C of a rule's row statements (state loads, statements, state stores; after `row` and
+    `mean_g2`) and of its element statements (inside the loop over `c`, after `g` and `w`)."""
     hyper = {name: f"hp->{name}" for name in ARGUMENTS}
 
     def block(statements, scope: StateScope, indent: str, declared: set[str]) -> str:
+        # Each state whole, one after the other (`OptimizerRule.state_offset`).
         where = {
-            s.name: f"sr[{rule.state_offset(s.name, dim)}{' + c' if scope == StateScope.ELEMENT else ''}]"
+            s.name: f"state[(int64_t){rule.state_offset(s.name, dim)} * rows + row * {s.width(dim)}"
+            f"{' + c' if scope == StateScope.ELEMENT else ''}]"
             for s in rule.states
             if s.scope == scope
         }

@@ -18,9 +18,9 @@ How an update kernel is generated (`update_source`): `_UPDATE_TEMPLATE` holds th
 rendered into it with `optim_rules.render_expression` (`g`, `w`, `mean_g2` as Triton locals,
 hyperparameters and step values as the kernel's float arguments `hp_<name>`, states and
 temporaries as locals `v_<name>`, `sqrt` as `tl.sqrt_rn`, the IEEE square root torch uses).
-A row's state is `state + row * SW`, `SW` floats (`rule.state_width(D)`, the states side by
-side in order): an element state is loaded and stored as a `[BLOCK_D]` vector at
-`off + d`, a row state as a scalar at `off` (stored through lane 0 of a vector store: the
+A table's state buffer holds each state whole, one after the other (`R` rows of `D` floats
+for an element state, of one for a row state): an element state's row is loaded and stored as a
+`[BLOCK_D]` vector, a row state's as a scalar (stored through lane 0 of a vector store: the
 interpreter rejects scalar masks), `mean_g2 = sum(g * g) / D`. Triton's JIT reads a kernel's
 source with `inspect`, so the text is written to `<cache>/triton/sl_update_<kind>_<hash>.py`
 (`sparselift.cache`; a temporary directory when the cache is not writable) and imported; one
@@ -148,6 +148,7 @@ def update_kernel(
     ROW0,
     K,
     D,
+    R,
     gs,$arguments
     BLOCK_L: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -199,17 +200,20 @@ def _linear(per_d: int, ones: int) -> str:
     return " + ".join(terms) or "0"
 
 
-def _state_offsets(rule: OptimizerRule) -> tuple[dict[str, str], str]:
-    """(each state's offset within a row's state, the row's width `SW`), in terms of `D`."""
+def _state_rows(rule: OptimizerRule) -> dict[str, str]:
+    """Each state's row `row` in the table's state buffer, in terms of `D` and the table's rows
+    `R`: the states whole, one after the other (`OptimizerRule.state_offset`)."""
     per_d = ones = 0
-    offsets = {}
+    out = {}
     for s in rule.states:
-        offsets[s.name] = _linear(per_d, ones)
+        start = _linear(per_d, ones)
+        width = "D" if s.scope == StateScope.ELEMENT else "1"
+        out[s.name] = ("state" if start == "0" else f"state + ({start}) * R") + f" + row * {width}"
         if s.scope == StateScope.ELEMENT:
             per_d += 1
         else:
             ones += 1
-    return offsets, _linear(per_d, ones)
+    return out
 
 
 def _statement_lines(statements) -> list[str]:
@@ -223,12 +227,10 @@ def _rule_body(rule: OptimizerRule) -> str:
     """The kernel lines between the weight's load and store: the rule's row stage (row states
     loaded, `mean_g2`, row statements, row states stored) then its element stage."""
     _check_targets(rule)
-    offsets, width = _state_offsets(rule)
+    at = _state_rows(rule)
     row_states = [s.name for s in rule.states if s.scope == StateScope.ROW]
     element_states = [s.name for s in rule.states if s.scope == StateScope.ELEMENT]
-    at = {n: "state + row * SW" + ("" if off == "0" else f" + {off}") for n, off in offsets.items()}
-    lines = [f"SW = {width}"] if rule.states else []
-    lines += [f"{_local(n)} = tl.load({at[n]})" for n in row_states]
+    lines = [f"{_local(n)} = tl.load({at[n]})" for n in row_states]
     if "mean_g2" in rule.names_read():
         lines.append("mean_g2 = tl.sum(g * g, axis=0) / D")
     lines += _statement_lines(rule.row)

@@ -278,7 +278,7 @@ def _who(names) -> str:
 
 def _check_update(tables, states, grads, slots_per_table, poolings, names, rule, geo, batch) -> None:
     """Per-table checks of an update: pooling, gradient shape, the optimizer state (float32,
-    contiguous, `[rows, W]` with `W = rule.state_width(dim)`, or `[rows]` when W is 1), and an
+    contiguous, `rows * W` floats with `W = rule.state_width(dim)`: `OptimizerRule.state_offset`), and an
     in-place-updatable table."""
     import torch
 
@@ -290,7 +290,7 @@ def _check_update(tables, states, grads, slots_per_table, poolings, names, rule,
             raise ValueError(f"update of table '{name}': gradient of shape {tuple(g.shape)}, expected {want}")
         rows, width = int(t.shape[0]), rule.state_width(int(t.shape[1]))
         if width:
-            shapes = [(rows, width)] + ([(rows,)] if width == 1 else [])
+            shapes = [(rows * width,)]
             ok = st is not None and tuple(st.shape) in shapes and st.dtype == torch.float32 and st.is_contiguous()
             if not ok:
                 got = "none" if st is None else f"{st.dtype} of shape {tuple(st.shape)}"
@@ -374,6 +374,7 @@ def fused_lookup_update(
             row0[i],
             kk,
             t.shape[1],
+            t.shape[0],
             float(grad_scale),
             *hyper,
             BLOCK_L=block_l,

@@ -201,7 +201,8 @@ def extract(gm: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[fx.
     """A GraphModule computing `outputs` from `inputs` by copying the nodes in between.
 
     Side-effect-only nodes (guards, shape asserts) are left out: the runtime validates inputs
-    itself before any kernel runs.
+    itself before any kernel runs. In-place updates of a buffer that computes nothing else
+    (batch norm's `num_batches_tracked += 1`) go with the region that reads the buffer's module.
     """
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -210,6 +211,7 @@ def extract(gm: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[fx.
         p.meta = dict(n.meta)
         env[n] = p
     needed = ancestors(outputs, stop=set(inputs))
+    needed |= _buffer_updates(gm, needed)
     for n in gm.graph.nodes:
         if n not in needed or n in env:
             continue
@@ -221,6 +223,23 @@ def extract(gm: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[fx.
     module = fx.GraphModule(gm, graph)
     module.recompile()
     return module
+
+
+def _buffer_updates(gm: fx.GraphModule, region: set[fx.Node]) -> set[fx.Node]:
+    """In-place ops on a buffer (`get_attr`) whose other operands are constants, and that nothing
+    reads, for the modules whose attributes `region` reads: they and their `get_attr`s."""
+    modules = {n.target.rpartition(".")[0] for n in region if n.op == "get_attr" and isinstance(n.target, str)}
+    out: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        target = getattr(n.target, "_schema", None)
+        if n.op != "call_function" or n.users or target is None or not target.name.endswith("_"):
+            continue
+        first = n.args[0] if n.args else None
+        rest = [a for a in (*n.args[1:], *n.kwargs.values()) if isinstance(a, fx.Node)]
+        if isinstance(first, fx.Node) and first.op == "get_attr" and not rest:
+            if str(first.target).rpartition(".")[0] in modules:
+                out |= {n, first}
+    return out
 
 
 def user_inputs(gm: fx.GraphModule) -> list[fx.Node]:

@@ -92,6 +92,12 @@ def materialize_dense(
                 )
             module.to_empty(device=device, recurse=False)
             module.reset_parameters()
+    point_at_model(model, regions)
+
+
+def point_at_model(model: nn.Module, regions: Mapping[str, nn.Module]) -> None:
+    """Point the exported regions, which hold the fakes export saw for meta tensors, at the
+    model's real tensors."""
     real = dict((*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)))
     for region in regions.values():
         _repoint(region, real)

@@ -32,7 +32,8 @@ from sparselift.optim import TableOptimizers
 from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import collectives, huge_pages, shm_transport
-from sparselift.runtime.sparse_optimizer import SparseOptimizer
+from sparselift.runtime.sharded import sharded_rows
+from sparselift.runtime.sparse_optimizer import SparseOptimizer, state_slots
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
 
 log = logging.getLogger("sparselift")
@@ -307,6 +308,8 @@ class CompiledModel(nn.Module):
         self.rank, self.world, self.pg = rank, world, pg
         self.options = options
         self.regions = nn.ModuleDict(program.regions)
+        # The same regions exported in eval mode (`set_eval_regions`), run while `not self.training`.
+        self.eval_regions: nn.ModuleDict | None = None
         self.optimizer = optimizer = TableOptimizers.of(optimizer)  # each table's optimizer and group
         # The run-time hyperparameters and step counts (param_groups, for LR schedules).
         self.sparse_optimizer = SparseOptimizer(optimizer, local.tables)
@@ -353,6 +356,29 @@ class CompiledModel(nn.Module):
 
         specs = {f.kernel_spec for f in facts if f.name in tables and f.kernel_spec is not None}
         return GeneratedKernels(specs, table_names=tables, cache=options.cache_dir)
+
+    # -- modes -----------------------------------------------------------------------------
+    def set_eval_regions(self, regions: Mapping[str, nn.Module]) -> None:
+        """The dense regions exported in eval mode (`frontend.export.export_eval_regions`): they
+        share this model's parameters and buffers and run whenever it is in `eval()`."""
+        self.eval_regions = nn.ModuleDict(dict(regions))
+        self.eval_regions.train(False)
+        self._select_regions()
+
+    def train(self, mode: bool = True):
+        """`train()` / `eval()`: each mode runs the dense regions exported in it (dropout off and
+        batch norm on its running statistics in eval), with the same tables and parameters."""
+        super().train(mode)
+        if self.eval_regions is not None:
+            self.eval_regions.train(False)  # exported in eval mode, whatever the flag says
+        self._select_regions()
+        return self
+
+    def _select_regions(self) -> None:
+        regions = self.regions if self.training or self.eval_regions is None else self.eval_regions
+        if self.runner.regions is not regions:
+            self.runner.regions = dict(regions)
+            self.runner._last_sparse_inputs = None  # split again by this mode's sparse_inputs
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, *inputs):
@@ -411,6 +437,17 @@ class CompiledModel(nn.Module):
                     seen.add(id(p))
                     yield name, p
 
+    def dense_named_buffers(self):
+        """Buffers of the dense regions (batch norm's running statistics, ...) under the original
+        model's names: each rank's own, updated by its training forwards (as under DDP without
+        SyncBatchNorm), read by its eval forwards."""
+        seen = set()
+        for region in self.regions.values():
+            for name, b in getattr(region, "region", region).named_buffers():
+                if id(b) not in seen:
+                    seen.add(id(b))
+                    yield name, b
+
     def state_dict(self, *args, gather_to: str = "all", **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
         """The original model's keys (collective): dense parameters, whole tables gathered from
         their shards, and each table's optimizer state as `<table param>.<state>` (its rule's
@@ -426,6 +463,7 @@ class CompiledModel(nn.Module):
         if gather_to not in ("all", "rank0"):
             raise ValueError(f"state_dict(gather_to={gather_to!r}): use 'all' or 'rank0'")
         out = {name: p.detach().clone() for name, p in self.dense_named_parameters()}
+        out.update({name: b.detach().clone() for name, b in self.dense_named_buffers()})
         for info in self.table_facts:
             table = self._gather_table(info, self.tables, (info.dim,), torch_dtype(info), gather_to)
             if table is not None:
@@ -440,20 +478,16 @@ class CompiledModel(nn.Module):
         return out
 
     def _state_views(self, info: TableFact) -> list[tuple[str, tuple[int, ...], torch.Tensor | None]]:
-        """(state name, shape of a row of it, this rank's shard of it as a view of the live
-        storage, or None where the rank holds none) for each state of `info`'s optimizer."""
-        rule = rule_for(self.optimizer.kind(info.name))
-        packed = self.states.get(info.name)
-        out = []
-        for slot in rule.states:
-            off, width = rule.state_offset(slot.name, info.dim), slot.width(info.dim)
-            view = None
-            if packed is not None:
-                view = packed if packed.dim() == 1 else packed[:, off : off + width]
-                if slot.scope == StateScope.ROW and view.dim() == 2:
-                    view = view[:, 0]
-            out.append((slot.name, (info.dim,) if slot.scope == StateScope.ELEMENT else (), view))
-        return out
+        """(state name, shape of a row of it, this rank's shard of it as a contiguous view of the
+        live storage, or None where the rank holds none) for each state of `info`'s optimizer."""
+        kind = self.optimizer.kind(info.name)
+        held = self.states.get(info.name)
+        rows = self.tables[info.name].shape[0] if info.name in self.tables else 0
+        views = state_slots(kind, held, rows, info.dim)
+        return [
+            (slot.name, (info.dim,) if slot.scope == StateScope.ELEMENT else (), views.get(slot.name))
+            for slot in rule_for(kind).states
+        ]
 
     def _step_entries(self, info: TableFact) -> dict[str, torch.Tensor]:
         """`<table param>.step` (the step count of the table's group) where its rule counts steps."""
@@ -461,30 +495,36 @@ class CompiledModel(nn.Module):
             return {}
         return {f"{info.param}.step": self.sparse_optimizer.steps[self.optimizer.group_of(info.name)]}
 
-    def sharded_state_dict(self) -> dict[str, torch.Tensor]:
-        """This rank's shards, for `torch.distributed.checkpoint` (no gathering).
+    def sharded_state_dict(self) -> dict[str, Any]:
+        """This rank's part of the checkpoint, for `torch.distributed.checkpoint` (no gathering),
+        under the same keys as `state_dict()`.
 
-        Keys are the model's parameter names; a table shard's key adds its row range
-        (`emb_l.3.weight#rows=0-730`), so ranks save and load only what they hold, and so does
-        each optimizer state (`emb_l.3.weight.exp_avg#rows=0-730`). The tensors are the live
-        storage: `dcp.load(compiled.sharded_state_dict(), ...)` restores in place, step counts
-        (`<table param>.step`, the optimizer group's counter) included.
+        A sharded table, and each per-row optimizer state of it, is a `ShardedTensor` of the
+        rank's live shard with every shard's global row offset (`runtime/sharded.py`), so DCP
+        saves each row once and loads it into any world size and placement, or into the plain
+        model in one process (`dcp.load(model.state_dict(), ..., no_dist=True)`); replicated
+        tables, dense parameters, buffers and step counts are plain tensors. Loading restores
+        in place: `dcp.load(compiled.sharded_state_dict(), checkpoint_id=...)`.
         """
-        out = {name: p.detach() for name, p in self.dense_named_parameters()}
+        out: dict[str, Any] = {name: p.detach() for name, p in self.dense_named_parameters()}
+        out.update({name: b for name, b in self.dense_named_buffers()})
         for info in self.table_facts:
-            if info.name not in self.tables:
-                continue
-            lo, hi = info.shard_rows(self.rank)
-            out[f"{info.param}#rows={lo}-{hi}"] = self.tables[info.name]
-            for state, _, view in self._state_views(info):
-                if view is not None:
-                    out[f"{info.param}.{state}#rows={lo}-{hi}"] = view
+            out[info.param] = self._checkpoint_tensor(info, self.tables.get(info.name), (info.dim,), torch_dtype(info))
+            for state, row_shape, view in self._state_views(info):
+                out[f"{info.param}.{state}"] = self._checkpoint_tensor(info, view, row_shape, torch.float32)
             out.update(self._step_entries(info))
         return out
+
+    def _checkpoint_tensor(self, info: TableFact, local, row_shape, dtype):
+        if self.world == 1 or info.placement == "data_parallel":
+            return local.detach() if local is not None else None
+        device = local.device if local is not None else self._device()
+        return sharded_rows(local, info.shards, self.rank, row_shape, dtype, device, self.pg)
 
     def state_keys(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Every key `state_dict()` returns, with its full shape and dtype."""
         keys = {name: (tuple(p.shape), p.dtype) for name, p in self.dense_named_parameters()}
+        keys.update({name: (tuple(b.shape), b.dtype) for name, b in self.dense_named_buffers()})
         for info in self.table_facts:
             keys[info.param] = ((info.rows, info.dim), torch_dtype(info))
             for state, row_shape, _ in self._state_views(info):
@@ -513,7 +553,7 @@ class CompiledModel(nn.Module):
                 )
         steps = self._loaded_steps(state_dict)
         with torch.no_grad():
-            for name, p in self.dense_named_parameters():
+            for name, p in [*self.dense_named_parameters(), *self.dense_named_buffers()]:
                 if name in state_dict:
                     p.copy_(state_dict[name])
             for info in self.table_facts:

@@ -126,40 +126,75 @@ def reference_table_step(config, lr: float, p: torch.Tensor, g: torch.Tensor, st
     """One single-process step of table `p` with the sparse optimizer `config` (at learning rate
     `lr`) on its dense gradient `g`, updating only the rows it touched (a non-zero gradient
     row), at step count `step`; `state` holds the optimizer's tensors for `p`."""
-    kind = str(config.kind)
-    if kind == "sgd":
+    if str(config.kind) == "sgd":
         p -= lr * g
         return
-    touched = (g != 0).any(dim=1)
-    gt, w = g[touched], p[touched]
+    touched = torch.nonzero((g != 0).any(dim=1)).flatten()
+    reference_rows_step(config, lr, p, touched, g[touched], state, step)
+
+
+def reference_rows_step(
+    config, lr: float, p: torch.Tensor, rows: torch.Tensor, gt: torch.Tensor, state: dict, step: int
+) -> None:
+    """One step of table `p` with `config` on its touched `rows` (distinct), whose summed
+    gradients are `gt`: each optimizer's formulas written out, independently of
+    `sparselift.optim_rules` (the issue's semantics: lazy, bias-corrected by the step count)."""
+    kind = str(config.kind)
+    w = p[rows]
     hyper = config.hyperparameters()
     eps, b1, b2, wd = hyper["eps"], hyper["beta1"], hyper["beta2"], hyper["weight_decay"]
-    if kind == "adagrad":
+    if kind == "sgd":
+        p[rows] = w - lr * gt
+    elif kind == "adagrad":
         acc = state.setdefault("sum", torch.zeros_like(p))
-        acc[touched] += gt * gt
-        p[touched] = w - lr * gt / (acc[touched].sqrt() + eps)
+        acc[rows] += gt * gt
+        p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)
     elif kind == "rowwise_adagrad":
-        acc = state.setdefault("momentum", torch.zeros(p.shape[0]))
-        acc[touched] += (gt**2).mean(dim=1)
-        p[touched] = w - lr * gt / (acc[touched].sqrt() + eps)[:, None]
+        acc = state.setdefault("momentum", torch.zeros(p.shape[0], device=p.device))
+        acc[rows] += (gt**2).mean(dim=1)
+        p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)[:, None]
     elif kind in ("adam", "adamw"):
         if kind == "adamw":
             w = w - lr * wd * w
         else:
             gt = gt + wd * w
         m, v = state.setdefault("exp_avg", torch.zeros_like(p)), state.setdefault("exp_avg_sq", torch.zeros_like(p))
-        m[touched] = b1 * m[touched] + (1 - b1) * gt
-        v[touched] = b2 * v[touched] + (1 - b2) * gt * gt
-        m_hat, v_hat = m[touched] / (1 - b1**step), v[touched] / (1 - b2**step)
-        p[touched] = w - lr * m_hat / (v_hat.sqrt() + eps)
+        m[rows] = b1 * m[rows] + (1 - b1) * gt
+        v[rows] = b2 * v[rows] + (1 - b2) * gt * gt
+        m_hat, v_hat = m[rows] / (1 - b1**step), v[rows] / (1 - b2**step)
+        p[rows] = w - lr * m_hat / (v_hat.sqrt() + eps)
     elif kind == "partial_rowwise_adam":
-        m, v = state.setdefault("exp_avg", torch.zeros_like(p)), state.setdefault("exp_avg_sq", torch.zeros(p.shape[0]))
-        m[touched] = b1 * m[touched] + (1 - b1) * gt
-        v[touched] = b2 * v[touched] + (1 - b2) * (gt**2).mean(dim=1)
-        m_hat, v_hat = m[touched] / (1 - b1**step), v[touched] / (1 - b2**step)
-        p[touched] = w - lr * (m_hat / (v_hat.sqrt() + eps)[:, None] + wd * w)
+        m = state.setdefault("exp_avg", torch.zeros_like(p))
+        v = state.setdefault("exp_avg_sq", torch.zeros(p.shape[0], device=p.device))
+        m[rows] = b1 * m[rows] + (1 - b1) * gt
+        v[rows] = b2 * v[rows] + (1 - b2) * (gt**2).mean(dim=1)
+        m_hat, v_hat = m[rows] / (1 - b1**step), v[rows] / (1 - b2**step)
+        p[rows] = w - lr * (m_hat / (v_hat.sqrt() + eps)[:, None] + wd * w)
     else:
         raise ValueError(f"no reference for optimizer '{kind}'")
+
+
+class ReferenceSparseOptimizer(torch.optim.Optimizer):
+    """The reference semantics of a `sparselift.optim` record as a torch optimizer of sparse
+    gradients (`nn.EmbeddingBag(sparse=True)`), for single-process baselines of optimizers torch
+    has no sparse form of (lazy Adam, row-wise Adagrad, ...): `reference_rows_step` on each
+    parameter's coalesced gradient, one step count for all."""
+
+    def __init__(self, params, record):
+        super().__init__(params, {"lr": record.lr})
+        self.record, self.count = record, 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.count += 1
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad.coalesce() if p.grad.is_sparse else p.grad.to_sparse().coalesce()
+                rows = g.indices()[0]
+                reference_rows_step(self.record, group["lr"], p, rows, g.values(), self.state[p], self.count)
+        return None
 
 
 def _to(device: str, x):

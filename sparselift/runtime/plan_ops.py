@@ -167,8 +167,12 @@ class PlanBase:
         when the region has trainable parameters (per-sample weights computed from them): `start`
         runs without autograd, and `forward` needs their gradient."""
         region = self.regions["sparse_inputs"]
-        reusable = not any(p.requires_grad for p in region.parameters())
-        versions = tuple(a._version if isinstance(a, torch.Tensor) else None for a in args)
+        # Inference tensors (built under `torch.inference_mode`) keep no version counter: a batch
+        # of them is split afresh, never matched against the last one.
+        reusable = not any(p.requires_grad for p in region.parameters()) and not any(
+            isinstance(a, torch.Tensor) and a.is_inference() for a in args
+        )
+        versions = tuple(a._version if isinstance(a, torch.Tensor) and reusable else None for a in args)
         last = self._last_sparse_inputs
         if reusable and last is not None and last[1] == versions and len(last[0]) == len(args):
             if all(a is b for a, b in zip(last[0], args)):

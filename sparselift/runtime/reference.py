@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import attrs
 import torch
 
-from sparselift.optim_rules import OptimizerKind, evaluate, rule_for
-from sparselift.runtime.sparse_optimizer import OptimizerArgs
+from sparselift.optim_rules import OptimizerKind, StateScope, evaluate, rule_for
+from sparselift.runtime.sparse_optimizer import OptimizerArgs, state_slots
 
 
 @attrs.frozen
@@ -385,8 +385,8 @@ def apply_optimizer(
     the given order (what `index_add_` with alpha does), so an f32 table rounds exactly as
     `nn.EmbeddingBag(sparse=True)` + `torch.optim.SGD` would. Tables stored in 16 bits accumulate
     a row's steps in f32 and round once. Every other optimizer sums a row's occurrences first,
-    then runs its rule on the row's state (`state`: `[rows, width]`, or `[rows]` for a width of
-    one) once per touched row.
+    then runs its rule on the row's state (`state`: the table's state buffer, each of the rule's
+    states whole, one after the other: `sparse_optimizer.state_slots`) once per touched row.
     """
     if rows.numel() == 0:
         return
@@ -405,20 +405,17 @@ def apply_optimizer(
         0, inverse, grad_rows.float()
     )
     values: dict = {**optimizer.values(), "g": g, "w": table[unique].float()}
-    saved = None if state is None else state[unique].reshape(unique.numel(), -1)
+    slots = state_slots(optimizer.kind, state, table.shape[0], dim)
     for slot in rule.states:
-        assert saved is not None, f"{optimizer.kind} keeps state"
-        off = rule.state_offset(slot.name, dim)
-        values[slot.name] = saved[:, off : off + slot.width(dim)]
+        taken = slots[slot.name][unique]  # [n, dim], or [n] for a row state
+        values[slot.name] = taken if slot.scope == StateScope.ELEMENT else taken[:, None]
     if "mean_g2" in rule.names_read():
         values["mean_g2"] = (g * g).mean(dim=1, keepdim=True)
     evaluate(rule.row, values, torch.sqrt)
     evaluate(rule.element, values, torch.sqrt)
-    if saved is not None and state is not None:
-        for slot in rule.states:
-            off = rule.state_offset(slot.name, dim)
-            saved[:, off : off + slot.width(dim)] = values[slot.name]
-        state[unique] = saved.reshape((unique.numel(), *state.shape[1:]))
+    for slot in rule.states:
+        value = values[slot.name]
+        slots[slot.name][unique] = value if slot.scope == StateScope.ELEMENT else value.reshape(-1)
     table[unique] = values["w"].to(table.dtype)
 
 

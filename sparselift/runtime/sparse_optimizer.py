@@ -19,7 +19,7 @@ import attrs
 import torch
 
 from sparselift.optim import TableOptimizers
-from sparselift.optim_rules import ARGUMENTS, HYPERPARAMETERS, OptimizerKind, rule_for
+from sparselift.optim_rules import ARGUMENTS, HYPERPARAMETERS, OptimizerKind, StateScope, rule_for
 
 
 class SlHyper(ctypes.Structure):
@@ -140,6 +140,22 @@ class SparseOptimizer(torch.optim.Optimizer):
         self._current = [None] * len(self.param_groups)
 
 
+def state_slots(kind: str, state: torch.Tensor | None, rows: int, dim: int) -> dict[str, torch.Tensor]:
+    """The states of a table's optimizer state buffer (`rows * rule.state_width(dim)` floats) by
+    name, as contiguous views of it: `[rows, dim]` for an element state, `[rows]` for a row
+    state (`OptimizerRule.state_offset`: each state whole, one after the other)."""
+    rule = rule_for(kind)
+    if state is None or not rule.states:
+        return {}
+    flat = state.reshape(-1)
+    out = {}
+    for slot in rule.states:
+        start, width = rows * rule.state_offset(slot.name, dim), slot.width(dim)
+        view = flat[start : start + rows * width]
+        out[slot.name] = view.view(rows, dim) if slot.scope == StateScope.ELEMENT else view
+    return out
+
+
 def optimizer_args(plan: Any, kind: str, group: int) -> OptimizerArgs:
     """The update arguments of optimizer group `group` of `plan` (its `sparse_optimizer`) for
     this step. `kind` is the IR's, checked against the group's: a plan never runs another
@@ -175,4 +191,4 @@ def _with_step(args: OptimizerArgs, step: int) -> OptimizerArgs:
     return attrs.evolve(args, bc1=1.0 - args.beta1**step, bc2=1.0 - args.beta2**step)
 
 
-__all__ = ["OptimizerArgs", "SlHyper", "SparseOptimizer", "optimizer_args"]
+__all__ = ["OptimizerArgs", "SlHyper", "SparseOptimizer", "optimizer_args", "state_slots"]

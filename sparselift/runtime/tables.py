@@ -25,6 +25,7 @@ from sparselift.codegen.table_facts import TableFact
 from sparselift.optim import TableOptimizers
 from sparselift.optim_rules import rule_for
 from sparselift.runtime import huge_pages
+from sparselift.runtime.sparse_optimizer import state_slots
 
 TableInit = Callable[[str, torch.Tensor, int], object]
 """`table_init(table, shard, row_offset)`: fill `shard` (rows `row_offset ..` of `table`) in place."""
@@ -98,6 +99,13 @@ class LocalTables:
     # Bytes of each big shard backed by huge pages after it was set up (runtime/huge_pages.py):
     # tables below `CompileOptions.huge_page_min_bytes` are not listed.
     huge_page_bytes: dict[str, int] = attrs.field(factory=dict)
+    # Each table's optimizer kind, which lays its state out (`state_slots`).
+    optimizers: dict[str, str] = attrs.field(factory=dict)
+
+    def state_slots(self, name: str) -> dict[str, torch.Tensor]:
+        """Table `name`'s optimizer states by name, row-indexed views of its state buffer."""
+        shard = self.tables[name]
+        return state_slots(self.optimizers.get(name, "sgd"), self.states.get(name), shard.shape[0], shard.shape[1])
 
 
 def take_local_shards(
@@ -143,10 +151,10 @@ def take_local_shards(
         local.tables[info.name], local.row_offsets[info.name] = shard, lo
         if huge:
             local.huge_page_bytes[info.name] = huge_pages.huge_page_bytes(shard)
+        local.optimizers[info.name] = optimizer_of(optimizers, info.name)
         width = state_width(optimizers, info)
-        if width:  # the rule's states side by side, zeros (a one-float state is one value per row)
-            shape = (hi - lo,) if width == 1 else (hi - lo, width)
-            local.states[info.name] = torch.zeros(shape, dtype=torch.float32, device=shard.device)
+        if width:  # the rule's states whole, one after the other, zeros (`state_slots` views them)
+            local.states[info.name] = torch.zeros((hi - lo) * width, dtype=torch.float32, device=shard.device)
     return local
 
 
@@ -198,7 +206,8 @@ class TouchedRows:
     ):
         self.local = local
         everywhere = _gather_ids(ids_by_table, process_group, world)
-        self.saved: list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+        # (table, its touched rows, their copies: the table's rows, then each state's)
+        self.saved: list[tuple[str, torch.Tensor, list[torch.Tensor]]] = []
         for name, shard in local.tables.items():
             ids = everywhere.get(name)
             if ids is None or ids.numel() == 0:
@@ -206,24 +215,21 @@ class TouchedRows:
             lo = local.row_offsets[name]
             keep = ids[(ids >= lo) & (ids < lo + shard.shape[0])] - lo
             idx = keep.to(device=shard.device)
-            state = local.states.get(name)
-            self.saved.append(
-                (name, idx, shard.index_select(0, idx), None if state is None else state.index_select(0, idx))
-            )
+            self.saved.append((name, idx, [t.index_select(0, idx) for t in self._parts(name)]))
+
+    def _parts(self, name: str) -> list[torch.Tensor]:
+        """Table `name` and each of its optimizer states, row-indexed (views of the live storage)."""
+        return [self.local.tables[name], *self.local.state_slots(name).values()]
 
     @property
     def nbytes(self) -> int:
-        return sum(
-            r.numel() * r.element_size() + i.numel() * 8 + (0 if s is None else s.numel() * s.element_size())
-            for _, i, r, s in self.saved
-        )
+        return sum(i.numel() * 8 + sum(r.numel() * r.element_size() for r in rows) for _, i, rows in self.saved)
 
     @torch.no_grad()
     def restore(self) -> None:
-        for name, idx, rows, state_rows in self.saved:
-            self.local.tables[name].index_copy_(0, idx, rows)
-            if state_rows is not None:
-                self.local.states[name].index_copy_(0, idx, state_rows)
+        for name, idx, rows in self.saved:
+            for part, saved in zip(self._parts(name), rows):
+                part.index_copy_(0, idx, saved)
 
 
 def _gather_ids(ids_by_table: Mapping[str, torch.Tensor], pg, world: int) -> dict[str, torch.Tensor]:

@@ -360,16 +360,24 @@ def _add_explain_parser(sub: argparse._SubParsersAction, common: argparse.Argume
     exp.set_defaults(func=cmd_explain)
 
 
+# `--sparse-optimizer`'s names (sparselift.bench.dlrm.SPARSE_OPTIMIZERS; not imported here, so
+# `sparselift --help` stays fast; tests/bench/test_bench_cli.py checks they agree).
+SPARSE_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam", "adamw", "partial-rowwise-adam")
+
+
 def _add_bench_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """`sparselift bench`: the benchmarks."""
+    """`sparselift bench`: the benchmarks (each parses its own options: `BENCHES[name].main(rest)`)."""
     bench = sub.add_parser(
         "bench",
         parents=[common],
         help=(
             "benchmarks: dlrm (vs DLRM-Baseline and TorchRec), seq (a DIN sequence model, vs a PyTorch baseline "
             "and TorchRec), ablation, quality, seq-quality, kernels, gpu, ops (per-op time of a plan), memory (per "
-            "rank, against the real-size bounds)"
+            "rank, against the real-size bounds). dlrm, seq, ablation, quality and seq-quality train the tables "
+            f"with --sparse-optimizer NAME ({', '.join(SPARSE_OPTIMIZERS)}; default sgd) at --lr; kernels times "
+            "a fwd+bwd row per optimizer (--optimizers NAME,...)"
         ),
+        description="Run a benchmark; its options follow its name (`sparselift bench NAME --help`).",
     )
     bench.add_argument("which", choices=sorted(BENCHES))
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help)")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 CLI = [sys.executable, "-m", "sparselift.tools.cli"]
@@ -423,3 +424,140 @@ def test_sparselift_commands_take_real_sizes_too(command):
     assert parser.parse_args([*args, "5"]).rows_cap == 5
     with pytest.raises(SystemExit):
         parser.parse_args([*args, "0"])
+
+
+# -- sparse optimizers: `bench kernels --optimizers`, `--sparse-optimizer` ---------------------------
+
+
+def test_kernel_bench_times_each_optimizer_and_says_what_a_peer_lacks(tmp_path):
+    cmd = CLI + ["bench", "kernels", "--quick", "--cases", "kaggle-onehot", "--optimizers", "adam,adagrad"]
+    proc = subprocess.run(cmd + ["--json", str(tmp_path / "k.json")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (case,) = json.loads((tmp_path / "k.json").read_text())["cases"]
+    # The chosen rows, in the table's order (SGD's fwd+bwd not chosen; the forward rows always).
+    assert case["metrics"] == ["fwd", "fwd_nograd", "fwd_bwd_adagrad", "fwd_bwd_adam"]
+    assert set(case["ms"]["sparselift-c"]) == set(case["metrics"])
+    # FBGEMM's CPU TBE has Adagrad, not Adam: its Adam cell is n/a with what TBE said, never dropped.
+    assert "fwd_bwd_adagrad" in case["ms"]["fbgemm-tbe"] and "fwd_bwd_adam" not in case["ms"]["fbgemm-tbe"]
+    assert "not supported in CPU mode" in case["not_available"]["fbgemm-tbe"]["fwd_bwd_adam"]
+    assert case["speedup_vs_fbgemm"]["fwd_bwd_adam"] is None and case["speedup_vs_fbgemm"]["fwd_bwd_adagrad"] > 0
+    # torch runs SparseAdam in Adam's place, footnoted as another update.
+    assert "SparseAdam" in case["stand_ins"]["torch-embbag"]["fwd_bwd_adam"]
+    assert case["speedup_vs_torch"]["fwd_bwd_adam"] > 0
+    # One step from the same weights: C Adagrad = FBGEMM's EXACT_ADAGRAD, C Adam = torch's Adam (touched rows).
+    assert case["max_abs_diff_after_step_vs_fbgemm"]["adagrad"] < 1e-6
+    assert case["max_abs_diff_after_step_vs_torch"]["adam"] < 1e-6
+    adam_row = next(line for line in proc.stdout.splitlines() if "| fwd+bwd+Adam |" in line)
+    assert "n/a [" in adam_row
+    assert "FBGEMM 1.8.0's CPU TBE has no ADAM" in proc.stdout and "torch.optim.SparseAdam stands in" in proc.stdout
+    bad = subprocess.run(cmd[:-1] + ["lamb"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown optimizer(s) ['lamb']" in bad.stderr
+
+
+def test_fbgemm_cpu_still_lacks_the_adam_family():
+    # `bench.dlrm.UNAVAILABLE` says TorchRec on CPU has no Adam because FBGEMM's CPU TBE refuses it.
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        OptimType,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    from sparselift.bench.dlrm import SPARSE_OPTIMIZERS
+    from sparselift.tools.cli import SPARSE_OPTIMIZERS as CLI_NAMES
+
+    spec = [(10, 4, EmbeddingLocation.HOST, ComputeDevice.CPU)]
+    for opt in (OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD):
+        SplitTableBatchedEmbeddingBagsCodegen(spec, optimizer=opt)
+    for opt in (OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM):
+        with pytest.raises(AssertionError, match="not supported in CPU mode"):
+            SplitTableBatchedEmbeddingBagsCodegen(spec, optimizer=opt)
+    assert CLI_NAMES == SPARSE_OPTIMIZERS
+
+
+def _sparse_optimizer_worker(rank: int, world: int, argv: list[str]) -> dict:
+    import argparse
+
+    import torch
+
+    from sparselift.bench.baselines import synthetic_source
+    from sparselift.bench.dlrm import _build_runner, add_arguments, config_from_args, dlrm_config
+
+    torch.set_num_threads(1)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = config_from_args(parser.parse_args(argv))
+    config = dlrm_config(cfg)
+    source = synthetic_source(config, seed=cfg.seed)
+    locals_ = [next(iter(source.batches(cfg.batch_size, 1, rank=rank, world_size=world)))]
+    runner = _build_runner("sparselift", cfg, config, rank, world, locals_)
+    loss = runner.progress()
+    return {"record": runner.sparse_optimizer, "groups": runner.compiled.sparse_optimizer.param_groups, "loss": loss}
+
+
+def test_sparse_optimizer_option_reaches_sparselift_and_skips_the_peers_without_it():
+    import argparse
+
+    import sparselift
+    from sparselift.bench.dlrm import BenchConfig, add_arguments, available_systems, config_from_args
+    from sparselift.runtime.distributed import launch
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for given, kind in (
+        ("adam", "adam"),
+        ("rowwise-adagrad", "rowwise_adagrad"),
+        ("Partial_RowWise-Adam", "partial_rowwise_adam"),
+    ):
+        assert parser.parse_args(["--sparse-optimizer", given]).sparse_optimizer == kind
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--sparse-optimizer", "lamb"])
+    argv = ["--sparse-optimizer", "adam", "--lr", "0.01", "--rows-cap", "200", "--batch-size", "16"]
+    cfg = config_from_args(parser.parse_args(argv))
+    assert (cfg.sparse_optimizer, cfg.lr) == ("adam", 0.01) and BenchConfig().sparse_optimizer == "sgd"
+    ran, skipped = available_systems(cfg)
+    assert ran.systems == ("sparselift",) and set(skipped) == {"baseline", "torchrec"}
+    assert skipped["torchrec"].startswith("TorchRec on CPU has no Adam: FBGEMM's Adam is GPU-only")
+    assert "SparseAdam is not the same update" in skipped["baseline"]
+    assert available_systems(attrs.evolve(cfg, sparse_optimizer="adagrad"))[1] == {}
+    (out,) = launch(_sparse_optimizer_worker, 1, argv, timeout_s=120)
+    assert out["record"] == sparselift.optim.Adam(lr=0.01)
+    (group,) = out["groups"]
+    assert group["kind"] == "adam" and group["lr"] == 0.01 and group["betas"] == (0.9, 0.999)
+    assert out["loss"] > 0
+
+
+def test_a_compiled_system_takes_the_optimizers_its_model_carries():
+    # compile() refuses sparse_optimizer= beside in-backward optimizers: the runner passes None then.
+    import torch
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    import sparselift
+    from sparselift.bench.systems import _tables_optimizer
+
+    model = torch.nn.Module()
+    model.bag = torch.nn.EmbeddingBag(10, 4)
+    assert _tables_optimizer(model, None, 0.5) == (sparselift.optim.SGD(lr=0.5),) * 2
+    apply_optimizer_in_backward(torch.optim.Adagrad, model.bag.parameters(), {"lr": 0.1, "eps": 1e-8})
+    chosen = sparselift.optim.Adagrad(lr=0.1, eps=1e-8)
+    assert _tables_optimizer(model, chosen, 0.1) == (chosen, None)
+    assert _tables_optimizer(model, None, 0.1) == (chosen, None)
+    with pytest.raises(ValueError, match="not the benchmark's Adam"):
+        _tables_optimizer(model, sparselift.optim.Adam(lr=0.1), 0.1)
+
+
+def test_quality_bench_with_adam_compares_against_the_reference_semantics(tmp_path):
+    """The reference trains lazy Adam as written out (`parity.ReferenceSparseOptimizer`); a peer
+    without Adam on CPU (TorchRec) is refused with its reason."""
+    from sparselift.bench import quality, seq_quality
+
+    out = tmp_path / "q.json"
+    args = ["--model", "dlrm-kaggle", "--world-size", "2", "--steps", "6", "--batch-size", "32"]
+    args += ["--rows-cap", "500", "--eval-batches", "2", "--sparse-optimizer", "adam", "--lr", "0.01"]
+    assert quality.main([*args, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["sparse_optimizer"] == "adam"
+    assert result["loss_rmse"] <= 1e-4, result["loss_rmse"]
+    with pytest.raises(SystemExit) as e:
+        seq_quality.main(["--system", "torchrec", "--sparse-optimizer", "adam"])
+    assert e.value.code == 2

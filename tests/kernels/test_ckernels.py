@@ -43,12 +43,12 @@ def opt(kind: str, lr: float = 0.1, eps: float = 1e-3, step: int = 3) -> Optimiz
 
 
 def state_for(kind: str, rows: int, dim: int, seed: int = 0) -> torch.Tensor | None:
-    """A positive random state of `kind`'s layout: `[rows, width]`, `[rows]` for one float."""
+    """A positive random state buffer of `kind`'s layout (`rows * width` floats)."""
     width = rule_for(kind).state_width(dim)
     if not width:
         return None
     g = torch.Generator().manual_seed(seed)
-    return torch.rand((rows,) if width == 1 else (rows, width), generator=g)
+    return torch.rand(rows * width, generator=g)
 
 
 def _clone(x):

@@ -50,7 +50,7 @@ def _args(kind: str, step: int = 3):
 
 
 def _state(kind: str, rows: int, dim: int, g):
-    """A random non-negative state of the rule's layout (`[rows, W]`, `[rows]` when W is 1)."""
+    """A random non-negative state buffer of the rule's layout (`rows * W` floats)."""
     import torch
 
     from sparselift.optim_rules import rule_for
@@ -58,7 +58,7 @@ def _state(kind: str, rows: int, dim: int, g):
     width = rule_for(kind).state_width(dim)
     if width == 0:
         return None
-    return torch.rand((rows, width) if width > 1 else (rows,), generator=g)
+    return torch.rand(rows * width, generator=g)
 
 
 def _err(a, b) -> float:
@@ -160,10 +160,10 @@ def _error_cases() -> None:
     # (case, optimizer, ids, state of the [3, 4] table)
     cases = [
         ("bad-id", "sgd", [0, 5, 1], None),
-        ("bad-state-adam", "adam", [0, 2, 1], torch.zeros(3, 4)),  # needs [3, 8]
-        ("bad-state-rowwise", "rowwise_adagrad", [0, 2, 1], torch.zeros(3, 2)),  # needs [3] / [3, 1]
+        ("bad-state-adam", "adam", [0, 2, 1], torch.zeros(12)),  # needs 3 * 8 floats
+        ("bad-state-rowwise", "rowwise_adagrad", [0, 2, 1], torch.zeros(6)),  # needs 3 floats
         ("missing-state", "adagrad", [0, 2, 1], None),
-        ("bad-state-dtype", "adagrad", [0, 2, 1], torch.zeros(3, 4, dtype=torch.float64)),
+        ("bad-state-dtype", "adagrad", [0, 2, 1], torch.zeros(12, dtype=torch.float64)),
     ]
     for case, kind, ids, state in cases:
         t = torch.randn(3, 4)
