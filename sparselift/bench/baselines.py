@@ -122,7 +122,7 @@ def sparse_torch_optimizer(
 ) -> torch.optim.Optimizer:
     """A baseline's embedding optimizer on sparse gradients: `record`'s torch optimizer (None: SGD
     at `lr`); `reference`: the reference semantics where torch has none (quality runs)."""
-    from sparselift.bench.dlrm import torch_sparse_optimizer
+    from sparselift.bench.sparse_optimizers import torch_sparse_optimizer
     from sparselift.optim import SGD
 
     return torch_sparse_optimizer(record if record is not None else SGD(lr=lr), list(params), reference)
@@ -130,7 +130,7 @@ def sparse_torch_optimizer(
 
 def in_backward_optimizer(record: Any, lr: float) -> tuple[type, dict[str, float]]:
     """TorchRec's `apply_optimizer_in_backward` class and kwargs for `record` (None: SGD at `lr`)."""
-    from sparselift.bench.dlrm import torchrec_optimizer
+    from sparselift.bench.sparse_optimizers import torchrec_optimizer
     from sparselift.optim import SGD
 
     return torchrec_optimizer(record if record is not None else SGD(lr=lr))

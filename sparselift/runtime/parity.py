@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from sparselift.models import build
+from sparselift.optim_rules import OptimizerKind
 
 
 def _loss(out) -> torch.Tensor:
@@ -119,14 +120,14 @@ def as_optimizer(optimizer, table: str | None = None):
     if not isinstance(optimizer, tuple):
         return optimizer
     kind, lr, eps = optimizer
-    return SGD(lr=lr) if kind == "sgd" else RowWiseAdagrad(lr=lr, eps=eps)
+    return SGD(lr=lr) if kind == OptimizerKind.SGD else RowWiseAdagrad(lr=lr, eps=eps)
 
 
 def reference_table_step(config, lr: float, p: torch.Tensor, g: torch.Tensor, state: dict, step: int) -> None:
     """One single-process step of table `p` with the sparse optimizer `config` (at learning rate
     `lr`) on its dense gradient `g`, updating only the rows it touched (a non-zero gradient
     row), at step count `step`; `state` holds the optimizer's tensors for `p`."""
-    if str(config.kind) == "sgd":
+    if config.kind == OptimizerKind.SGD:
         p -= lr * g
         return
     touched = torch.nonzero((g != 0).any(dim=1)).flatten()
@@ -139,22 +140,22 @@ def reference_rows_step(
     """One step of table `p` with `config` on its touched `rows` (distinct), whose summed
     gradients are `gt`: each optimizer's formulas written out, independently of
     `sparselift.optim_rules` (the issue's semantics: lazy, bias-corrected by the step count)."""
-    kind = str(config.kind)
+    kind = OptimizerKind(config.kind)
     w = p[rows]
     hyper = config.hyperparameters()
     eps, b1, b2, wd = hyper["eps"], hyper["beta1"], hyper["beta2"], hyper["weight_decay"]
-    if kind == "sgd":
+    if kind == OptimizerKind.SGD:
         p[rows] = w - lr * gt
-    elif kind == "adagrad":
+    elif kind == OptimizerKind.ADAGRAD:
         acc = state.setdefault("sum", torch.zeros_like(p))
         acc[rows] += gt * gt
         p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)
-    elif kind == "rowwise_adagrad":
+    elif kind == OptimizerKind.ROWWISE_ADAGRAD:
         acc = state.setdefault("momentum", torch.zeros(p.shape[0], device=p.device))
         acc[rows] += (gt**2).mean(dim=1)
         p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)[:, None]
-    elif kind in ("adam", "adamw"):
-        if kind == "adamw":
+    elif kind in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
+        if kind == OptimizerKind.ADAMW:
             w = w - lr * wd * w
         else:
             gt = gt + wd * w
@@ -163,7 +164,7 @@ def reference_rows_step(
         v[rows] = b2 * v[rows] + (1 - b2) * gt * gt
         m_hat, v_hat = m[rows] / (1 - b1**step), v[rows] / (1 - b2**step)
         p[rows] = w - lr * m_hat / (v_hat.sqrt() + eps)
-    elif kind == "partial_rowwise_adam":
+    elif kind == OptimizerKind.PARTIAL_ROWWISE_ADAM:
         m = state.setdefault("exp_avg", torch.zeros_like(p))
         v = state.setdefault("exp_avg_sq", torch.zeros(p.shape[0], device=p.device))
         m[rows] = b1 * m[rows] + (1 - b1) * gt

@@ -59,7 +59,7 @@ def _specs() -> set[TableSpec]:
     specs = set()
     for it, p, w, o in itertools.product(IDX, ["sum", "mean"], [False, True], KINDS):
         specs.add(TableSpec(13, "f32", it, p, w, o))
-    for d, p, w, o in itertools.product([4, 16], ["sum", "mean"], [False, True], ["sgd", "rowwise_adagrad"]):
+    for d, p, w, o in itertools.product([4, 16], ["sum", "mean"], [False, True], KINDS):
         specs.add(TableSpec(d, "f32", "i64", p, w, o))
     for dt, p, o in itertools.product(["bf16", "f16"], ["sum", "mean"], KINDS):
         specs.add(TableSpec(8, dt, "i64", p, False, o))

@@ -98,9 +98,10 @@ def _resume_worker(rank: int, world: int, cache: str, with_eval: bool) -> dict:
     return compiled.state_dict()
 
 
-def test_train_after_eval_trains_on_exactly(tmp_path):
-    plain = launch(_resume_worker, 2, str(tmp_path), False, timeout_s=120)
-    paused = launch(_resume_worker, 2, str(tmp_path), True, timeout_s=120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_train_after_eval_trains_on_exactly(tmp_path, world):
+    plain = launch(_resume_worker, world, str(tmp_path), False, timeout_s=120)
+    paused = launch(_resume_worker, world, str(tmp_path), True, timeout_s=120)
     for want, got in zip(plain, paused):
         assert sorted(want) == sorted(got)
         for key in want:

@@ -81,6 +81,7 @@ def _reference(worlds: tuple[int, int]) -> dict[str, torch.Tensor]:
         pytest.param((3, "row_wise"), (2, "table_wise"), id="ws3-row-wise-to-ws2-table-wise"),
         pytest.param((2, "auto"), (1, "auto"), id="ws2-auto-to-ws1"),
         pytest.param((1, "auto"), (3, "auto"), id="ws1-to-ws3-auto"),
+        pytest.param((3, "data_parallel"), (2, "row_wise"), id="ws3-replicated-to-ws2-row-wise"),
     ],
 )
 def test_a_checkpoint_loads_at_another_world_size_and_placement(tmp_path, saved, loaded):
@@ -108,3 +109,83 @@ def test_the_plain_model_loads_a_sharded_checkpoint(tmp_path):
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(*_batch(2, 9, 0)), saved["out"], atol=1e-6, rtol=1e-6)
+
+
+def _legacy(rank: int, world: int, sharding: str, path: str, cache: str, save: bool) -> str:
+    from sparselift.runtime.sharded import legacy_keys, load_checkpoint
+
+    compiled = _compile(sharding, cache)
+    if save:  # a checkpoint as the earlier format wrote it
+        _train(compiled, rank, world, [0])
+        dcp.save(legacy_keys(compiled), checkpoint_id=path)
+        return "saved"
+    try:
+        load_checkpoint(compiled, path)
+    except ValueError as e:
+        return str(e)
+    return "loaded"
+
+
+def test_an_earlier_format_checkpoint_loads_where_it_was_saved_and_says_how_to_convert(tmp_path):
+    path, cache = str(tmp_path / "ckpt"), str(tmp_path / "cache")
+    launch(_legacy, 2, "table_wise", path, cache, True, timeout_s=120)
+    assert launch(_legacy, 2, "table_wise", path, cache, False, timeout_s=120) == ["loaded", "loaded"]
+    for message in launch(_legacy, 3, "row_wise", path, cache, False, timeout_s=120):
+        assert "earlier format" in message and "save it" in message, message
+
+
+def _small(rows, optimizer, cache: str):
+    from parity_models import SmallModel  # tests/runtime is on sys.path
+
+    torch.manual_seed(0)
+    model = SmallModel(rows=rows)
+    example = build_model(MODEL, rows_cap=None, batch_size=8, seed=0)[1]
+    options = sparselift.CompileOptions(plan="none", grad_reduction="mean", cache_dir=cache)
+    return sparselift.compile(model, example, sharding="row_wise", sparse_optimizer=optimizer, options=options)
+
+
+def _checked_load(rank: int, world: int, path: str, cache: str, save_as: tuple, load_as: tuple) -> str:
+    from sparselift.runtime.sharded import load_checkpoint
+
+    if save_as is not None:
+        saver = _small(*save_as, cache)
+        _train(saver, rank, world, [0])
+        dcp.save(saver.sharded_state_dict(), checkpoint_id=path)
+        return "saved"
+    loader = _small(*load_as, cache)
+    before = loader.state_dict()
+    try:
+        load_checkpoint(loader, path)
+        message = "loaded"
+    except ValueError as e:
+        message = str(e)
+    after = loader.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "a refused checkpoint changed the model"
+    return message
+
+
+@pytest.mark.parametrize(
+    "load_as, expected",
+    [
+        pytest.param(
+            ((60, 80, 30), OPTIMIZER), r"'emb\.0\.weight' is \(50, 8\), .* the compiled model's is \(60, 8\)", id="rows"
+        ),
+        pytest.param(
+            ((50, 80, 30), sparselift.optim.Adam(lr=0.1)),
+            r"no 'emb\.0\.weight\.exp_avg' in the checkpoint",
+            id="adam-state-missing",
+        ),
+        pytest.param(
+            ((50, 80, 30), sparselift.optim.SGD(lr=0.1)),
+            r"'emb\.0\.weight' has optimizer state \['momentum'\] in the checkpoint, but it trains with sgd",
+            id="another-optimizers-state",
+        ),
+    ],
+)
+def test_a_checkpoint_that_does_not_fit_is_refused_on_every_rank_changing_nothing(tmp_path, load_as, expected):
+    import re
+
+    path, cache = str(tmp_path / "ckpt"), str(tmp_path / "cache")
+    launch(_checked_load, 2, path, cache, ((50, 80, 30), OPTIMIZER), None, timeout_s=120)
+    messages = launch(_checked_load, 2, path, cache, None, load_as, timeout_s=120)
+    assert len(set(messages)) == 1 and re.search(expected, messages[0]), messages
