@@ -249,9 +249,7 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
         eval_regions = export_eval_regions(model, example_inputs, program)
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
-    with same_outcome(process_group, world):  # an optimizer refused: on every rank, before a table is taken
-        tables = [(f.name, f.param) for f in facts]
-        optimizer = choose(sparse_optimizer, in_backward_optimizers({p: model_tables[p] for _, p in tables}), tables)
+    optimizer = _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world)
     inits = table_initializers(model, facts, options.table_init, seed)
     _check_inits(facts, model_tables, inits)
     take = functools.partial(
@@ -271,34 +269,21 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     options = attrs.evolve(options, table_init=None)
     lift = lift_pass(optimizer, options)
 
+    common = dict(rank=rank, world=world, process_group=process_group, optimizer=optimizer, options=options)
     if options.passes or options.plan == "none":
-        compiled = _build_on_every_rank(
-            program,
-            local,
-            _explicit_pipeline(options, lift),
-            rank=rank,
-            world=world,
-            process_group=process_group,
-            optimizer=optimizer,
-            options=options,
-        )
+        compiled = _build_on_every_rank(program, local, _explicit_pipeline(options, lift), **common)
     else:
-        compiled = _compile_planned(
-            model,
-            example_inputs,
-            program,
-            local,
-            take,
-            sharding=sharding,
-            lift=lift,
-            rank=rank,
-            world=world,
-            process_group=process_group,
-            optimizer=optimizer,
-            options=options,
-        )
+        compiled = _compile_planned(model, example_inputs, program, local, take, sharding=sharding, lift=lift, **common)
     compiled.set_eval_regions(eval_regions)
     return compiled
+
+
+def _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world: int) -> TableOptimizers:
+    """Each table's optimizer (`optim.choose`): the model's in-backward ones, `sparse_optimizer`,
+    or SGD; a refusal is raised on every rank, before a table is taken."""
+    with same_outcome(process_group, world):
+        tables = [(f.name, f.param) for f in facts]
+        return choose(sparse_optimizer, in_backward_optimizers({p: model_tables[p] for _, p in tables}), tables)
 
 
 def _resolve_transport(process_group, rank: int, world: int, options: CompileOptions) -> CompileOptions:

@@ -430,23 +430,21 @@ class CompiledModel(nn.Module):
     def dense_named_parameters(self):
         """Dense parameters under the original model's names (a wrapped region's, `SparseInputs` or
         `UnpooledViews`, are those of the extracted graph it wraps)."""
-        seen = set()
-        for region in self.regions.values():
-            for name, p in getattr(region, "region", region).named_parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield name, p
+        return self._dense_named("named_parameters")
 
     def dense_named_buffers(self):
         """Buffers of the dense regions (batch norm's running statistics, ...) under the original
         model's names: each rank's own, updated by its training forwards (as under DDP without
         SyncBatchNorm), read by its eval forwards."""
+        return self._dense_named("named_buffers")
+
+    def _dense_named(self, method: str):
         seen = set()
         for region in self.regions.values():
-            for name, b in getattr(region, "region", region).named_buffers():
-                if id(b) not in seen:
-                    seen.add(id(b))
-                    yield name, b
+            for name, t in getattr(getattr(region, "region", region), method)():
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    yield name, t
 
     def state_dict(self, *args, gather_to: str = "all", **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
         """The original model's keys (collective): dense parameters, whole tables gathered from

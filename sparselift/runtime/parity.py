@@ -238,18 +238,11 @@ def compiled_worker(
     model, example = build_model(model_name, rows_cap=rows_cap, batch_size=batch, seed=seed)
     model, example = model.to(device), _to(device, example)
     lr = as_optimizer(optimizer).lr  # the dense parameters' (SGD)
-    opt = None if isinstance(optimizer, dict) else as_optimizer(optimizer)
-    if isinstance(optimizer, dict):  # chosen the TorchRec way, on the model's tables
-        from torch.distributed.optim import _apply_optimizer_in_backward
-
-        params = dict(model.named_parameters())
-        for name, (cls, kwargs) in optimizer.items():
-            _apply_optimizer_in_backward(cls, [params[name]], kwargs)
     compiled = sparselift.compile(
         model,
         example,
         sharding=sharding,
-        sparse_optimizer=opt,
+        sparse_optimizer=_sparse_optimizer(model, optimizer),
         options=sparselift.CompileOptions(
             grad_reduction="mean",
             kernels=kernels,
@@ -306,6 +299,20 @@ def compiled_worker(
             "transport": "shm" if compiled.runner.shm is not None else "gloo",
         },
     )
+
+
+def _sparse_optimizer(model: torch.nn.Module, optimizer):
+    """`compile`'s `sparse_optimizer=` for the parity run's `optimizer`; a mapping of table
+    parameters to `(class, kwargs)` is applied to the model's tables instead, the TorchRec way
+    (`apply_optimizer_in_backward`), and None returned."""
+    if not isinstance(optimizer, dict):
+        return as_optimizer(optimizer)
+    from torch.distributed.optim import _apply_optimizer_in_backward
+
+    params = dict(model.named_parameters())
+    for name, (cls, kwargs) in optimizer.items():
+        _apply_optimizer_in_backward(cls, [params[name]], kwargs)
+    return None
 
 
 def _op_forms(ir_text: str) -> set[str]:
