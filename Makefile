@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(MAKE) typecheck
 
-# mypy on ir/, passes/ and codegen/ ([tool.mypy] in pyproject.toml says which files and how strict).
+# mypy on ir/, passes/, codegen/, runtime/ and the optimizers ([tool.mypy] in pyproject.toml says which files and how strict).
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -221,27 +221,49 @@ def rule_for(kind: str | OptimizerKind) -> OptimizerRule:
 # ---- rendering ------------------------------------------------------------------------------
 
 
-def render_expression(expr: str, name: Callable[[str], str], sqrt: str, constant: Callable[[float], str]) -> str:
+def render_expression(
+    expr: str,
+    name: Callable[[str], str],
+    sqrt: str,
+    constant: Callable[[float], str],
+    fold: Callable[[str], str] | None = None,
+) -> str:
     """`expr` in another language: names through `name`, `sqrt(x)` as `sqrt(x)` under the
     target's name, number literals through `constant`; fully parenthesized, so the evaluation
-    order is the statement's, whatever the target's precedence rules."""
+    order is the statement's, whatever the target's precedence rules.
 
-    def walk(node: ast.AST) -> str:
+    `fold`: how the target evaluates a subexpression of run-time values alone (`ARGUMENTS`
+    and numbers, `1 - beta1`) given its double-precision source (names as `name` gives them,
+    numbers as plain doubles): the reference computes such a value in Python's double precision
+    and rounds it once to f32 where it meets a tensor, and a kernel that does the same rounds as
+    it does."""
+
+    def walk(node: ast.AST, folding: bool) -> str:
         if isinstance(node, ast.Expression):
-            return walk(node.body)
+            return walk(node.body, folding)
+        if not folding and fold is not None and _runtime_only(node) and not isinstance(node, ast.Constant):
+            return fold(walk(node, True))
         if isinstance(node, ast.Name):
             return name(node.id)
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return constant(float(node.value))
+            return repr(float(node.value)) if folding else constant(float(node.value))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return f"(-{walk(node.operand)})"
+            return f"(-{walk(node.operand, folding)})"
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return f"({walk(node.left)} {_OPS[type(node.op)]} {walk(node.right)})"
+            return f"({walk(node.left, folding)} {_OPS[type(node.op)]} {walk(node.right, folding)})"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt":
-            return f"{sqrt}({walk(node.args[0])})"
+            return f"{sqrt}({walk(node.args[0], folding)})"
         raise ValueError(f"unsupported expression: {ast.unparse(node)}")
 
-    return walk(ast.parse(expr, mode="eval"))
+    return walk(ast.parse(expr, mode="eval"), False)
+
+
+def _runtime_only(node: ast.AST) -> bool:
+    """Whether `node` reads run-time values (`ARGUMENTS`) and numbers alone, and calls nothing."""
+    parts = list(ast.walk(node))
+    return not any(isinstance(n, ast.Call) for n in parts) and all(
+        n.id in ARGUMENTS for n in parts if isinstance(n, ast.Name)
+    )
 
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}

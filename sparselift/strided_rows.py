@@ -27,7 +27,7 @@ def _plain(block: torch.Tensor) -> bool:
     return type(block) is torch.Tensor and block.layout == torch.strided
 
 
-def _follows(block: torch.Tensor, first: torch.Tensor, k: int, step: int) -> bool:
+def _follows(block: torch.Tensor, first: torch.Tensor, k: int, step: int | torch.SymInt) -> bool:
     """Block `k` of a run that starts with `first` and steps `step` elements per block."""
     return (
         _plain(block)

@@ -265,6 +265,11 @@ def _update_fn(spec: TableSpec, prefetch: int = UPDATE_PREFETCH, widest: int = 1
     )
 
 
+def _rounded(double_source: str) -> str:
+    """A run-time value computed in double precision, then rounded to f32 once (as the reference)."""
+    return f"((float){double_source})"
+
+
 def _rule_code(rule: OptimizerRule, dim: int) -> tuple[str, str]:
     """C of a rule's row statements (state loads, statements, state stores; after `row` and
     `mean_g2`) and of its element statements (inside the loop over `c`, after `g` and `w`)."""
@@ -281,7 +286,7 @@ def _rule_code(rule: OptimizerRule, dim: int) -> tuple[str, str]:
         lines = [f"{indent}float {name} = {ref};" for name, ref in where.items()]
         declared |= set(where)
         for target, expr in statements:
-            c_expr = render_expression(expr, lambda n: hyper.get(n, n), "sqrtf", c_float)
+            c_expr = render_expression(expr, lambda n: hyper.get(n, n), "sqrtf", c_float, fold=_rounded)
             lines.append(f"{indent}{'' if target in declared else 'float '}{target} = {c_expr};")
             declared.add(target)
         assigned = {t for t, _ in statements}

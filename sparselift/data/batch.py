@@ -55,7 +55,7 @@ class Batch:
     labels: Tensor
     keys: tuple[str, ...] = attrs.field(
         default=attrs.Factory(lambda self: default_keys(len(self.sparse)), takes_self=True),
-        converter=tuple,
+        converter=tuple[str, ...],  # not a bare `tuple`: mypy's attrs plugin cannot type a generic one
     )
 
     def __attrs_post_init__(self) -> None:

@@ -32,7 +32,7 @@ PathLike = str | os.PathLike[str]
 def open_text(path: PathLike) -> io.TextIOBase:
     """Open a (possibly gzip-compressed, by ``.gz`` suffix) text file for reading."""
     if str(path).endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")  # type: ignore[return-value]
+        return gzip.open(path, "rt", encoding="utf-8")
     return open(path, encoding="utf-8")
 
 

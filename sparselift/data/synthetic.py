@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import attrs
 import numpy as np
@@ -246,7 +246,7 @@ class SyntheticCriteo:
 
         self._len_cdfs: list[np.ndarray] = []
         if cfg.multi_hot:
-            for m in cfg.pooling:
+            for m in cast("tuple[float, ...]", cfg.pooling):  # multi_hot: per-feature mean bag sizes
                 lam = m if cfg.allow_empty_bags else m - 1.0
                 self._len_cdfs.append(_poisson_cdf(lam))
 
@@ -355,7 +355,7 @@ class SyntheticCriteo:
         cfg = self.config
         if not cfg.multi_hot:
             return None
-        mean = cfg.pooling[f]
+        mean = cast("tuple[float, ...]", cfg.pooling)[f]  # multi_hot: per-feature mean bag sizes
         if cfg.pooling_dist == "fixed":
             return np.full(hs.shape, int(round(mean)), dtype=np.int64)
         u = _uniform53(_mix(hs ^ _U64(_mix_int(_slot(_K_LEN, f)))))

@@ -21,6 +21,8 @@ and every benchmarked system starts from the same weights.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import torch
 from torch import Tensor, nn
@@ -173,6 +175,7 @@ def build_din(
     an example batch of ``batch_size`` from the synthetic DIN stream (:mod:`sparselift.data.din_synthetic`)."""
     from sparselift.data.din_synthetic import DINSynthetic
 
-    config = attrs.evolve(config or DINConfig(), seed=seed, **({"rows_cap": rows_cap} if rows_cap else {}))
+    capped: dict[str, Any] = {"rows_cap": rows_cap} if rows_cap else {}
+    config = attrs.evolve(config or DINConfig(), seed=seed, **capped)
     model = DIN(config, device=device)
     return model, DINSynthetic.for_model(config, seed=seed).samples(0, batch_size).inputs()

@@ -199,6 +199,10 @@ class DLRM(nn.Module):
     probability ``[B, 1]``, or the logit when ``config.return_logits``.
     """
 
+    # The interaction's index buffers (registered in __init__; typed here for nn.Module's __getattr__).
+    li: Tensor
+    lj: Tensor
+
     def __init__(self, config: DLRMConfig, device: str | torch.device = "cpu") -> None:
         """`device="meta"` builds the tables on the meta device (shapes only; the MLPs are small
         and stay on the CPU): `sparselift.compile(..., options=CompileOptions(table_init=

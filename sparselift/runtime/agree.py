@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -109,13 +110,16 @@ def raise_if_any_failed(error: Exception | None, group, world: int) -> None:
     first = int(flag.item())
     if first == world:
         return
-    payload = [_describe(error) if rank == first else None]
+    # Only a failing rank puts its own rank into the minimum: rank `first` has an error.
+    failed = error if rank == first else None
+    payload: list[tuple[list[str], str] | None] = [_describe(failed) if failed is not None else None]
     dist.broadcast_object_list(
         payload, src=dist.get_global_rank(group, first) if group is not None else first, group=group
     )
-    agreed = _rebuild(*payload[0], first)
-    if rank == first:  # the same error as the others raise, with this rank's traceback
-        raise agreed.with_traceback(error.__traceback__) from error.__cause__
+    mro, message = cast("tuple[list[str], str]", payload[0])  # rank `first`'s description
+    agreed = _rebuild(mro, message, first)
+    if failed is not None:  # the same error as the others raise, with this rank's traceback
+        raise agreed.with_traceback(failed.__traceback__) from failed.__cause__
     raise agreed
 
 

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import torch
@@ -102,7 +102,9 @@ class CompileOptions:
     # CPU table shards of at least this many bytes live on transparent huge pages (fewer TLB
     # misses for random rows; runtime/huge_pages.py); None: plain pages.
     huge_page_min_bytes: int | None = attrs.field(
-        default=huge_pages.DEFAULT_MIN_BYTES, validator=attrs.validators.optional(attrs.validators.ge(0))
+        # cast: the plugin takes the field's type from the default's (int), not the annotation's
+        default=cast("int | None", huge_pages.DEFAULT_MIN_BYTES),
+        validator=attrs.validators.optional(attrs.validators.ge(0)),
     )
     # How the plan's all-to-alls and the dense gradients' sum travel between ranks: "shm", through
     # shared memory, where every rank is on this host (runtime/shm_transport.py: one copy in, one
@@ -419,6 +421,7 @@ class CompiledModel(nn.Module):
         self._sync_queued = False
         riders = self.runner.take_riders()
         if self.world > 1 and self.options.dense_sync:
+            assert self._buckets is not None  # built in __init__ under the same condition
             self._buckets.finish(riders)
         elif riders:
             reduce_riders(riders, self.pg, shm=self.runner.shm)
@@ -446,7 +449,11 @@ class CompiledModel(nn.Module):
                     seen.add(id(t))
                     yield name, t
 
-    def state_dict(self, *args, gather_to: str = "all", **kwargs) -> dict[str, torch.Tensor]:  # noqa: D401
+    # Ignored [override]: torch types Module.state_dict as overloads on `destination=`; this one
+    # gathers the shards (`gather_to=`) instead.
+    def state_dict(  # type: ignore[override]  # noqa: D401
+        self, *args, gather_to: str = "all", **kwargs
+    ) -> dict[str, torch.Tensor]:
         """The original model's keys (collective): dense parameters, whole tables gathered from
         their shards, and each table's optimizer state as `<table param>.<state>` (its rule's
         states: `momentum` for row-wise Adagrad, one value per row; `exp_avg` and `exp_avg_sq`
@@ -530,7 +537,8 @@ class CompiledModel(nn.Module):
             keys.update({k: ((), torch.int64) for k in self._step_entries(info)})
         return keys
 
-    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True):
+    # Ignored [override]: no `assign=` (each rank copies its own rows into its live shards).
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True):  # type: ignore[override]
         """Load what `state_dict()` wrote (each rank keeps its own rows); `strict` raises on missing
         or unexpected keys, and a wrong shape or dtype always raises, naming the key. Optimizer
         state of another optimizer (Adam's `exp_avg` into SGD, a missing `exp_avg_sq`) is such a
@@ -606,20 +614,25 @@ class CompiledModel(nn.Module):
         """Table `info` (or its optimizer state, from `shards`) whole, on every rank ("all") or on
         rank 0 only ("rank0"; None elsewhere): one broadcast (or send) per shard, from its owner."""
         receives = gather_to == "all" or self.rank == 0
-        local = shards.get(info.name)
+        local = shards.get(info.name)  # None where this rank holds no shard
         if self.world == 1 or info.placement == "data_parallel":
+            assert local is not None  # every rank holds the whole table
             return local.detach().clone() if receives else None
         device = local.device if local is not None else self._device()
         full = torch.empty((info.rows, *row_shape), dtype=dtype, device=device) if receives else None
         for owner, lo, hi in info.shards:
             if self.rank == owner and full is not None:
+                assert local is not None  # an owner holds its shard
                 full[lo:hi].copy_(local)
             if gather_to == "all":
+                assert full is not None  # every rank receives
                 buffer = full[lo:hi]
                 dist.broadcast(buffer, src=self._global(owner), group=self.pg)
             elif owner != 0 and self.rank == owner:
+                assert local is not None  # an owner holds its shard
                 dist.send(local.contiguous(), dst=self._global(0), group=self.pg)
             elif owner != 0 and self.rank == 0:
+                assert full is not None  # rank 0 receives
                 dist.recv(full[lo:hi], src=self._global(owner), group=self.pg)
         return full
 
@@ -636,5 +649,7 @@ class CompiledModel(nn.Module):
         """The whole table `name` (IR name or parameter FQN), gathered from its shards (collective)."""
         for info in self.table_facts:
             if name in (info.name, info.param):
-                return self._gather_table(info, self.tables, (info.dim,), torch_dtype(info))
+                table = self._gather_table(info, self.tables, (info.dim,), torch_dtype(info))
+                assert table is not None  # gather_to="all": every rank receives it
+                return table
         raise KeyError(f"no table '{name}'")

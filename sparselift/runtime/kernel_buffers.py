@@ -12,11 +12,16 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from sparselift.runtime import reference as ref
 from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
+
+if TYPE_CHECKING:
+    from sparselift.codegen.ckernels import TableSpec
+    from sparselift.runtime.kernel_library import _Library
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,6 +45,11 @@ def _row_ranges(bounds: tuple[tuple[int, ...], ...], owners: tuple[tuple[int, ..
 class BufferOps:
     """`concat_ids`, `pack`, `unpack`, `expand_rows`, `compact_rows`, `unique_ids` and `sum_rows`
     of `GeneratedKernels`."""
+
+    if TYPE_CHECKING:  # what GeneratedKernels provides
+        _lib: _Library | None
+
+        def _ensure(self, specs: set[TableSpec]) -> _Library: ...
 
     def concat_ids(self, ids: Sequence[torch.Tensor], rows: Sequence[int], index_dtype: torch.dtype) -> torch.Tensor:
         """`torch.cat` of several features' 1-D int32/int64 ids in `index_dtype`, every id checked to

@@ -7,14 +7,29 @@
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from sparselift.runtime.kernel_checks import _addr_array, spec_for
 
+if TYPE_CHECKING:
+    from sparselift.codegen.ckernels import TableSpec
+    from sparselift.runtime.kernel_library import _Library
+
 
 class CCalls:
     """`_prepare` and the multi-table C calls of `GeneratedKernels`."""
+
+    if TYPE_CHECKING:  # what GeneratedKernels provides (`_raise`: ArgumentChecks)
+        _lib: _Library | None
+        _prepared: dict
+
+        def _ensure(self, specs: set[TableSpec]) -> _Library: ...
+
+        def _threads(self) -> int: ...
+
+        def _raise(self, err, names, lengths, indices, rows, op: str) -> None: ...
 
     def _prepare(
         self,
@@ -41,14 +56,16 @@ class CCalls:
         prep = self._prepared.get(key)
         if prep is not None and prep[0] is self._lib:
             return prep[1]
-        specs = [
+        found = [
             spec_for(t, index_dtype, p, weighted, k) for t, p, k in zip(tables, poolings, kinds or [None] * len(tables))
         ]
-        if any(s is None for s in specs):
+        if any(s is None for s in found):
             return None
+        specs = cast("list[TableSpec]", found)  # none is None (checked above)
         lib = self._ensure(set(specs))
         numbers = [lib.fwd_numbers[s.forward_key] if kind == "fwd" else lib.upd_numbers[s] for s in specs]
-        slot_off, flat = [0], []
+        slot_off: list[int] = [0]
+        flat: list[int] = []
         for sl in slots_per_table:
             flat.extend(int(x) for x in sl)
             slot_off.append(len(flat))

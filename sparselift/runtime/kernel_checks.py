@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -75,6 +76,10 @@ def _addr_array(ctype, values: Sequence[int]):
 
 class ArgumentChecks:
     """The shared input checks of `GeneratedKernels` (it provides `_name`)."""
+
+    if TYPE_CHECKING:  # what GeneratedKernels provides
+
+        def _name(self, table: torch.Tensor, i: int | None = None) -> str: ...
 
     def _geometry(self, names, lengths, indices, weights, slots_per_table, features_per_segment, batch):
         who = ", ".join(f"'{n}'" for n in names)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import copy
 import importlib
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 
 from sparselift.models import build
 from sparselift.optim_rules import OptimizerKind
+from sparselift.runtime.reference import sqrt_rn
 
 
 def _loss(out) -> torch.Tensor:
@@ -76,17 +77,17 @@ def reference_run(
     tables = set(table_names or [])
     states: dict[str, dict[str, torch.Tensor]] = {}
     outputs = []
-    grads = {}
+    grads: dict[str, torch.Tensor] = {}
     for step, step_batches in enumerate(batches):
         decay = lr_gamma**step if lr_gamma is not None else 1.0
         model.zero_grad()
-        loss = 0.0
+        loss: torch.Tensor | float = 0.0
         step_out = []
         for inputs in step_batches:
             out = model(*inputs)
             step_out.append(out.detach().clone())
             loss = loss + _loss(out) / world
-        loss.backward()
+        cast(torch.Tensor, loss).backward()  # a tensor after a step's first batch
         outputs.append(step_out)
         grads = {}
         with torch.no_grad():
@@ -149,11 +150,11 @@ def reference_rows_step(
     elif kind == OptimizerKind.ADAGRAD:
         acc = state.setdefault("sum", torch.zeros_like(p))
         acc[rows] += gt * gt
-        p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)
+        p[rows] = w - lr * (gt / (sqrt_rn(acc[rows]) + eps))
     elif kind == OptimizerKind.ROWWISE_ADAGRAD:
         acc = state.setdefault("momentum", torch.zeros(p.shape[0], device=p.device))
         acc[rows] += (gt**2).mean(dim=1)
-        p[rows] = w - lr * gt / (acc[rows].sqrt() + eps)[:, None]
+        p[rows] = w - lr * (gt / (sqrt_rn(acc[rows]) + eps)[:, None])
     elif kind in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         if kind == OptimizerKind.ADAMW:
             w = w - lr * wd * w
@@ -161,16 +162,16 @@ def reference_rows_step(
             gt = gt + wd * w
         m, v = state.setdefault("exp_avg", torch.zeros_like(p)), state.setdefault("exp_avg_sq", torch.zeros_like(p))
         m[rows] = b1 * m[rows] + (1 - b1) * gt
-        v[rows] = b2 * v[rows] + (1 - b2) * gt * gt
+        v[rows] = b2 * v[rows] + (1 - b2) * (gt * gt)
         m_hat, v_hat = m[rows] / (1 - b1**step), v[rows] / (1 - b2**step)
-        p[rows] = w - lr * m_hat / (v_hat.sqrt() + eps)
+        p[rows] = w - lr * (m_hat / (sqrt_rn(v_hat) + eps))
     elif kind == OptimizerKind.PARTIAL_ROWWISE_ADAM:
         m = state.setdefault("exp_avg", torch.zeros_like(p))
         v = state.setdefault("exp_avg_sq", torch.zeros(p.shape[0], device=p.device))
         m[rows] = b1 * m[rows] + (1 - b1) * gt
         v[rows] = b2 * v[rows] + (1 - b2) * (gt**2).mean(dim=1)
         m_hat, v_hat = m[rows] / (1 - b1**step), v[rows] / (1 - b2**step)
-        p[rows] = w - lr * (m_hat / (v_hat.sqrt() + eps)[:, None] + wd * w)
+        p[rows] = w - lr * (m_hat / (sqrt_rn(v_hat) + eps)[:, None] + wd * w)
     else:
         raise ValueError(f"no reference for optimizer '{kind}'")
 
@@ -192,9 +193,11 @@ class ReferenceSparseOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad.coalesce() if p.grad.is_sparse else p.grad.to_sparse().coalesce()
-                rows = g.indices()[0]
-                reference_rows_step(self.record, group["lr"], p, rows, g.values(), self.state[p], self.count)
+                g = p.grad if p.grad.is_sparse else p.grad.to_sparse()
+                # An id's occurrences summed in the order the batch holds them (not coalesce()'s)
+                rows, inverse = torch.unique(g._indices()[0], return_inverse=True)
+                summed = torch.zeros(rows.numel(), p.shape[1], dtype=g.dtype).index_add_(0, inverse, g._values())
+                reference_rows_step(self.record, group["lr"], p, rows, summed, self.state[p], self.count)
         return None
 
 
@@ -327,6 +330,11 @@ def _op_forms(ir_text: str) -> set[str]:
     return forms
 
 
+def _prefixed(what: str) -> Callable[[str], str]:
+    """`assert_close`'s `msg=`: `what`, then its own message."""
+    return lambda m: f"{what}: {m}"
+
+
 def check_parity(
     model_name: str,
     world: int,
@@ -442,7 +450,7 @@ def check_parity(
                 want[rank],
                 atol=atol,
                 rtol=1e-4,
-                msg=lambda m, s=step, r=rank: f"output of step {s} on rank {r}: {m}",
+                msg=_prefixed(f"output of step {step} on rank {rank}"),
             )
         for name, want in ref["tables"].items():
             torch.testing.assert_close(
@@ -450,7 +458,7 @@ def check_parity(
                 want,
                 atol=atol,
                 rtol=1e-4,
-                msg=lambda m, n=name, r=rank: f"table {n} on rank {r}: {m}",
+                msg=_prefixed(f"table {name} on rank {rank}"),
             )
         for name, want in ref["grads"].items():
             torch.testing.assert_close(
@@ -458,5 +466,5 @@ def check_parity(
                 want,
                 atol=atol,
                 rtol=1e-4,
-                msg=lambda m, n=name, r=rank: f"dense grad {n} on rank {r}: {m}",
+                msg=_prefixed(f"dense grad {name} on rank {rank}"),
             )

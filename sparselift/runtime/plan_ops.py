@@ -17,7 +17,7 @@ import time
 import types
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -166,7 +166,7 @@ class PlanBase:
         last call's inputs are held (not just their ids, which a new tensor could reuse). Not
         when the region has trainable parameters (per-sample weights computed from them): `start`
         runs without autograd, and `forward` needs their gradient."""
-        region = self.regions["sparse_inputs"]
+        region: Any = self.regions["sparse_inputs"]  # frontend.program.SparseInputs
         # Inference tensors (built under `torch.inference_mode`) keep no version counter: a batch
         # of them is split afresh, never matched against the last one.
         reusable = not any(p.requires_grad for p in region.parameters()) and not any(
@@ -183,7 +183,8 @@ class PlanBase:
             # Raising here, on this rank alone, would leave the others in the batch agreement.
             self._inputs_error, self._last_sparse_inputs = e, None
             return tuple(torch.zeros(1, dtype=torch.int64) for _ in range(sum(c.outputs for c in region.calls)))
-        flat = tuple(x for triple in out for x in triple if x is not None)
+        triples = cast(Sequence[tuple[torch.Tensor, ...]], out)  # SparseInputs: per feature (ids, offsets, weights)
+        flat = tuple(x for triple in triples for x in triple if x is not None)
         self._last_sparse_inputs = (args, versions, flat) if reusable else None
         return flat
 
@@ -371,7 +372,7 @@ def _setup_context(ctx, inputs, output) -> None:
     handle, index, tensors = inputs
     handle, index = int(handle), int(index)
     plan = _PLANS[handle]
-    n_out = plan.SEGMENTS[index][0]
+    n_out = plan.SEGMENTS[index][0]  # type: ignore[attr-defined]  # set by the generated Plan subclass
     ctx.handle, ctx.index, ctx.n_inputs, ctx.n_out = handle, index, len(tensors), n_out
     ctx.save_for_backward(*output[n_out:])
 
@@ -703,7 +704,7 @@ def fused_lookup_grad(
     flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].device)
     # Table gradients are read by their all-reduce only (lift-sparse makes them for it), so
     # `all_reduce` may reduce this buffer in place.
-    flat._sparselift_grad_buffer = True
+    flat._sparselift_grad_buffer = True  # type: ignore[attr-defined]  # a marker all_reduce reads
     views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
     if (
         plan.kernels is not None

@@ -89,7 +89,7 @@ def validate_features(
         if batch:
             bad = bad | (lengths < 0).any()
         ok = not bool(bad)
-        if ok and check_ids and sum(counts):
+        if ok and check_ids and sum(counts) > 0:
             flat = _cat_as(ids, torch.int64)
             rows = torch.repeat_interleave(
                 torch.tensor([f.rows for f in features], dtype=torch.int64, device=device),
@@ -411,12 +411,19 @@ def apply_optimizer(
         values[slot.name] = taken if slot.scope == StateScope.ELEMENT else taken[:, None]
     if "mean_g2" in rule.names_read():
         values["mean_g2"] = (g * g).mean(dim=1, keepdim=True)
-    evaluate(rule.row, values, torch.sqrt)
-    evaluate(rule.element, values, torch.sqrt)
+    evaluate(rule.row, values, sqrt_rn)
+    evaluate(rule.element, values, sqrt_rn)
     for slot in rule.states:
         value = values[slot.name]
         slots[slot.name][unique] = value if slot.scope == StateScope.ELEMENT else value.reshape(-1)
     table[unique] = values["w"].to(table.dtype)
+
+
+def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
+    """The correctly rounded square root of an f32 tensor (computed in double, rounded once), as
+    C's `sqrtf` and Triton's `sqrt_rn`: torch's own f32 `sqrt` on the CPU is not (torch 2.13 gives
+    12.392230034 for sqrt(153.56735229), the nearest f32 being 12.392229080)."""
+    return x.double().sqrt().to(x.dtype) if x.dtype == torch.float32 else x.sqrt()
 
 
 def lookup_update(

@@ -204,7 +204,7 @@ def take_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, *, dim: int)
 
 def sum_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, counts: torch.Tensor, *, dim: int) -> torch.Tensor:
     """One row per distinct id: the sum of its routed ids' rows (in routed order)."""
-    kernels = getattr(plan, "kernels", None)
+    kernels: Any = getattr(plan, "kernels", None)
     c_sum = kernels is not None and hasattr(kernels, "sum_rows") and rows.device.type == "cpu"
     if c_sum and rows.dtype == torch.float32:  # one C pass, no zeroing first
         return kernels.sum_rows(rows.view(-1, dim), inverse, int(counts.sum())).reshape(-1)

@@ -491,7 +491,7 @@ def _open_peer(path: str, world: int) -> _RankFile:
 
 def _timeout_s(pg: Any) -> float:
     """The process group's timeout (a shared-memory wait gives up after as long as gloo would)."""
-    group = pg if pg is not None else dist.group.WORLD
+    group: Any = pg if pg is not None else dist.group.WORLD  # None (not initialized): AttributeError below
     try:
         return float(group._get_backend(torch.device("cpu")).options._timeout.total_seconds())
     except (AttributeError, RuntimeError):

@@ -23,9 +23,10 @@ from sparselift.optim_rules import ARGUMENTS, HYPERPARAMETERS, OptimizerKind, St
 
 
 class SlHyper(ctypes.Structure):
-    """The generated C kernels' `sl_hyper` (codegen/c/prelude.h): `ARGUMENTS`, in order."""
+    """The generated C kernels' `sl_hyper` (codegen/c/prelude.h): `ARGUMENTS`, in order, in
+    double precision (a kernel rounds an expression of them to f32 once, as the reference)."""
 
-    _fields_ = [(name, ctypes.c_float) for name in ARGUMENTS]
+    _fields_ = [(name, ctypes.c_double) for name in ARGUMENTS]
 
 
 @attrs.frozen

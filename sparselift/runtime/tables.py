@@ -16,6 +16,7 @@ planner's candidates and the final plan) runs on it:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import attrs
 import torch
@@ -240,7 +241,8 @@ def _gather_ids(ids_by_table: Mapping[str, torch.Tensor], pg, world: int) -> dic
         return dict(zip(names, local))
     gathered: list[Sequence[torch.Tensor] | None] = [None] * world
     dist.all_gather_object(gathered, local, group=pg)
-    return {n: torch.unique(torch.cat([g[i] for g in gathered])) for i, n in enumerate(names)}
+    every = cast("list[Sequence[torch.Tensor]]", gathered)  # each rank's `local`, none left None
+    return {n: torch.unique(torch.cat([g[i] for g in every])) for i, n in enumerate(names)}
 
 
 __all__ = [

@@ -189,3 +189,36 @@ def test_a_checkpoint_that_does_not_fit_is_refused_on_every_rank_changing_nothin
     launch(_checked_load, 2, path, cache, ((50, 80, 30), OPTIMIZER), None, timeout_s=120)
     messages = launch(_checked_load, 2, path, cache, None, load_as, timeout_s=120)
     assert len(set(messages)) == 1 and re.search(expected, messages[0]), messages
+
+
+def _from_torchrec(rank: int, world: int, path: str, cache: str) -> dict:
+    """TorchRec's DistributedModelParallel saves the model (its tables set to 1.5, so they are
+    recognizable); SparseLift, row-wise over the same ranks, loads that checkpoint."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    from sparselift.bench.baselines import _TorchRecTrainer
+    from sparselift.models import build
+    from sparselift.runtime.sharded import load_checkpoint
+
+    torch.manual_seed(0)
+    model, example = build("torchrec-ebc", rows_cap=None, batch_size=8, seed=0)
+    ours = copy.deepcopy(model)
+    trainer = _TorchRecTrainer.__new__(_TorchRecTrainer)  # its DMP setup alone
+    names = [n.split(".")[-2] for n, _ in model.named_parameters() if ".embedding_bags." in n]
+    trainer._shard(model, [EmbeddingBagCollectionSharder()], names, world, None)
+    saved = trainer.dmp.state_dict()
+    with torch.no_grad():
+        for value in saved.values():
+            for shard in getattr(value, "local_shards", list)():
+                shard.tensor.fill_(1.5)
+    dcp.save(saved, checkpoint_id=path)
+    options = sparselift.CompileOptions(plan="none", cache_dir=cache)
+    compiled = sparselift.compile(ours, example, sharding="row_wise", options=options)
+    load_checkpoint(compiled, path)
+    state = compiled.state_dict()
+    return {k: bool((state[k] == 1.5).all()) for k in state if ".embedding_bags." in k}
+
+
+def test_a_torchrec_dmp_checkpoint_of_the_same_model_loads(tmp_path):
+    for tables in launch(_from_torchrec, 2, str(tmp_path / "ckpt"), str(tmp_path / "cache"), timeout_s=180):
+        assert len(tables) == 4 and all(tables.values()), tables

@@ -185,8 +185,9 @@ static int sl_bits(int64_t rows) { int b = 0; while (b < 63 && ((int64_t)1 << b)
 typedef int (*sl_fwd_fn)(const void*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
                          const float*, const int32_t*, int, int64_t, int64_t, int64_t, void*, int64_t, int);
 /* An update's optimizer arguments (sparselift/optim_rules.py ARGUMENTS, in order; the runtime's
-   `SlHyper`): the group's hyperparameters and its step's bias corrections. */
-typedef struct sl_hyper { float lr, eps, beta1, beta2, weight_decay, bc1, bc2; } sl_hyper;
+   `SlHyper`): the group's hyperparameters and its step's bias corrections, in double precision,
+   as the reference holds them; an expression of them alone is rounded to f32 once. */
+typedef struct sl_hyper { double lr, eps, beta1, beta2, weight_decay, bc1, bc2; } sl_hyper;
 
 typedef int (*sl_upd_fn)(void*, float*, int64_t, const int32_t*, const int64_t*, const void*, int64_t,
                          const float*, const float*, int64_t, const int32_t*, int, int64_t, int64_t, int64_t,
