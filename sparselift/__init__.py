@@ -6,6 +6,7 @@ torch. The torch-facing API is loaded on first use:
 - `sparselift.export(model, example_inputs, world_size=...)` -> `SparseProgram`
 - `sparselift.compile(model, example_inputs, sharding=..., sparse_optimizer=...)` -> module
 - `sparselift.launch(fn, world_size)`: run `fn(rank, world_size)` on local gloo ranks
+- `sparselift.load_checkpoint(compiled, dir)`: a DCP checkpoint loaded after checking it fits
 - `sparselift.CompileOptions`, `sparselift.optim` (SGD, Adagrad, RowWiseAdagrad, Adam, AdamW,
   PartialRowWiseAdam), `sparselift.ShardingPlan`
 """
@@ -27,6 +28,7 @@ _LAZY = {
     "init_from_env": ("sparselift.runtime.distributed", "init_from_env"),
     "ShardingPlan": ("sparselift.placement", "ShardingPlan"),
     "optim": ("sparselift.optim", None),
+    "load_checkpoint": ("sparselift.runtime.sharded", "load_checkpoint"),
 }
 
 

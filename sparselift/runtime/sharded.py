@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardMetadata
 from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
+from torch.distributed.checkpoint.api import CheckpointException
 
 
 def sharded_rows(
@@ -91,7 +92,15 @@ def load_checkpoint(compiled, checkpoint_id: str) -> None:
         return
     expected = compiled.state_keys()
     _check_against(checkpoint_id, saved, expected, compiled)
-    dcp.load(compiled.sharded_state_dict(), checkpoint_id=checkpoint_id)
+    try:
+        dcp.load(compiled.sharded_state_dict(), checkpoint_id=checkpoint_id)
+    except CheckpointException as e:  # a BaseException: raised on every rank, as an Exception
+        failures = getattr(e, "failures", {}) or {}
+        first = next(iter(failures.values()), e)
+        raise RuntimeError(
+            f"{checkpoint_id}: ranks {sorted(failures)} could not read their part of the checkpoint: "
+            f"{type(first).__name__}: {first}"
+        ) from None
 
 
 def _check_against(checkpoint_id: str, saved, expected, compiled) -> None:

@@ -222,3 +222,24 @@ def _from_torchrec(rank: int, world: int, path: str, cache: str) -> dict:
 def test_a_torchrec_dmp_checkpoint_of_the_same_model_loads(tmp_path):
     for tables in launch(_from_torchrec, 2, str(tmp_path / "ckpt"), str(tmp_path / "cache"), timeout_s=180):
         assert len(tables) == 4 and all(tables.values()), tables
+
+
+def _load_outcome(rank: int, world: int, path: str, cache: str) -> str:
+    from sparselift.runtime.sharded import load_checkpoint
+
+    compiled = _compile("row_wise", cache)
+    try:
+        load_checkpoint(compiled, path)
+    except RuntimeError as e:
+        return str(e)
+    return "loaded"
+
+
+def test_a_rank_that_cannot_read_its_part_fails_every_rank(tmp_path):
+    import os
+
+    path, cache = str(tmp_path / "ckpt"), str(tmp_path / "cache")
+    launch(_save, 2, "row_wise", path, cache, timeout_s=120)
+    os.remove(os.path.join(path, "__1_0.distcp"))  # rank 1's rows are gone
+    outcomes = launch(_load_outcome, 2, path, cache, timeout_s=120)
+    assert len(outcomes) == 2 and all("could not read their part" in o for o in outcomes), outcomes
