@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import logging
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -245,8 +246,6 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     program = _export_same_on_every_rank(
         model, example_inputs, world, sharding, process_group, seed, dict(options.max_lengths or {})
     )
-    with same_outcome(process_group, world):  # the dense regions again, in eval mode (for `eval()`)
-        eval_regions = export_eval_regions(model, example_inputs, program)
     model_tables = dict(model.named_parameters(remove_duplicate=False))
     facts = describe_tables(program.module)
     optimizer = _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world)
@@ -274,8 +273,26 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
         compiled = _build_on_every_rank(program, local, _explicit_pipeline(options, lift), **common)
     else:
         compiled = _compile_planned(model, example_inputs, program, local, take, sharding=sharding, lift=lift, **common)
-    compiled.set_eval_regions(eval_regions)
+    compiled.defer_eval_regions(_eval_exporter(model, example_inputs))  # at the first eval()
     return compiled
+
+
+def _eval_exporter(model: nn.Module, example_inputs: tuple):
+    """What exports `model`'s dense regions in eval mode for a compiled program, later: it holds
+    the model weakly (the compiled model must not keep the user's tables alive) and says so if
+    the model is gone by then."""
+    model_ref = weakref.ref(model)
+
+    def export_eval(program):
+        model = model_ref()
+        if model is None:
+            raise RuntimeError(
+                "sparselift: eval(): the model this was compiled from was freed before its eval-mode regions "
+                "were exported; call compiled.prepare_eval() before deleting the model"
+            )
+        return export_eval_regions(model, example_inputs, program)
+
+    return export_eval
 
 
 def _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world: int) -> TableOptimizers:

@@ -310,8 +310,10 @@ class CompiledModel(nn.Module):
         self.rank, self.world, self.pg = rank, world, pg
         self.options = options
         self.regions = nn.ModuleDict(program.regions)
-        # The same regions exported in eval mode (`set_eval_regions`), run while `not self.training`.
+        # The same regions exported in eval mode (`set_eval_regions`), run while `not self.training`;
+        # until the first eval(), what exports them (`defer_eval_regions`).
         self.eval_regions: nn.ModuleDict | None = None
+        self._eval_source: Callable[[Any], Mapping[str, nn.Module]] | None = None
         self.optimizer = optimizer = TableOptimizers.of(optimizer)  # each table's optimizer and group
         # The run-time hyperparameters and step counts (param_groups, for LR schedules).
         self.sparse_optimizer = SparseOptimizer(optimizer, local.tables)
@@ -367,9 +369,24 @@ class CompiledModel(nn.Module):
         self.eval_regions.train(False)
         self._select_regions()
 
+    def defer_eval_regions(self, export: Callable[[Any], Mapping[str, nn.Module]]) -> None:
+        """Export the eval-mode regions at the first `eval()`, by `export(self.program)` (the
+        compiler's, which holds the model weakly: a compile that is never evaluated pays nothing,
+        and the model's tables are not kept alive)."""
+        self._eval_source = export
+
+    def prepare_eval(self) -> None:
+        """Export the eval-mode regions now, if they are not yet (`eval()` does it otherwise;
+        call it before deleting the model the compiled model was made from)."""
+        if self.eval_regions is None and self._eval_source is not None:
+            self.set_eval_regions(self._eval_source(self.program))
+            self._eval_source = None
+
     def train(self, mode: bool = True):
         """`train()` / `eval()`: each mode runs the dense regions exported in it (dropout off and
         batch norm on its running statistics in eval), with the same tables and parameters."""
+        if not mode:
+            self.prepare_eval()
         super().train(mode)
         if self.eval_regions is not None:
             self.eval_regions.train(False)  # exported in eval mode, whatever the flag says

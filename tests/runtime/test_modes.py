@@ -106,3 +106,24 @@ def test_train_after_eval_trains_on_exactly(tmp_path, world):
         assert sorted(want) == sorted(got)
         for key in want:
             assert torch.equal(want[key], got[key]), key
+
+
+def test_eval_regions_are_exported_at_the_first_eval_without_holding_the_model(tmp_path):
+    """A compile that is never evaluated exports nothing more; the model is held weakly, so one
+    freed before the first eval() is an error saying what to do, and prepare_eval() avoids it."""
+    import gc
+
+    compiled, _ = _compiled(str(tmp_path))  # its model is gone once `_compiled` returns
+    gc.collect()
+    assert compiled.eval_regions is None
+    with pytest.raises(
+        RuntimeError, match=r"freed before its eval-mode regions were exported; call compiled\.prepare_eval"
+    ):
+        compiled.eval()
+    ready, eager = _compiled(str(tmp_path))
+    ready.prepare_eval()
+    gc.collect()
+    ready.eval()
+    eager.eval()
+    with torch.no_grad():
+        assert torch.equal(ready(*_batch(4, 5)), eager(*_batch(4, 5)))
