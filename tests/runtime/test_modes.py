@@ -120,8 +120,13 @@ def test_eval_regions_are_exported_at_the_first_eval_without_holding_the_model(t
         RuntimeError, match=r"freed before its eval-mode regions were exported; call compiled\.prepare_eval"
     ):
         compiled.eval()
-    ready, eager = _compiled(str(tmp_path))
+    torch.manual_seed(0)
+    model = DropoutBatchNorm()
+    eager = copy.deepcopy(model)
+    options = sparselift.CompileOptions(cache_dir=str(tmp_path), plan="none")
+    ready = sparselift.compile(model, _batch(8, 0), options=options)
     ready.prepare_eval()
+    del model
     gc.collect()
     ready.eval()
     eager.eval()
