@@ -29,6 +29,7 @@ Pure Python (no torch): the IR, the passes and codegen read it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Mapping
 from enum import StrEnum, auto
 
@@ -103,23 +104,22 @@ class OptimizerRule:
             off += s.width(dim)
         raise KeyError(f"{self.kind} has no state '{name}'")
 
-    def state(self, name: str) -> StateSlot:
-        return next(s for s in self.states if s.name == name)
-
     @property
     def counts_steps(self) -> bool:
         """Whether the rule reads the step values (its step count is then part of its state)."""
         return any(n in STEP_VALUES for n in self.names_read())
 
-    def names_read(self) -> set[str]:
-        out: set[str] = set()
-        for _, expr in (*self.row, *self.element):
-            out |= {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
-        return out - _FUNCTIONS
+    def names_read(self) -> frozenset[str]:
+        """The names the rule's statements read (parsed once per rule: updates ask every step)."""
+        return _names_read(self)
 
-    def hyperparameters_read(self) -> tuple[str, ...]:
-        read = self.names_read()
-        return tuple(h for h in HYPERPARAMETERS if h in read)
+
+@functools.cache
+def _names_read(rule: OptimizerRule) -> frozenset[str]:
+    out: set[str] = set()
+    for _, expr in (*rule.row, *rule.element):
+        out |= {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
+    return frozenset(out - _FUNCTIONS)
 
 
 def _check_statements(rule: OptimizerRule) -> None:
