@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -171,6 +172,7 @@ class Lookahead:
         variants: list[tuple[Candidate, Prediction]],
         incumbent_prediction: Prediction,
     ) -> list[Decision]:
+        self._check_same_candidates(family, variants)
         predicted = {c.label: p.est_us - incumbent_prediction.est_us for c, p in variants}
         self.timer.size_by(incumbent)  # what the planner would return now
         self.timer.budget_share = 1.0 if incumbent == self.timer.start_plan else SEARCH_SHARE
@@ -190,6 +192,21 @@ class Lookahead:
             self.timer.size_by(accepted[0].pipeline)
             self._refit()
         return out
+
+    def _check_same_candidates(self, family: str, variants: list[tuple[Candidate, Prediction]]) -> None:
+        """Every rank must be about to time the same candidates in the same order: plans that
+        differ between ranks would exchange messages that do not match. The search decides from
+        figures combined over the ranks, so this holds unless a rank-local figure slips in; then
+        this is a clear error on every rank, not a size mismatch deep in an exchange."""
+        labels = "\n".join(c.label for c, _ in variants)
+        mine = float(zlib.crc32(labels.encode()))
+        high, neg_low = self.timer.max([mine, -mine])
+        if high != mine or -neg_low != mine:
+            raise RuntimeError(
+                f"sparselift: the ranks disagree on the {family} candidates to measure (this rank: "
+                f"{labels.replace(chr(10), ', ') or 'none'}); the planner's decisions must not depend on "
+                "one rank's own timings"
+            )
 
     def begin_family(self, families_after: int) -> None:
         """The search starts deciding a family, with `families_after` more to come: it gets an

@@ -451,8 +451,12 @@ class PlanTimer:
             for i, plan in enumerate(plans):
                 obs[i].append(self.observe_plan(plan))
         f, spread = self._combine(obs)
+        # The cost model is refitted to the recorded observations and the next candidates are
+        # ordered by its predictions: each rank's own steps would fit a different model on each
+        # rank, and the ranks would go on to time different plans (exchanges that do not match).
+        slowest = self.max([o for steps in obs for o in steps])
         for i, plan in enumerate(plans):
-            self.record(plan, f[i], spread[i], obs[i])
+            self.record(plan, f[i], spread[i], slowest[2 * i : 2 * i + 2])
         return f
 
 

@@ -129,6 +129,14 @@ def test_same_measurements_same_plan_on_every_rank():
             records[0].incumbent_us,
             records[0].final_us,
         )
+    # The recorded observations and the fit made from them are the slowest rank's, the same on
+    # every rank: the next family's candidates are ordered by that fit (screened placements
+    # time differently on each rank here).
+    for i in range(3):
+        theirs = [PlanRecord.from_json(rank[i]) for rank in results]
+        assert theirs[0].measurements == theirs[1].measurements and theirs[0].fit == theirs[1].fit
+    sharded_obs = {m.spec: m.observations_us for m in PlanRecord.from_json(results[0][2]).measurements}
+    assert set(sharded_obs["sharding=row_wise"]) == {7500.0}  # rank 1 the slower
     rec = records[0]
     grad = AggregateComm(roles=("grad_pooled",))
     assert rec.start == (GenerateKernels(),) and rec.pipeline == (grad, GenerateKernels())
@@ -160,6 +168,29 @@ def test_same_measurements_same_plan_on_every_rank():
         assert by_label["data_parallel"].reason == "no effect: the same placement as 'auto'"
         assert sharded.sharding == rank[3] and '"row_wise"' in sharded.sharding
         assert sharded.pipeline == (GenerateKernels(),)
+
+
+def _disagreeing_candidates_worker(rank, world):
+    class Labelled:
+        def __init__(self, label):
+            self.label = label
+
+    timer = PlanTimer.__new__(PlanTimer)  # only its MAX over the ranks is used
+    timer.world, timer.pg, timer._sync = world, None, None
+    lookahead = Lookahead(timer, None, None, lambda: None)  # type: ignore[arg-type]
+    lookahead._check_same_candidates("latency-hiding", [(Labelled("hide a"), None), (Labelled("hide b"), None)])
+    order = ["hide a", "hide b"] if rank == 0 else ["hide b", "hide a"]
+    try:
+        lookahead._check_same_candidates("latency-hiding", [(Labelled(x), None) for x in order])
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_ranks_about_to_time_different_candidates_fail_alike():
+    errors = sparselift.launch(_disagreeing_candidates_worker, 2, timeout_s=60)
+    assert all(e and "the ranks disagree on the latency-hiding candidates" in e for e in errors), errors
+    assert "this rank: hide b, hide a" in errors[1]
 
 
 # -- constraints, reuse and explain on 2 gloo ranks -----------------------------------------
