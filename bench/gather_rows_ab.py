@@ -16,8 +16,9 @@ import time
 import torch
 
 from sparselift.data.din_synthetic import DINSynthetic
+from sparselift.kernel_args import RoutedBags, TableArgs
 from sparselift.models.din import DINConfig
-from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+from sparselift.runtime.kernels import CKernels, TableSpec
 
 
 def main() -> None:
@@ -31,11 +32,12 @@ def main() -> None:
     history, _, target, *_ = DINSynthetic.for_model(config, seed=0).samples(0, 2048).inputs()
     ids = torch.cat([history.reshape(-1), target])
     ids = ids[ids != 0]
-    kernels = GeneratedKernels([TableSpec(config.item_dim, "f32", "i64", "sum", False, "sgd")], nthreads=1)
-    ones = torch.ones(ids.numel(), dtype=torch.int32)
+    kernels = CKernels([TableSpec(config.item_dim, "f32", "i64", "sum", False, "sgd")], nthreads=1)
+    bags = RoutedBags.one_id_each(ids)  # one feature, one sample per id, one id per bag
+    item = [TableArgs("item", table, (0,), "sum")]
     ways = {
         "index_select": lambda: torch.index_select(table, 0, ids),
-        "generated lookup": lambda: kernels.lookup(table, ones, ids, None, (0,), 1, ids.numel(), "sum"),
+        "generated lookup": lambda: kernels.lookup(bags, item)[0],
     }
     assert torch.equal(ways["index_select"](), ways["generated lookup"]()), "the two ways disagree"
     means: dict[str, list[float]] = {name: [] for name in ways}

@@ -2,7 +2,7 @@
 against two: what a rank that does a table-wise table's work alone could gain from the cores of
 the ranks that wait for it.
 
-The generated kernels (`GeneratedKernels.lookup` / `lookup_update` over one-id bags, what
+The generated kernels (`CKernels.lookup` / `lookup_update` over one-id bags, what
 `rt.gather_rows` / `rt.rows_update` call) on a 1M x 64 f32 table with row-wise Adagrad, 63,000
 uniformly random ids (DIN's received ids per step at batch 1,024 on 2 ranks); the two thread
 counts alternate call by call. Prints the median milliseconds per call.
@@ -20,7 +20,9 @@ import time
 import torch
 
 from sparselift.codegen.ckernels import TableSpec
-from sparselift.runtime.kernels import GeneratedKernels
+from sparselift.kernel_args import OptimizerArgs, RoutedBags, TableArgs, UpdateArgs
+from sparselift.optim_rules import OptimizerKind
+from sparselift.runtime.kernels import CKernels
 
 ROWS, DIM, IDS = 1_000_000, 64, 63_000
 
@@ -33,19 +35,20 @@ def main() -> None:
     table, state = torch.randn(ROWS, DIM), torch.zeros(ROWS)
     ids = torch.randint(1, ROWS, (IDS,))
     grad = torch.randn(IDS, DIM)
-    ones = torch.ones(IDS, dtype=torch.int32)
+    bags = RoutedBags.one_id_each(ids)  # one feature, one sample per id, one id per bag
+    item = TableArgs("item", table, (0,), "sum", state)
+    adagrad = UpdateArgs(OptimizerArgs(OptimizerKind.ROWWISE_ADAGRAD, lr=0.01, eps=1e-8), grad_scale=1.0)
     cache = tempfile.mkdtemp()
     spec = [TableSpec(DIM, "f32", "i64", "sum", False, "rowwise_adagrad")]
-    kernels = {t: GeneratedKernels(spec, cache=cache, nthreads=t) for t in (1, 2)}
+    kernels = {t: CKernels(spec, cache=cache, nthreads=t) for t in (1, 2)}
     times: dict[tuple[int, str], list[float]] = {(t, op): [] for t in (1, 2) for op in ("gather", "update")}
     for r in range(args.rounds + 2):  # the first two rounds warm up
         for t in (1, 2) if r % 2 else (2, 1):
             k = kernels[t]
             start = time.perf_counter()
-            k.lookup(table, ones, ids, None, (0,), 1, IDS, "sum")
+            k.lookup(bags, [item])
             mid = time.perf_counter()
-            adagrad = ("rowwise_adagrad", 0.01, 1e-8, 1.0)  # optimizer, lr, eps, grad scale
-            k.lookup_update(table, state, ones, ids, None, grad, (0,), 1, IDS, "sum", *adagrad)
+            k.lookup_update(bags, [item], [grad], adagrad)
             end = time.perf_counter()
             if r >= 2:
                 times[(t, "gather")].append((mid - start) * 1e3)

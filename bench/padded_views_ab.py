@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import types
 
 import torch
 
+from sparselift.runtime.backends import ReferenceKernels
 from sparselift.runtime.rows import compact_rows
 from sparselift.strided_rows import stack_blocks
 
 POSITIONS, ITEM_DIM, CAT_DIM = 50, 64, 16
+TORCH_PLAN = types.SimpleNamespace(kernels=ReferenceKernels())  # the torch (strided views) rows ops
 
 
 def _old_compact(lengths: torch.Tensor, members: list[torch.Tensor], dim: int, batch: int) -> torch.Tensor:
@@ -49,7 +52,7 @@ def _step(items, cats, lengths, batch: int, views: bool) -> tuple[torch.Tensor, 
     grads = torch.autograd.grad(hist, items, torch.ones_like(hist), allow_unused=True, materialize_grads=True)
     start = time.perf_counter()
     if views:
-        rows = compact_rows(None, lengths, list(grads), _layout(), dim=ITEM_DIM, batch=batch)
+        rows = compact_rows(TORCH_PLAN, lengths, list(grads), _layout(), dim=ITEM_DIM, batch=batch)
     else:
         rows = _old_compact(lengths, list(grads), ITEM_DIM, batch)
     backward = time.perf_counter() - start

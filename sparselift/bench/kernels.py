@@ -15,8 +15,9 @@ and the medians reported, one row per metric:
   `adagrad`, `rowwise_adagrad`, `adam`, `adamw`, `partial_rowwise_adam`): forward, then backward
   with the optimizer's update, every system with the same hyperparameters (lr 0.01, eps 1e-8,
   betas (0.9, 0.999), AdamW's decoupled weight decay 0.01, the others' none):
-  - C: one fused backward + update call (`fused_lookup_update` with `OptimizerArgs.of(record,
-    step)`, the step count growing by one per call, so the Adam family's bias corrections move);
+  - C: one fused backward + update call (`CKernels.lookup_update` with
+    `UpdateArgs(OptimizerArgs.of(record, step))`, the step count growing by one per call, so the
+    Adam family's bias corrections move);
   - FBGEMM: the TBE optimizer fused into backward where its CPU build has it: `EXACT_SGD`,
     `EXACT_ADAGRAD`, `EXACT_ROWWISE_ADAGRAD`. fbgemm-gpu-cpu 1.8.0 refuses `ADAM` (AdamW is
     `ADAM` with decoupled weight decay) and `PARTIAL_ROWWISE_ADAM` on CPU ("Optimizer adam is
@@ -185,41 +186,31 @@ class Ours(_System):
     name = "sparselift-c"
 
     def __init__(self, case: Case, data: dict, optimizer: str):
+        from sparselift.kernel_args import OptimizerArgs, RoutedBags, TableArgs, UpdateArgs
         from sparselift.optim_rules import rule_for
-        from sparselift.runtime.kernels import GeneratedKernels, TableSpec
-        from sparselift.runtime.sparse_optimizer import OptimizerArgs
+        from sparselift.runtime.kernels import CKernels, TableSpec
 
         self.case, self.optimizer = case, optimizer
-        self.record, self._args = optimizer_record(optimizer), OptimizerArgs.of
+        self.record = optimizer_record(optimizer)
+        # The update at step count `step` (the Adam family's bias corrections move with it).
+        self._update = lambda step: UpdateArgs(OptimizerArgs.of(self.record, step))
         self.tables = [w.clone() for w in data["tables"]]
         width = rule_for(optimizer).state_width(case.dim)
         self.states = [_zero_state(r, width) for r in case.rows]
         self.steps = 0  # the optimizer's step count (the Adam family's bias corrections read it)
         self.lengths, self.ids, self.grads = data["lengths"], data["ids"], data["grads"]
-        self.slots = [[t] for t in range(len(case.rows))]
-        self.kernels = GeneratedKernels([TableSpec(case.dim, "f32", "i64", "sum", False, optimizer)], nthreads=1)
+        # One segment of one feature per table (table t reads feature t), `case.bags` samples each.
+        self.bags = RoutedBags(self.lengths, self.ids, None, len(self.tables), case.bags)
+        self.args = [TableArgs(f"t{t}", w, (t,), "sum", st) for t, (w, st) in enumerate(zip(self.tables, self.states))]
+        self.kernels = CKernels([TableSpec(case.dim, "f32", "i64", "sum", False, optimizer)], nthreads=1)
 
     def forward(self):
-        return self.kernels.fused_lookup(
-            self.tables, self.lengths, self.ids, None, self.slots, len(self.tables), self.case.bags, "sum"
-        )
+        return self.kernels.lookup(self.bags, self.args)
 
     def step(self):
         self.forward()
         self.steps += 1
-        self.kernels.fused_lookup_update(
-            self.tables,
-            self.states,
-            self.lengths,
-            self.ids,
-            None,
-            self.grads,
-            self.slots,
-            len(self.tables),
-            self.case.bags,
-            "sum",
-            self._args(self.record, self.steps),
-        )
+        self.kernels.lookup_update(self.bags, self.args, self.grads, self._update(self.steps))
 
 
 # TBE's optimizer for each kind (AdamW: ADAM with decoupled weight decay).

@@ -26,6 +26,8 @@ import attrs
 import numpy as np
 import torch
 
+from sparselift.kernel_args import OptimizerArgs, RoutedBags, TableArgs, UpdateArgs, check_bags
+from sparselift.optim_rules import OptimizerKind
 from sparselift.passes import cost_model
 from sparselift.passes.profiles import load_profile
 from sparselift.runtime import reference
@@ -44,16 +46,19 @@ class Case:
 
 
 def _ops(case: Case, generator: torch.Generator) -> dict[str, Callable[[], None]]:
-    table = torch.randn(case.rows, case.dim, generator=generator)
-    lengths = torch.full((2 * case.batch,), case.ids_per_bag, dtype=torch.int64)
+    table = TableArgs("t", torch.randn(case.rows, case.dim, generator=generator), (0,), "sum")
+    lengths = torch.full((2 * case.batch,), case.ids_per_bag, dtype=torch.int32)
     ids = torch.randint(0, case.rows, (case.ids,), generator=generator)
     grad = torch.randn(2 * case.batch, case.dim, generator=generator)
+    # Checked once, outside the timed ops: the reference lowering itself is what is measured.
+    bags = check_bags(RoutedBags(lengths, ids, None, 1, case.batch), [table])
+    sgd = UpdateArgs(OptimizerArgs(OptimizerKind.SGD, lr=0.0))  # lr 0: the table stays as it was
 
     def lookup() -> None:
-        reference.lookup(table, lengths, ids, None, (0,), 1, case.batch, "sum")
+        reference.lookup(bags, table)
 
-    def update() -> None:  # lr 0: the table stays as it was
-        reference.lookup_update(table, None, lengths, ids, None, grad, (0,), 1, case.batch, "sum", "sgd", 0.0, 1e-8)
+    def update() -> None:
+        reference.lookup_update(bags, table, grad, sgd)
 
     return {"lookup": lookup, "update": update}
 

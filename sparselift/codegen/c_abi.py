@@ -1,7 +1,9 @@
-"""The C kernels' interface, stated once: every entry point's name, return type and arguments.
+"""The C kernels' interface, stated once: every entry point's name, return type and arguments, and its records.
 
-`sparselift.codegen.ckernels` renders the C definitions' prototypes from `ENTRY_POINTS`;
-`sparselift.runtime.kernels` derives the ctypes `argtypes` / `restype` from the same records;
+`sparselift.codegen.ckernels` renders the C definitions' prototypes from `ENTRY_POINTS` and the
+record types (`STRUCTS`: `sl_tables`, a call's tables; `sl_bags`, its routed bags, the C side
+of `kernel_args.RoutedBags`) from their fields; `sparselift.runtime.kernel_library` derives
+the ctypes `argtypes` / `restype` and `ctypes.Structure`s from the same records;
 `ABI_VERSION` is a hash of their canonical text, compiled into `sl_abi_version()` and checked
 when a library is loaded, so a cached `.so` built against another interface is never called.
 Torch-free (no ctypes either: the C type names are the description).
@@ -13,7 +15,7 @@ import hashlib
 
 import attrs
 
-__all__ = ["Arg", "EntryPoint", "ENTRY_POINTS", "ABI_VERSION", "abi_text", "entry_point"]
+__all__ = ["Arg", "EntryPoint", "ENTRY_POINTS", "Struct", "STRUCTS", "ABI_VERSION", "abi_text", "entry_point"]
 
 
 @attrs.frozen
@@ -62,40 +64,63 @@ def _args(text: str) -> tuple[Arg, ...]:
     return tuple(out)
 
 
-# Arguments shared by the multi-table calls after their per-table arrays: the bags, the ids
-# (i64 when idx64, else i32) and the optional per-id weights, then the geometry.
-_BAGS = (
-    "const int32_t* lengths, int64_t nbags, const void* idx, int idx64, int64_t nidx, const float* wts, "
-    "int64_t F, int64_t B"
+@attrs.frozen
+class Struct:
+    """A record the entry points take by pointer: its C name and fields, in order."""
+
+    name: str
+    fields: tuple[Arg, ...]
+
+    def definition(self) -> str:
+        body = "".join(f"  {f.ctype} {f.name};\n" for f in self.fields)
+        return f"typedef struct {self.name} {{\n{body}}} {self.name};"
+
+
+STRUCTS: tuple[Struct, ...] = (
+    # A multi-table call's tables: per table t, its kernel number fn[t], storage W[t] (rows[t]
+    # rows) and slots slots[slot_off[t] .. slot_off[t + 1]).
+    Struct(
+        "sl_tables",
+        _args(
+            "int64_t ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off, "
+            "const int32_t* slots"
+        ),
+    ),
+    # The routed bags: lengths (nbags: S segments of F features x B samples), the ids (i64 when
+    # idx64, else i32) and the optional per-id weights.
+    Struct(
+        "sl_bags",
+        _args(
+            "const int32_t* lengths, int64_t nbags, const void* idx, int64_t idx64, int64_t nidx, const float* wts, "
+            "int64_t F, int64_t B"
+        ),
+    ),
 )
+
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint(
         "sl_forward",
         "int",
         _args(
-            "int ntab, const int32_t* fn, void* const* W, const int64_t* rows, const int32_t* slot_off, "
-            "const int32_t* slots, void* const* out, const int64_t* ldo, " + _BAGS + ", int nthreads, int64_t* err"
+            "const sl_tables* tables, void* const* out, const int64_t* ldo, const sl_bags* bags, int nthreads, "
+            "int64_t* err"
         ),
     ),
     EntryPoint(
         "sl_update",
         "int",
         _args(
-            "int ntab, const int32_t* fn, void* const* W, float* const* state, const int64_t* rows, "
-            "const int32_t* slot_off, const int32_t* slots, const float* const* grad, const int64_t* ldg, "
-            + _BAGS
-            + ", const sl_hyper* hp, float gscale, int nthreads, int64_t* err"
+            "const sl_tables* tables, float* const* state, const float* const* grad, const int64_t* ldg, "
+            "const sl_bags* bags, const sl_hyper* hp, float gscale, int nthreads, int64_t* err"
         ),
     ),
     EntryPoint(
         "sl_grad",
         "int",
         _args(
-            "int ntab, const int32_t* fn, float* const* G, const int64_t* rows, const int32_t* slot_off, "
-            "const int32_t* slots, const float* const* slot_grad, const int64_t* slot_ldg, "
-            + _BAGS
-            + ", float gscale, int64_t* err"
+            "const sl_tables* tables, const float* const* slot_grad, const int64_t* slot_ldg, const sl_bags* bags, "
+            "float gscale, int64_t* err"
         ),
     ),
     EntryPoint(
@@ -155,8 +180,9 @@ def entry_point(name: str) -> EntryPoint:
 
 
 def abi_text() -> str:
-    """The canonical text of the interface: one signature per line, in `ENTRY_POINTS` order."""
-    return "\n".join(e.signature() for e in ENTRY_POINTS) + "\n"
+    """The canonical text of the interface: the records' definitions, then one signature per
+    line, in `ENTRY_POINTS` order."""
+    return "\n".join([*(t.definition() for t in STRUCTS), *(e.signature() for e in ENTRY_POINTS)]) + "\n"
 
 
 # A positive C int, stable across runs and machines (sha256, not `hash()`).

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from sparselift.codegen.c_abi import ABI_VERSION, ENTRY_POINTS
+from sparselift.codegen.c_abi import ABI_VERSION, ENTRY_POINTS, STRUCTS
 from sparselift.optim_rules import (
     ARGUMENTS,
     OptimizerKind,
@@ -372,6 +372,7 @@ def generate_source(
         grad_names=[f"grd_{s.tag}" for s in fwd],
         update_names=[f"upd_{s.tag}" for s in upd],
         prototypes={e.name: e.prototype() for e in ENTRY_POINTS},
+        structs=[t.definition() for t in STRUCTS],
     )
 
 

@@ -788,6 +788,8 @@ class _Emitter:
             f"WORLD_SIZE = {self.world}",
             "# hide-latency: start each dense-gradient bucket's all-reduce as soon as backward produced it",
             f"DENSE_GRAD_OVERLAP = {'dense_grad_overlap' in self.step.attributes}",
+            "# how the table ops run (the step's `kernels`): generated kernels, or the reference lowering",
+            f"KERNELS = {'generated' if self.step.generated_kernels else 'reference'!r}",
             f"NUM_SEGMENTS = {len(segments)}",
             "",
         ]
@@ -817,6 +819,7 @@ class _Emitter:
                     "    SEGMENTS = SEGMENTS",
                     "    SEGMENT_SHAPES = SEGMENT_SHAPES",
                     "    DENSE_GRAD_OVERLAP = DENSE_GRAD_OVERLAP",
+                    "    KERNELS = KERNELS",
                     "    TABLES = TABLES",
                     "",
                 ]

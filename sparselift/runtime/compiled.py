@@ -28,10 +28,12 @@ from torch import nn
 
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import TableFact, group_names, sharding_plan
+from sparselift.kernel_args import KernelBackend
 from sparselift.optim import TableOptimizers
 from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import collectives, huge_pages, shm_transport
+from sparselift.runtime.backends import ReferenceKernels, TritonKernels
 from sparselift.runtime.sharded import sharded_rows
 from sparselift.runtime.sparse_optimizer import SparseOptimizer, state_slots
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
@@ -325,7 +327,7 @@ class CompiledModel(nn.Module):
         # Every table fact (shards, checkpoint keys, kernel specs) is the plan's, read from its IR.
         self.table_facts: tuple[TableFact, ...] = tuple(plan_cls.TABLES)
         check_storage(self.table_facts, local, rank)
-        self.kernels = self._build_kernels(self.table_facts, tables, options)
+        self.kernels = self._build_kernels(plan_cls, tables, options)
         self.runner = plan_cls(
             rank=rank,
             world_size=world,
@@ -351,15 +353,18 @@ class CompiledModel(nn.Module):
         self.stage_times: list[dict[str, float]] = []  # benchmark mode: seconds per stage, per step
 
     @staticmethod
-    def _build_kernels(facts: tuple[TableFact, ...], tables, options: CompileOptions):
-        """Generated kernels for the plan's kernel specs of this rank's tables, or None for the
-        reference lowering."""
-        if options.kernels == "reference" or not tables:
-            return None
-        from sparselift.runtime.kernels import GeneratedKernels
+    def _build_kernels(plan_cls, tables: Mapping[str, torch.Tensor], options: CompileOptions) -> KernelBackend:
+        """The plan's kernel backend, chosen once from its IR (`KERNELS`, the step's `kernels`)
+        and where its tables live: the reference lowering; or generated kernels, C for tables on
+        the CPU (built for the plan's kernel specs), Triton on CUDA."""
+        if plan_cls.KERNELS != "generated" or not tables:
+            return ReferenceKernels()
+        if any(t.device.type != "cpu" for t in tables.values()):
+            return TritonKernels()
+        from sparselift.runtime.kernels import CKernels
 
-        specs = {f.kernel_spec for f in facts if f.name in tables and f.kernel_spec is not None}
-        return GeneratedKernels(specs, table_names=tables, cache=options.cache_dir)
+        specs = {f.kernel_spec for f in plan_cls.TABLES if f.name in tables and f.kernel_spec is not None}
+        return CKernels(specs, table_kinds=tables.values(), cache=options.cache_dir)
 
     # -- modes -----------------------------------------------------------------------------
     def set_eval_regions(self, regions: Mapping[str, nn.Module]) -> None:

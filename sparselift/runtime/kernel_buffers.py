@@ -3,8 +3,9 @@
 the gradients' rows of the non-empty bags packed back), and `dedup-ids`' `unique_ids` /
 `sum_rows` (distinct ids by one radix sort, and their gradients' sums).
 
-`BufferOps` is a base of `sparselift.runtime.kernels.GeneratedKernels` (which provides `_lib` and
-`_ensure`); jagged layouts and tensors off the CPU use `sparselift.runtime.reference`.
+`BufferOps` is a base of `sparselift.runtime.kernels.CKernels` (which provides `_lib` and
+`_ensure`); jagged layouts, tensors off the CPU and what the C kernels do not cover use the
+reference backend it extends (`runtime.backends.ReferenceKernels`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sparselift.runtime import reference as ref
+from sparselift.runtime.backends import ReferenceKernels
 from sparselift.runtime.kernel_checks import _INDEX, _addr_array, _on_cpu
 
 if TYPE_CHECKING:
@@ -42,11 +44,11 @@ def _row_ranges(bounds: tuple[tuple[int, ...], ...], owners: tuple[tuple[int, ..
     return world, flat_bounds, flat_owners
 
 
-class BufferOps:
+class BufferOps(ReferenceKernels):
     """`concat_ids`, `pack`, `unpack`, `expand_rows`, `compact_rows`, `unique_ids` and `sum_rows`
-    of `GeneratedKernels`."""
+    of `CKernels`."""
 
-    if TYPE_CHECKING:  # what GeneratedKernels provides
+    if TYPE_CHECKING:  # what CKernels provides
         _lib: _Library | None
 
         def _ensure(self, specs: set[TableSpec]) -> _Library: ...
@@ -203,8 +205,10 @@ class BufferOps:
         where its length is 1, zeros where it is 0 in every segment; one pass over the output (no
         zeroing first). A length other than 0 or 1, a bag in two segments, or a row count that is
         not the lengths' sum raises `ValueError` before anything is read."""
-        if rows.dim() != 2 or lengths.dim() != 1 or not _on_cpu(rows, lengths):
-            raise ValueError("expand_rows: 2-D CPU rows and 1-D CPU lengths")
+        if not _on_cpu(rows, lengths):
+            return super().expand_rows(rows, lengths, segments)
+        if rows.dim() != 2 or lengths.dim() != 1:
+            raise ValueError("expand_rows: 2-D rows and 1-D lengths")
         if segments < 1 or lengths.numel() % segments:
             raise ValueError(f"expand_rows: {lengths.numel()} lengths are not {segments} segments of the same bags")
         rows = rows.contiguous()
@@ -231,8 +235,10 @@ class BufferOps:
         """The rows of the non-empty bags of `blocks` (each `[batch, dim]`, rows any distance apart;
         block k's bags are `lengths[k * batch : (k + 1) * batch]`), back to back: `[filled, dim]`.
         A length other than 0 or 1 raises `ValueError` before anything is written."""
-        if not blocks or lengths.dim() != 1 or not _on_cpu(lengths, *blocks):
-            raise ValueError("compact_rows: CPU blocks and 1-D CPU lengths")
+        if blocks and not _on_cpu(lengths, *blocks):
+            return super().compact_rows(blocks, lengths)
+        if not blocks or lengths.dim() != 1:
+            raise ValueError("compact_rows: blocks and 1-D lengths")
         batch, dim = blocks[0].shape
         blocks = [b if b.stride(1) == 1 else b.contiguous() for b in blocks]
         if any(b.shape != (batch, dim) or b.dtype != blocks[0].dtype for b in blocks):
@@ -254,14 +260,22 @@ class BufferOps:
             raise ValueError(f"compact_rows: {err[1]} filled bags, {err[2]} rows")
         return out
 
-    def unique_ids(self, ids: torch.Tensor, splits: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def unique_ids(self, indices: torch.Tensor, splits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`rows.unique_ids` in one C pass (a radix sort): each destination segment's distinct ids
         (sorted, segment after segment, in the ids' dtype), how many each keeps (int64) and where
         each routed id went (int64). `ValueError` on splits that do not tile the ids or a
-        negative id; `OverflowError` where the (segment, id) keys do not fit 32 bits (the caller
-        falls back to `torch.unique`)."""
-        if ids.dim() != 1 or ids.dtype not in _INDEX or not _on_cpu(ids):
-            raise ValueError("unique_ids: 1-D int32/int64 CPU ids")
+        negative id. Where the (segment, id) keys do not fit 32 bits, or off the CPU, the
+        reference's comparison sort."""
+        if not _on_cpu(indices):
+            return super().unique_ids(indices, splits)
+        if indices.dim() != 1 or indices.dtype not in _INDEX:
+            raise ValueError("unique_ids: 1-D int32/int64 ids")
+        try:
+            return self._c_unique_ids(indices, [int(x) for x in splits.tolist()])
+        except OverflowError:
+            return super().unique_ids(indices, splits)
+
+    def _c_unique_ids(self, ids: torch.Tensor, splits: Sequence[int]) -> tuple[torch.Tensor, ...]:
         ids = ids.contiguous()
         n, nseg = ids.numel(), len(splits)
         distinct = torch.empty(n, dtype=ids.dtype)
@@ -294,11 +308,13 @@ class BufferOps:
         return distinct[: total.value], counts, inverse
 
     def sum_rows(self, rows: torch.Tensor, inverse: torch.Tensor, distinct: int) -> torch.Tensor:
-        """`[distinct, dim]` float32: row k the sum of the rows of `rows` (2-D float32) whose
-        `inverse` entry is k, added in order (as `index_add_` adds them). An inverse entry
+        """`[distinct, dim]`: row k the sum of the rows of `rows` whose `inverse` entry is k, added
+        in order (as `index_add_` adds them); one C pass for float32 CPU rows. An inverse entry
         outside `[0, distinct)` raises `ValueError` before anything is written."""
-        if rows.dim() != 2 or rows.dtype != torch.float32 or inverse.dim() != 1 or not _on_cpu(rows, inverse):
-            raise ValueError("sum_rows: 2-D float32 CPU rows and 1-D CPU inverse")
+        if rows.dtype != torch.float32 or not _on_cpu(rows, inverse):
+            return super().sum_rows(rows, inverse, distinct)
+        if rows.dim() != 2 or inverse.dim() != 1:
+            raise ValueError("sum_rows: 2-D rows and 1-D inverse")
         if inverse.numel() != rows.shape[0]:
             raise ValueError(f"sum_rows: {inverse.numel()} inverse entries for {rows.shape[0]} rows")
         rows = rows.contiguous()
@@ -318,27 +334,27 @@ class BufferOps:
         buffer: torch.Tensor,
         layout: Sequence[Sequence[tuple[int, int]]],
         batch: int,
-        member_widths: Sequence[int],
+        widths: Sequence[int],
     ) -> list[torch.Tensor]:
         """Same signature and result as `reference.unpack` (jagged layouts use the reference)."""
         if any(off < 0 or size < 0 for seg in layout for off, size in seg) or not _on_cpu(buffer):
-            return ref.unpack(buffer, layout, batch, member_widths)
+            return ref.unpack(buffer, layout, batch, widths)
         batch = int(batch)
-        widths = [sum(size for off, size in seg) for seg in layout]
+        segment_widths = [sum(size for off, size in seg) for seg in layout]
         starts = [0]
-        for w in widths:
+        for w in segment_widths:
             starts.append(starts[-1] + w * batch)
         if buffer.dim() != 1 or buffer.numel() < starts[-1]:
             raise ValueError(f"unpack: buffer of shape {tuple(buffer.shape)}, the layout needs {starts[-1]} elements")
         buffer = buffer.contiguous()
         esz = buffer.element_size()
-        members = [self._unpacked_member(m, width, layout, batch) for m, width in enumerate(member_widths)]
+        members = [self._unpacked_member(m, width, layout, batch) for m, width in enumerate(widths)]
         # One allocation, member after member: each member stays contiguous, and the members of
         # an unpooled call's positions lie at a regular stride, so the dense region stacks them
         # as a view (`sparselift.strided_rows`) instead of copying them once more.
         whole = torch.empty(sum(total for total, _ in members), dtype=buffer.dtype)
         out, descs, first = [], [], 0
-        for (total, parts), width in zip(members, member_widths):
+        for (total, parts), width in zip(members, widths):
             if not parts:
                 out.append(torch.empty(0, width, dtype=buffer.dtype))
                 continue
@@ -351,7 +367,7 @@ class BufferOps:
                         o.data_ptr() + pos * esz,
                         sz * esz,
                         buffer.data_ptr() + (starts[s] + off) * esz,
-                        widths[s] * esz,
+                        segment_widths[s] * esz,
                         sz * esz,
                         batch,
                     ]

@@ -15,6 +15,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
 from sparselift import cache as cache_files
 from sparselift.codegen import c_abi, ckernels
@@ -131,6 +132,16 @@ _CTYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_flo
 
 def _ctype(c_type: str):
     return ctypes.c_void_p if c_type.endswith("*") else _CTYPES[c_type]
+
+
+def _structure(struct: c_abi.Struct) -> type[ctypes.Structure]:
+    """The ctypes layout of one of the interface's records (same fields, same order)."""
+    fields = [(f.name, _ctype(f.ctype)) for f in struct.fields]
+    return cast("type[ctypes.Structure]", type(struct.name, (ctypes.Structure,), {"_fields_": fields}))
+
+
+STRUCTURES = {struct.name: _structure(struct) for struct in c_abi.STRUCTS}
+"""`c_abi.STRUCTS` as `ctypes.Structure`s, by C name (`sl_tables`, `sl_bags`)."""
 
 
 def _bind(lib: ctypes.CDLL) -> None:

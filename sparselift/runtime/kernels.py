@@ -1,12 +1,10 @@
-"""Generated C kernels for the CPU sparse ops: build, cache, load (ctypes) and call.
+"""The C kernel backend (`CKernels`) for the CPU sparse ops: build, cache, load (ctypes) and call.
 
-`GeneratedKernels` is what `PlanBase.kernels` holds. It exposes `lookup`, `lookup_update`,
-`pack` and `unpack` with exactly the signatures of `sparselift.runtime.reference` (so
-`plan_ops._kernel_or_ref` can call either), plus the multi-table `fused_lookup` /
-`fused_lookup_update` / `fused_lookup_grad` (one C call over all tables of a rank) and
-`concat_ids`. The module-level functions of the reference's names use a process-wide instance
-that builds specializations on demand. Tensors off the CPU go to the Triton kernels
-(`sparselift.codegen.triton_ops`) where they run, else to the reference.
+`CKernels` is the `kernel_args.KernelBackend` a plan with generated kernels holds when its
+tables are on the CPU: `lookup`, `lookup_update` and `lookup_grad` over several tables in one
+C call each, `pack` / `unpack`, the rows ops, and `concat_ids`. It extends the reference backend
+(`runtime.backends.ReferenceKernels`), which runs what the C kernels do not cover (a dtype,
+tensors off the CPU).
 
 Build and cache: the C source comes from `sparselift.codegen.ckernels.generate_source` for a
 set of `TableSpec`s; it is compiled with the system compiler (`$SPARSELIFT_CC`, default `cc`)
@@ -20,13 +18,15 @@ atomically (`sparselift.cache.atomic_output`; log "built C kernels ..."). The ct
 signatures come from `sparselift.codegen.c_abi.ENTRY_POINTS`, the description the C
 prototypes are rendered from, and a library whose `sl_abi_version()` differs is refused.
 
-Safety: before any C call the wrappers check shapes, dtypes and slots in Python, and the C
-entry points check the bag lengths (non-negative, summing to the number of ids) and every id a
-table reads (`0 <= id < rows`) before writing anything; a failure raises `ValueError` naming
-the table and leaves tables and states unchanged. ctypes releases the GIL during the calls.
+Safety: before any C call the inputs pass the checks every backend shares
+(`kernel_args.check_bags`, `check_grads`, `check_states`), and the C entry points check the
+bag lengths (non-negative, summing to the number of ids) and every id a table reads
+(`0 <= id < rows`) before writing anything; a failure raises `ValueError` naming the table and
+leaves tables and states unchanged. ctypes releases the GIL during the calls.
 
-Parts: `kernel_library` (toolchain probe, loading a .so), `kernel_checks` (argument checks),
-`kernel_calls` (the multi-table C calls) and `kernel_buffers` (`concat_ids`, `pack`, `unpack`).
+Parts: `kernel_library` (toolchain probe, loading a .so), `kernel_checks` (specs, error codes),
+`kernel_calls` (the multi-table C calls) and `kernel_buffers` (`concat_ids`, `pack`, `unpack`,
+the rows ops).
 """
 
 from __future__ import annotations
@@ -46,13 +46,23 @@ import torch
 from sparselift import cache as cache_files
 from sparselift.codegen import ckernels
 from sparselift.codegen.ckernels import TableSpec
+from sparselift.kernel_args import (
+    RoutedBags,
+    TableArgs,
+    UpdateArgs,
+    check_bags,
+    check_grads,
+    check_ids,
+    check_outputs,
+    check_states,
+)
 from sparselift.optim_rules import rule_for
 from sparselift.runtime import reference as ref
+from sparselift.runtime.backends import with_weight
 from sparselift.runtime.kernel_buffers import BufferOps
 from sparselift.runtime.kernel_calls import CCalls
 from sparselift.runtime.kernel_checks import (
     _STORAGE,
-    ArgumentChecks,
     _is_rows_apart,
     _on_cpu,
     _rows_apart,
@@ -67,22 +77,15 @@ from sparselift.runtime.kernel_library import (
     _toolchain,
     cache_dir,
 )
-from sparselift.runtime.sparse_optimizer import OptimizerArgs
 
 __all__ = [
     "TableSpec",
-    "GeneratedKernels",
+    "CKernels",
     "KernelBuildError",
     "build_library",
     "cache_dir",
     "default_kernels",
     "spec_for",
-    "lookup",
-    "lookup_update",
-    "fused_lookup",
-    "fused_lookup_update",
-    "pack",
-    "unpack",
     "lane_threads",
 ]
 
@@ -135,31 +138,6 @@ def build_library(
         return lib, rebuilt, time.perf_counter() - t0
 
 
-def _device_impl(name: str):
-    """Non-CPU tensors: the Triton kernels where they run (CUDA), else the reference lowering."""
-    from sparselift.codegen import triton_ops
-
-    if triton_ops.AVAILABLE:
-        return getattr(triton_ops, name)
-
-    def via_reference(tables, *args, names=None):
-        if name == "fused_lookup":
-            lengths, indices, weights, slots_per_table, fps, batch, poolings = args
-            if isinstance(poolings, str):
-                poolings = [poolings] * len(tables)
-            return [
-                ref.lookup(t, lengths, indices, weights, sl, fps, batch, p)
-                for t, sl, p in zip(tables, slots_per_table, poolings)
-            ]
-        states, lengths, indices, weights, grads, slots_per_table, fps, batch, poolings, optimizer, gs = args
-        n = len(tables)
-        poolings = [poolings] * n if isinstance(poolings, str) else poolings
-        for t, st, g, sl, p in zip(tables, states, grads, slots_per_table, poolings):
-            ref.lookup_update(t, st, lengths, indices, weights, g, sl, fps, batch, p, optimizer, gs)
-
-    return via_reference
-
-
 _LANE = threading.local()
 
 
@@ -175,14 +153,16 @@ def lane_threads(threads: int):
         _LANE.threads = prev
 
 
-class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
-    """The C kernels of one plan (what `PlanBase.kernels` holds).
+class CKernels(CCalls, BufferOps):
+    """The C kernel backend of one plan.
 
     `specs`: the `TableSpec`s to build up front (a plan knows its tables); a call that needs
-    another spec rebuilds (or reuses from the cache) a library covering both. `table_names`
-    maps names to table tensors so that errors can name the table; `nthreads` (default: torch's
+    another spec rebuilds (or reuses from the cache) a library covering both. `table_kinds`:
+    tables whose (dim, dtype) an on-demand build also covers; `nthreads` (default: torch's
     intra-op thread count at call time) is the OpenMP thread count of the C calls.
     """
+
+    name = "c"
 
     def __init__(
         self,
@@ -190,21 +170,22 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
         *,
         cache: str | os.PathLike | None = None,
         nthreads: int | None = None,
-        table_names: Mapping[str, torch.Tensor] | None = None,
+        table_kinds: Iterable[torch.Tensor] = (),
         codegen_options: Mapping[str, int] | None = None,
     ):
         self._cache = cache
         self._options = dict(codegen_options or {})
         self.nthreads = nthreads
-        self._names: dict[int, str] = {}
         self._lock = threading.Lock()
         self._lib: _Library | None = None
         self._prepared: dict = {}
-        self._named_kinds: set[tuple[int, str]] = set()
+        self._named_kinds = {
+            (int(t.shape[1]), _STORAGE[t.dtype])
+            for t in table_kinds
+            if t.dim() == 2 and t.dtype in _STORAGE and 1 <= t.shape[1] <= 4096
+        }
         self.rebuilt = False
         self.build_seconds = 0.0
-        if table_names:
-            self.name_tables(table_names)
         specs = set(specs)
         if specs:
             self._ensure(specs)
@@ -218,20 +199,6 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
     @property
     def library_path(self) -> Path | None:
         return self._lib.path if self._lib is not None else None
-
-    def name_tables(self, tables: Mapping[str, torch.Tensor]) -> None:
-        """Name tables for error messages; their (dim, dtype) also guide on-demand builds."""
-        for name, t in tables.items():
-            self._names[t.data_ptr()] = name
-            if t.dim() == 2 and t.dtype in _STORAGE and 1 <= t.shape[1] <= 4096:
-                self._named_kinds.add((int(t.shape[1]), _STORAGE[t.dtype]))
-
-    def _name(self, table: torch.Tensor, i: int | None = None) -> str:
-        name = self._names.get(table.data_ptr())
-        if name is not None:
-            return name
-        shape = "x".join(str(s) for s in table.shape)
-        return f"#{i} [{shape}]" if i is not None else f"[{shape}]"
 
     def _ensure(self, specs: set[TableSpec]) -> _Library:
         lib = self._lib
@@ -258,459 +225,119 @@ class GeneratedKernels(ArgumentChecks, CCalls, BufferOps):
             return lane
         return int(self.nthreads) if self.nthreads else max(1, torch.get_num_threads())
 
-    # -- the ops --
-
-    def fused_lookup(
-        self,
-        tables: Sequence[torch.Tensor],
-        lengths: torch.Tensor,
-        indices: torch.Tensor,
-        weights: torch.Tensor | None,
-        slots_per_table: Sequence[Sequence[int]],
-        features_per_segment: int,
-        batch: int,
-        poolings: Sequence[str] | str,
-        names: Sequence[str] | None = None,
-        out: Sequence[torch.Tensor] | None = None,
-    ) -> list[torch.Tensor]:
-        """`reference.lookup` of several tables that read the same lengths/indices, in one C call.
-
-        `out`: where to write each table's pooled rows (2-D, the table's dtype, unit column stride,
-        e.g. column blocks of one exchange buffer); returned as given."""
-        tables = list(tables)
-        n = len(tables)
-        poolings, names_fn = self._per_table("fused_lookup", "lookup", tables, poolings, names, slots=slots_per_table)
-        if not _on_cpu(*tables, lengths, indices, weights):
-            return _device_impl("fused_lookup")(
-                tables,
-                lengths,
-                indices,
-                weights,
-                slots_per_table,
-                features_per_segment,
-                batch,
-                poolings,
-                names=names_fn(),
-            )
-        self._check_index_dtype(indices, names_fn, n, "lookup")
-        if not all(t.is_contiguous() for t in tables):
-            tables = [t.contiguous() for t in tables]
-        lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
-        )
-        prep = (
-            self._prepare(
-                "fwd", tables, slots_per_table, poolings, None, indices.dtype, weights is not None, features_per_segment
-            )
-            if n
-            else None
-        )
-        if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
-            self._check_ids_torch(
-                names_fn(), tables, lengths, indices, weights, slots_per_table, features_per_segment, batch
-            )
-            pooled = [
-                ref.lookup(t, lengths, indices, weights, sl, features_per_segment, batch, p)
-                for t, sl, p in zip(tables, slots_per_table, poolings)
-            ]
-            if out is None:
-                return pooled
-            for o, x in zip(out, pooled):
-                o.copy_(x)
-            return list(out)
-        outs = self._lookup_outputs(tables, prep["widths"], segments * int(batch), out, names_fn)
-        self._call_forward(prep, outs, lengths, indices, weights, features_per_segment, batch, names_fn)
-        return outs
-
-    @staticmethod
-    def _lookup_outputs(tables, widths, nrows: int, out, names_fn) -> list[torch.Tensor]:
-        """`fused_lookup`'s outputs: new tensors, or the given `out` once each is checked."""
-        n = len(tables)
-        if out is None:
-            return [torch.empty(nrows, w, dtype=t.dtype) for t, w in zip(tables, widths)]
-        outs = list(out)
-        if len(outs) != n:
-            raise ValueError(f"fused_lookup: {len(outs)} outputs for {n} tables")
-        for i, (x, t, w) in enumerate(zip(outs, tables, widths)):
-            if not _is_rows_apart(x, t.dtype) or tuple(x.shape) != (nrows, w) or not _on_cpu(x):
-                raise ValueError(
-                    f"lookup of table '{names_fn()[i]}': output of shape {tuple(x.shape)}, dtype "
-                    f"{x.dtype}, strides {x.stride()}; expected ({nrows}, {w}) {t.dtype} rows"
-                )
-        return outs
+    # -- the table ops --
 
     def lookup(
-        self,
-        table: torch.Tensor,
-        lengths: torch.Tensor,
-        indices: torch.Tensor,
-        weights: torch.Tensor | None,
-        slots: Sequence[int],
-        features_per_segment: int,
-        batch: int,
-        pooling: str,
-    ) -> torch.Tensor:
-        """Same signature and result as `reference.lookup`."""
-        return self.fused_lookup([table], lengths, indices, weights, [slots], features_per_segment, batch, [pooling])[0]
-
-    def fused_lookup_update(
-        self,
-        tables: Sequence[torch.Tensor],
-        states: Sequence[torch.Tensor | None],
-        lengths: torch.Tensor,
-        indices: torch.Tensor,
-        weights: torch.Tensor | None,
-        grads: Sequence[torch.Tensor],
-        slots_per_table: Sequence[Sequence[int]],
-        features_per_segment: int,
-        batch: int,
-        poolings: Sequence[str] | str,
-        optimizer: OptimizerArgs,
-        grad_scale: float = 1.0,
-        names: Sequence[str] | None = None,
-    ) -> None:
-        """`reference.lookup_update` of several tables of one optimizer group in one C call (all
-        or nothing on bad input)."""
-        tables = list(tables)
-        n = len(tables)
-        kinds = [str(optimizer.kind)] * n
-        states = list(states) if states is not None else [None] * n
-        poolings, names_fn = self._per_table(
-            "fused_lookup_update",
-            "update",
-            tables,
-            poolings,
-            names,
-            states=states,
-            grads=grads,
-            slots=slots_per_table,
-            kinds=kinds,
-        )
-        for i, k in enumerate(kinds):
-            if k not in ckernels.OPTIMIZERS:
-                raise ValueError(f"update of table '{names_fn()[i]}': unknown optimizer '{k}'")
-        if not _on_cpu(*tables, *states, *grads, lengths, indices, weights):
-            return _device_impl("fused_lookup_update")(
-                tables,
-                states,
-                lengths,
-                indices,
-                weights,
-                grads,
-                slots_per_table,
-                features_per_segment,
-                batch,
-                poolings,
-                optimizer,
-                grad_scale,
-                names=names_fn(),
-            )
-        self._update_on_cpu(
-            tables,
-            states,
-            lengths,
-            indices,
-            weights,
-            grads,
-            slots_per_table,
-            features_per_segment,
-            batch,
-            poolings,
-            kinds,
-            optimizer,
-            grad_scale,
-            names_fn,
-        )
-
-    def _update_on_cpu(
-        self,
-        tables,
-        states,
-        lengths,
-        indices,
-        weights,
-        grads,
-        slots_per_table,
-        features_per_segment,
-        batch,
-        poolings,
-        kinds,
-        optimizer,
-        grad_scale,
-        names_fn,
-    ) -> None:
-        """`fused_lookup_update` of CPU tensors (per-table lists checked): the C call, else the reference."""
-        n = len(tables)
-        self._check_index_dtype(indices, names_fn, n, "update")
-        for i, t in enumerate(tables):
-            if not t.is_contiguous():
-                raise ValueError(
-                    f"update of table '{names_fn()[i]}': the table must be contiguous to be updated in place"
-                )
-        lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
-        )
-        prep = (
-            self._prepare(
-                "upd",
-                tables,
-                slots_per_table,
-                poolings,
-                kinds,
-                indices.dtype,
-                weights is not None,
-                features_per_segment,
-            )
-            if n
-            else None
-        )
-        gs, sp = self._update_grads_states(
-            tables, states, grads, slots_per_table, kinds, segments * int(batch), names_fn
-        )
-        if prep is None:  # no tables, or a dtype the C kernels do not handle: the reference lowering
-            self._check_ids_torch(
-                names_fn(), tables, lengths, indices, weights, slots_per_table, features_per_segment, batch
-            )
-            for t, st, g, sl, p in zip(tables, states, grads, slots_per_table, poolings):
-                ref.lookup_update(
-                    t, st, lengths, indices, weights, g, sl, features_per_segment, batch, p, optimizer, grad_scale
-                )
-            return
-        threads = self._threads()
-        if threads > 1 and len({t.data_ptr() for t in tables}) < n:
-            threads = 1  # one table listed twice: update in order, never concurrently
-        self._call_update(
-            prep,
-            gs,
-            sp,
-            lengths,
-            indices,
-            weights,
-            features_per_segment,
-            batch,
-            optimizer,
-            grad_scale,
-            threads,
-            names_fn,
-        )
-
-    @staticmethod
-    def _update_grads_states(tables, states, grads, slots_per_table, kinds, nrows: int, names_fn):
-        """Each table's gradient (checked; in place when it can be) and state pointer, for `sl_update`."""
-        gs, sp = [], []
-        for i, (t, st, g, sl, k) in enumerate(zip(tables, states, grads, slots_per_table, kinds)):
-            want = (nrows, t.shape[1] * len(sl))
-            if g.dim() != 2 or g.shape[0] != want[0] or g.shape[1] != want[1]:
-                raise ValueError(
-                    f"update of table '{names_fn()[i]}': gradient of shape {tuple(g.shape)}, expected {want}"
-                )
-            gs.append(_rows_apart(g, torch.float32))  # a column block of the received buffer: in place
-            width = rule_for(k).state_width(int(t.shape[1]))
-            if width:
-                if (
-                    st is None
-                    or st.dtype != torch.float32
-                    or st.numel() != t.shape[0] * width
-                    or not st.is_contiguous()
-                ):
-                    raise ValueError(
-                        f"update of table '{names_fn()[i]}': {k} needs a contiguous float32 state of "
-                        f"{t.shape[0]} x {width} entries"
-                    )
-                sp.append(st.data_ptr())
-            else:
-                sp.append(0)
-        return gs, sp
-
-    def fused_lookup_grad(
-        self,
-        buffers: Sequence[torch.Tensor],
-        lengths: torch.Tensor,
-        indices: torch.Tensor,
-        weights: torch.Tensor | None,
-        grads: Sequence[torch.Tensor | Sequence[torch.Tensor]],
-        slots_per_table: Sequence[Sequence[int]],
-        features_per_segment: int,
-        batch: int,
-        poolings: Sequence[str] | str,
-        grad_scale: float = 1.0,
-        names: Sequence[str] | None = None,
-    ) -> None:
-        """Add `reference.lookup_grad` of several tables into `buffers` (zeroed float32, one per
-        table, of its shape), in one C call: all or nothing on bad input.
-
-        A table's gradient is one `[rows, dim x slots]` tensor, or a list of one `[rows, dim]`
-        tensor per slot (`sparse.fused_lookup_grad`'s per-slot form: the slots' gradients read
-        where the dense backward left them, without packing them first)."""
-        buffers = list(buffers)
-        n = len(buffers)
-        poolings, names_fn = self._per_table(
-            "fused_lookup_grad", "gradient", buffers, poolings, names, grads=grads, slots=slots_per_table
-        )
-        for i, b in enumerate(buffers):
-            if b.dtype != torch.float32 or b.dim() != 2 or not b.is_contiguous():
-                raise ValueError(
-                    f"gradient of table '{names_fn()[i]}': the buffer must be a contiguous 2-D float32 "
-                    f"tensor, got {b.dtype} of shape {tuple(b.shape)}"
-                )
-
-        def reference() -> None:
-            for b, g, sl, p in zip(buffers, grads, slots_per_table, poolings):
-                g = g if isinstance(g, torch.Tensor) else torch.cat(list(g), dim=1)
-                b += ref.lookup_grad(b, lengths, indices, weights, g * grad_scale, sl, features_per_segment, batch, p)
-
-        flat_grads = [x for g in grads for x in ([g] if isinstance(g, torch.Tensor) else g)]
-        if not _on_cpu(*buffers, *flat_grads, lengths, indices, weights):
-            return reference()
-        self._check_index_dtype(indices, names_fn, n, "gradient")
-        lengths, indices, weights, segments = self._check_common(
-            names_fn, lengths, indices, weights, slots_per_table, features_per_segment, batch
-        )
-        prep = (
-            self._prepare(
-                "fwd",
-                buffers,
-                slots_per_table,
-                poolings,
-                None,
-                indices.dtype,
-                weights is not None,
-                features_per_segment,
-            )
-            if n
-            else None
-        )
-        if prep is None:  # no tables, or a shape the C kernels do not handle
-            self._check_ids_torch(
-                names_fn(), buffers, lengths, indices, weights, slots_per_table, features_per_segment, batch
-            )
-            return reference()
-        nrows = segments * int(batch)
-        slot_grads = []
-        for i, (b, g, sl) in enumerate(zip(buffers, grads, slots_per_table)):
-            slot_grads += _slot_blocks(g, nrows, int(b.shape[1]), len(sl), i, names_fn)
-        self._call_grad(prep, slot_grads, lengths, indices, weights, features_per_segment, batch, grad_scale, names_fn)
+        self, bags: RoutedBags, tables: Sequence[TableArgs], out: Sequence[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        """Every table's pooled bags in one C call; `out`: where to write them (2-D, the table's
+        dtype, unit column stride, e.g. column blocks of one exchange buffer), returned as given."""
+        if not _on_cpu(bags.lengths, bags.indices, bags.weights, *(t.weight for t in tables)):
+            return super().lookup(bags, tables, out)
+        check_outputs(tables, out, "lookup")
+        checked = check_bags(bags, tables, "lookup")
+        if not all(t.weight.is_contiguous() for t in tables):
+            tables = [with_weight(t, t.weight.contiguous()) for t in tables]
+        prep = self._prepare("fwd", tables, None, checked) if tables else None
+        if prep is None:  # no tables, or a dtype the C kernels do not handle
+            check_ids(checked, tables, "lookup")
+            return self._reference_lookup(checked, tables, out)
+        outs = _lookup_outputs(tables, checked.rows, out)
+        self._call_forward(prep, outs, checked, tables)
+        return outs
 
     def lookup_update(
+        self, bags: RoutedBags, tables: Sequence[TableArgs], grads: Sequence[torch.Tensor], update: UpdateArgs
+    ) -> None:
+        """Every table's update by one optimizer group in one C call (all or nothing on bad input)."""
+        states = [t.state for t in tables]
+        if not _on_cpu(bags.lengths, bags.indices, bags.weights, *(t.weight for t in tables), *states, *grads):
+            return super().lookup_update(bags, tables, grads, update)
+        checked = check_bags(bags, tables, "update")
+        check_grads(tables, grads, checked.rows, "update")
+        kind = update.optimizer.kind
+        check_states(tables, kind, "update")
+        for t in tables:
+            if not t.weight.is_contiguous():
+                raise ValueError(f"update of table '{t.name}': the table must be contiguous to be updated in place")
+        prep = self._prepare("upd", tables, str(kind), checked) if tables else None
+        if prep is None:  # no tables, or a dtype the C kernels do not handle
+            check_ids(checked, tables, "update")
+            for t, g in zip(tables, grads):
+                ref.lookup_update(checked, t, g, update)
+            return
+        gs = [_rows_apart(g, torch.float32) for g in grads]  # a column block of the received buffer: in place
+        stateful = rule_for(kind).states
+        pointers = [t.state.data_ptr() if stateful and t.state is not None else 0 for t in tables]
+        threads = self._threads()
+        if threads > 1 and len({t.weight.data_ptr() for t in tables}) < len(tables):
+            threads = 1  # one table listed twice: update in order, never concurrently
+        self._call_update(prep, gs, pointers, checked, tables, update, threads)
+
+    def lookup_grad(
         self,
-        table,
-        state,
-        lengths,
-        indices,
-        weights,
-        grad,
-        slots,
-        features_per_segment,
-        batch,
-        pooling,
-        optimizer: OptimizerArgs,
+        bags: RoutedBags,
+        tables: Sequence[TableArgs],
+        grads: Sequence[torch.Tensor | Sequence[torch.Tensor]],
+        out: Sequence[torch.Tensor],
         grad_scale: float = 1.0,
     ) -> None:
-        """Same signature and effect as `reference.lookup_update`."""
-        self.fused_lookup_update(
-            [table],
-            [state],
-            lengths,
-            indices,
-            weights,
-            [grad],
-            [slots],
-            features_per_segment,
-            batch,
-            [pooling],
-            optimizer,
-            grad_scale,
-        )
+        """Add every table's whole-table gradient into `out` (zeroed float32, one per table, of
+        its shape) in one C call: all or nothing on bad input. A table's gradient is one
+        `[rows, dim x slots]` tensor, or one `[rows, dim]` tensor per slot (read where the
+        dense backward left them, without packing them first)."""
+        check_outputs(tables, out, "gradient")
+        flat_grads = [x for g in grads for x in ([g] if isinstance(g, torch.Tensor) else g)]
+        on_cpu = _on_cpu(bags.lengths, bags.indices, bags.weights, *out, *flat_grads)
+        if not on_cpu or any(t.weight.dtype != torch.float32 for t in tables):
+            return super().lookup_grad(bags, tables, grads, out, grad_scale)
+        for t, o in zip(tables, out):
+            if o.dtype != torch.float32 or tuple(o.shape) != tuple(t.weight.shape) or not o.is_contiguous():
+                raise ValueError(
+                    f"gradient of table '{t.name}': the buffer must be a contiguous float32 tensor of shape "
+                    f"{tuple(t.weight.shape)}, got {o.dtype} of shape {tuple(o.shape)}"
+                )
+        checked = check_bags(bags, tables, "gradient")
+        check_grads(tables, grads, checked.rows, "gradient", per_slot_form=True)
+        buffers = [with_weight(t, o) for t, o in zip(tables, out)]  # the kernels add into them
+        prep = self._prepare("fwd", buffers, None, checked) if tables else None
+        if prep is None:
+            return super().lookup_grad(bags, tables, grads, out, grad_scale)
+        blocks = [b for t, g in zip(tables, grads) for b in _slot_blocks(g, t)]
+        self._call_grad(prep, blocks, checked, buffers, grad_scale)
+
+    def gather_rows(self, table: TableArgs, indices: torch.Tensor) -> torch.Tensor:
+        """The generated lookup over one-id bags: the same rows as `index_select`, read with
+        software prefetch (the ids are random rows of a big table: `index_select` waits on
+        every miss)."""
+        if not _on_cpu(table.weight, indices):
+            return super().gather_rows(table, indices)
+        one = TableArgs(table.name, table.weight, (0,), "sum")
+        return self.lookup(RoutedBags.one_id_each(indices), [one])[0]
 
 
-# ---- process-wide instance -------------------------------------------------------------------
+def _lookup_outputs(tables: Sequence[TableArgs], nrows: int, out) -> list[torch.Tensor]:
+    """`lookup`'s outputs: new tensors, or the given `out` once each is checked."""
+    if out is None:
+        return [torch.empty(nrows, t.width, dtype=t.weight.dtype) for t in tables]
+    outs = list(out)
+    for x, t in zip(outs, tables):
+        if not _is_rows_apart(x, t.weight.dtype) or tuple(x.shape) != (nrows, t.width) or not _on_cpu(x):
+            raise ValueError(
+                f"lookup of table '{t.name}': output of shape {tuple(x.shape)}, dtype {x.dtype}, strides "
+                f"{x.stride()}; expected ({nrows}, {t.width}) {t.weight.dtype} rows"
+            )
+    return outs
 
-_DEFAULT: GeneratedKernels | None = None
+
+_DEFAULT: CKernels | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
-def default_kernels() -> GeneratedKernels:
-    """A shared `GeneratedKernels` that builds what each call needs (cached on disk)."""
+def default_kernels() -> CKernels:
+    """A shared `CKernels` that builds what each call needs (cached on disk)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            _DEFAULT = GeneratedKernels()
+            _DEFAULT = CKernels()
         return _DEFAULT
-
-
-def lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling):
-    return default_kernels().lookup(table, lengths, indices, weights, slots, features_per_segment, batch, pooling)
-
-
-def lookup_update(
-    table,
-    state,
-    lengths,
-    indices,
-    weights,
-    grad,
-    slots,
-    features_per_segment,
-    batch,
-    pooling,
-    optimizer,
-    grad_scale=1.0,
-):
-    return default_kernels().lookup_update(
-        table,
-        state,
-        lengths,
-        indices,
-        weights,
-        grad,
-        slots,
-        features_per_segment,
-        batch,
-        pooling,
-        optimizer,
-        grad_scale,
-    )
-
-
-def fused_lookup(tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings):
-    return default_kernels().fused_lookup(
-        tables, lengths, indices, weights, slots_per_table, features_per_segment, batch, poolings
-    )
-
-
-def fused_lookup_update(
-    tables,
-    states,
-    lengths,
-    indices,
-    weights,
-    grads,
-    slots_per_table,
-    features_per_segment,
-    batch,
-    poolings,
-    optimizer,
-    grad_scale=1.0,
-):
-    return default_kernels().fused_lookup_update(
-        tables,
-        states,
-        lengths,
-        indices,
-        weights,
-        grads,
-        slots_per_table,
-        features_per_segment,
-        batch,
-        poolings,
-        optimizer,
-        grad_scale,
-    )
-
-
-def pack(members, layout, batch, dtype):
-    return default_kernels().pack(members, layout, batch, dtype)
-
-
-def unpack(buffer, layout, batch, member_widths):
-    return default_kernels().unpack(buffer, layout, batch, member_widths)

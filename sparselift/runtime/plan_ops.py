@@ -21,8 +21,10 @@ from typing import Any, cast
 
 import torch
 
+from sparselift.kernel_args import KernelBackend, RoutedBags, TableArgs, UpdateArgs
 from sparselift.runtime import reference as ref
 from sparselift.runtime import rows as _rows
+from sparselift.runtime.backends import ReferenceKernels
 from sparselift.runtime.collectives import (
     _back_to_back,  # noqa: F401 - reached as `plan_ops._back_to_back` (tests)
     all_reduce,
@@ -111,7 +113,7 @@ class PlanBase:
         states: dict[str, torch.Tensor],
         process_group: Any = None,
         grad_scale: float = 1.0,
-        kernels: Any = None,
+        kernels: KernelBackend | None = None,
     ):
         self.rank = rank
         self.world = world_size
@@ -120,7 +122,9 @@ class PlanBase:
         self.states = states
         self.pg = process_group
         self.grad_scale = grad_scale
-        self.kernels = kernels  # generated kernels; None selects the reference lowering
+        # The kernel backend every table op runs on (runtime/backends.py), chosen once when the
+        # plan is built: the reference, the C kernels or the Triton ones.
+        self.kernels: KernelBackend = kernels if kernels is not None else ReferenceKernels()
         # The sparse optimizer's groups (runtime/sparse_optimizer.py), set by the compiled model:
         # each update reads its group's arguments for this step from it.
         self.sparse_optimizer: Any = None
@@ -406,12 +410,6 @@ class _EagerSegment(torch.autograd.Function):
 # ---- ops ------------------------------------------------------------------------------------
 
 
-def _kernel_or_ref(plan: PlanBase, name: str):
-    if plan.kernels is not None and hasattr(plan.kernels, name):
-        return getattr(plan.kernels, name)
-    return getattr(ref, name)
-
-
 class _Bags:
     """The bags of a lengths buffer: segment `s` lists, feature-major, `features` features' bags
     for its `batches[s]` samples; pooled rows are source-major (row `sum(batches[:s]) + b`).
@@ -425,7 +423,7 @@ class _Bags:
         features, batches = int(features), [int(b) for b in batches]
         if lengths.numel() != features * sum(batches):
             raise ValueError(f"{lengths.numel()} bag lengths for {features} features and batch sizes {tuple(batches)}")
-        self.lengths, self.batch = lengths, max(batches, default=0)
+        self.lengths, self.batch, self.features = lengths, max(batches, default=0), features
         self.rows = None  # the padded row of each real sample, when the batches differ
         if len(set(batches)) > 1:
             device, b_max = lengths.device, self.batch
@@ -443,6 +441,10 @@ class _Bags:
         self.even = self.rows is None
         self.padded_rows = len(batches) * self.batch
 
+    def routed(self, indices: torch.Tensor, weights: torch.Tensor | None) -> RoutedBags:
+        """The bags as every kernel backend reads them (the padded geometry)."""
+        return RoutedBags(self.lengths, indices, weights, self.features, self.batch)
+
     def pooled(self, rows: torch.Tensor) -> torch.Tensor:
         """Pooled rows of the padded geometry -> the real ones."""
         return rows if self.rows is None else rows[self.rows]
@@ -454,15 +456,29 @@ class _Bags:
         return grad.new_zeros(self.padded_rows, grad.shape[1]).index_copy_(0, self.rows, grad)
 
 
+def _tables(plan: PlanBase, names: Sequence[str], slots, poolings) -> list[TableArgs]:
+    """The named tables of `plan` (storage and optimizer state) as the kernels' arguments."""
+    return [TableArgs(n, plan.tables[n], sl, p, plan.states.get(n)) for n, sl, p in zip(names, slots, poolings)]
+
+
+def _update(plan: PlanBase, optimizer: str, group: int) -> UpdateArgs:
+    return UpdateArgs(optimizer_args(plan, optimizer, group), plan.grad_scale)
+
+
 def lookup(
     plan: PlanBase, table: str, lengths, indices, weights, *, slots, features_per_segment, pooling, segment_batches
 ):
-    bags = _Bags(lengths, features_per_segment, segment_batches)
-    return bags.pooled(
-        _kernel_or_ref(plan, "lookup")(
-            plan.tables[table], bags.lengths, indices, weights, slots, features_per_segment, bags.batch, pooling
-        )
-    )
+    return fused_lookup(
+        plan,
+        [table],
+        lengths,
+        indices,
+        weights,
+        slots=[slots],
+        features_per_segment=features_per_segment,
+        poolings=[pooling],
+        segment_batches=segment_batches,
+    )[0]
 
 
 def lookup_update(
@@ -480,20 +496,19 @@ def lookup_update(
     optimizer,
     group,
 ):
-    bags = _Bags(lengths, features_per_segment, segment_batches)
-    _kernel_or_ref(plan, "lookup_update")(
-        plan.tables[table],
-        plan.states.get(table),
-        bags.lengths,
+    fused_lookup_update(
+        plan,
+        [table],
+        lengths,
         indices,
         weights,
-        bags.padded(grad),
-        slots,
-        features_per_segment,
-        bags.batch,
-        pooling,
-        optimizer_args(plan, optimizer, group),
-        plan.grad_scale,
+        slots=[slots],
+        features_per_segment=features_per_segment,
+        poolings=[pooling],
+        segment_batches=segment_batches,
+        optimizer=optimizer,
+        group=group,
+        grads=[grad],
     )
 
 
@@ -529,75 +544,28 @@ def fused_lookup(
     segment_batches,
     packed=None,
 ):
-    """Several tables' lookups over the same received buffers: one generated-kernel call.
+    """Several tables' lookups over the same received buffers: one kernel call.
 
     `packed=(layout, dtype, batch)`: return the lookups packed for the output exchange
     (`rt.pack` with that `batch`), each table's kernel writing its columns of the buffer in place
     when the layout allows and every segment has as many samples."""
-    tables = [plan.tables[n] for n in names]
-    generated = plan.kernels is not None and hasattr(plan.kernels, "fused_lookup")
+    tables = _tables(plan, names, slots, poolings)
     bags = _Bags(lengths, features_per_segment, segment_batches)
+    routed = bags.routed(indices, weights)
     if packed is not None:
         layout, dtype, pack_batch = packed
         b = bags.batch
-        fb = int(features_per_segment) * b
-        if (
-            generated
-            and bags.even
-            and layout
-            and fb > 0
-            and lengths.numel() == len(layout) * fb
-            and all(t.dtype == dtype and t.device.type == "cpu" for t in tables)
-        ):
+        if bags.even and layout and b > 0 and all(t.weight.dtype == dtype for t in tables):
             width = sum(size for _, size in layout[0])
-            buffer = torch.empty(len(layout) * b * width, dtype=dtype, device=tables[0].device)
+            buffer = torch.empty(len(layout) * b * width, dtype=dtype, device=tables[0].weight.device)
             views = _column_blocks(buffer, layout, b)
-            if views is not None:
-                plan.kernels.fused_lookup(
-                    tables,
-                    lengths,
-                    indices,
-                    weights,
-                    slots,
-                    features_per_segment,
-                    b,
-                    list(poolings),
-                    names=list(names),
-                    out=views,
-                )
+            if views is not None and len(layout) * b * int(features_per_segment) == lengths.numel():
+                plan.kernels.lookup(routed, tables, out=views)
                 return buffer
-        # The generic way (reference lowering, devices, other dtypes or layouts, uneven batches):
-        # look up, then pack.
-        members = fused_lookup(
-            plan,
-            names,
-            lengths,
-            indices,
-            weights,
-            slots=slots,
-            features_per_segment=features_per_segment,
-            poolings=poolings,
-            segment_batches=segment_batches,
-        )
+        # Other layouts or uneven batches: look up, then pack.
+        members = [bags.pooled(x) for x in plan.kernels.lookup(routed, tables)]
         return pack(plan, members, layout, dtype, batch=pack_batch)
-    if generated:
-        pooled = plan.kernels.fused_lookup(
-            tables,
-            bags.lengths,
-            indices,
-            weights,
-            slots,
-            features_per_segment,
-            bags.batch,
-            list(poolings),
-            names=list(names),
-        )
-    else:
-        pooled = [
-            ref.lookup(t, bags.lengths, indices, weights, sl, features_per_segment, bags.batch, p)
-            for t, sl, p in zip(tables, slots, poolings)
-        ]
-    return [bags.pooled(x) for x in pooled]
+    return [bags.pooled(x) for x in plan.kernels.lookup(routed, tables)]
 
 
 def fused_lookup_update(
@@ -625,42 +593,10 @@ def fused_lookup_update(
         grads = _column_blocks(buffer, layout, bags.batch) if bags.even and buffer.dtype == torch.float32 else None
         if grads is None:
             grads = unpack(plan, buffer, layout, widths, batch=grad_batch)
-    grads = [bags.padded(g) for g in grads]
-    tables = [plan.tables[n] for n in names]
-    states = [plan.states.get(n) for n in names]
-    args = optimizer_args(plan, optimizer, group)
-    if plan.kernels is not None and hasattr(plan.kernels, "fused_lookup_update"):
-        plan.kernels.fused_lookup_update(
-            tables,
-            states,
-            bags.lengths,
-            indices,
-            weights,
-            grads,
-            slots,
-            features_per_segment,
-            bags.batch,
-            list(poolings),
-            args,
-            plan.grad_scale,
-            names=list(names),
-        )
-        return
-    for t, st, g, sl, p in zip(tables, states, grads, slots, poolings):
-        ref.lookup_update(
-            t,
-            st,
-            bags.lengths,
-            indices,
-            weights,
-            g,
-            sl,
-            features_per_segment,
-            bags.batch,
-            p,
-            args,
-            plan.grad_scale,
-        )
+    tables = _tables(plan, names, slots, poolings)
+    plan.kernels.lookup_update(
+        bags.routed(indices, weights), tables, [bags.padded(g) for g in grads], _update(plan, optimizer, group)
+    )
 
 
 def lookup_grad(
@@ -697,37 +633,16 @@ def fused_lookup_grad(
     buffer (returned as views), so the all-reduce that follows needs no copy. A table's gradient
     is one tensor, or a list of one per slot (the op's per-slot form, read where it lies)."""
     bags = _Bags(lengths, features_per_segment, segment_batches)
-    lengths = bags.lengths
     grads = [bags.padded(g) if isinstance(g, torch.Tensor) else [bags.padded(x) for x in g] for g in grads]
-    tables = [plan.tables[n] for n in names]
-    sizes = [t.numel() for t in tables]
-    flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].device)
+    tables = _tables(plan, names, slots, poolings)
+    sizes = [t.weight.numel() for t in tables]
+    flat = torch.zeros(sum(sizes), dtype=torch.float32, device=tables[0].weight.device)
     # Table gradients are read by their all-reduce only (lift-sparse makes them for it), so
     # `all_reduce` may reduce this buffer in place.
     flat._sparselift_grad_buffer = True  # type: ignore[attr-defined]  # a marker all_reduce reads
-    views = [v.view(t.shape) for v, t in zip(flat.split(sizes), tables)]
-    if (
-        plan.kernels is not None
-        and hasattr(plan.kernels, "fused_lookup_grad")
-        and all(t.dtype == torch.float32 for t in tables)
-    ):
-        # Every occurrence added straight into the zeroed buffer, in the reference's order.
-        plan.kernels.fused_lookup_grad(
-            views,
-            lengths,
-            indices,
-            weights,
-            grads,
-            slots,
-            features_per_segment,
-            bags.batch,
-            list(poolings),
-            names=list(names),
-        )
-        return views
-    for v, t, g, sl, p in zip(views, tables, grads, slots, poolings):
-        g = g if isinstance(g, torch.Tensor) else torch.cat(g, dim=1)
-        v.copy_(ref.lookup_grad(t, lengths, indices, weights, g, sl, features_per_segment, bags.batch, p))
+    views = [v.view(t.weight.shape) for v, t in zip(flat.split(sizes), tables)]
+    # Every occurrence added straight into the zeroed buffer, in the reference's order.
+    plan.kernels.lookup_grad(bags.routed(indices, weights), tables, grads, views)
     return views
 
 
@@ -742,9 +657,8 @@ def all_reduce_with_dense_grads(plan: PlanBase, inputs, *, then) -> None:
 
 
 def dense_update(plan: PlanBase, table: str, grad, *, optimizer, group):
-    ref.dense_update(
-        plan.tables[table], plan.states.get(table), grad, optimizer_args(plan, optimizer, group), plan.grad_scale
-    )
+    args = TableArgs(table, plan.tables[table], (0,), "sum", plan.states.get(table))
+    plan.kernels.dense_update(args, grad, _update(plan, optimizer, group))
 
 
 def _common_batch(batch: int | Sequence[int]) -> int | None:
@@ -760,7 +674,7 @@ def pack(plan: PlanBase, members, layout, dtype, *, batch: int | Sequence[int]):
     common = _common_batch(batch)
     if common is None:
         return ref.pack(members, layout, batch, dtype)
-    return _kernel_or_ref(plan, "pack")(members, layout, common, dtype)
+    return plan.kernels.pack(members, layout, common, dtype)
 
 
 def unpack(plan: PlanBase, buffer, layout, widths, *, batch: int | Sequence[int]):
@@ -774,7 +688,7 @@ def unpack(plan: PlanBase, buffer, layout, widths, *, batch: int | Sequence[int]
     if views is not None and [v.shape[1] for v in views] == [int(w) for w in widths]:
         # Column blocks at a regular offset: stacking the positions is still a view (strided_rows).
         return views
-    return _kernel_or_ref(plan, "unpack")(buffer, layout, common, widths)
+    return plan.kernels.unpack(buffer, layout, common, widths)
 
 
 # ---- concurrent lanes (`sched.parallel`) -----------------------------------------------------
@@ -800,7 +714,7 @@ def parallel(plan: PlanBase, lanes: Sequence) -> tuple:
     device = _device(plan)
     if device.type == "cuda":
         return _parallel_cuda(lanes, device)
-    total = int(getattr(plan.kernels, "nthreads", None) or torch.get_num_threads())
+    total = int(plan.kernels.nthreads or torch.get_num_threads())
     share = max(1, total // len(lanes))
     grad = torch.is_grad_enabled()  # thread-local in torch: carry it into the pool's threads
 

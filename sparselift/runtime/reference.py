@@ -1,8 +1,10 @@
 """Reference (torch) lowering of the lifted sparse ops: the correctness oracle.
 
 Each function implements one op exactly as `docs/ir-semantics.md` defines it, for the rank it
-runs on. Generated kernels must match these bit for bit up to fp32 summation order; the planner
-compares them, and they are the "without code generation" ablation.
+runs on; the table ops take the checked records of `sparselift.kernel_args` (the reference
+backend, `runtime/backends.ReferenceKernels`, checks them). Generated kernels must match these
+bit for bit up to fp32 summation order; the planner compares them, and they are the "without
+code generation" ablation.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import Sequence
 import attrs
 import torch
 
+from sparselift.kernel_args import CheckedBags, OptimizerArgs, Pooling, TableArgs, UpdateArgs
 from sparselift.optim_rules import OptimizerKind, StateScope, evaluate, rule_for
-from sparselift.runtime.sparse_optimizer import OptimizerArgs, state_slots
+from sparselift.runtime.sparse_optimizer import state_slots
 
 
 @attrs.frozen
@@ -314,11 +317,11 @@ def _route_whole_features(
     )
 
 
-def _bag_geometry(lengths: torch.Tensor, features_per_segment: int, batch: int):
+def _bag_geometry(bags: CheckedBags):
     """For each id: its bag's segment, feature slot and sample (bags are segment, feature, sample-major)."""
-    lengths = lengths.long()
+    lengths, batch = bags.lengths.long(), bags.batch
     bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
-    per_seg = features_per_segment * batch
+    per_seg = bags.features * batch
     segment = bag_of_id // per_seg
     feature = (bag_of_id % per_seg) // batch
     sample = bag_of_id % batch
@@ -327,46 +330,36 @@ def _bag_geometry(lengths: torch.Tensor, features_per_segment: int, batch: int):
 
 def _per_id_scale(lengths, bag_of_id, weights, pooling):
     scale = weights.to(torch.float32) if weights is not None else torch.ones(bag_of_id.numel(), device=bag_of_id.device)
-    if pooling == "mean":
+    if pooling == Pooling.MEAN:
         scale = scale / lengths.long().clamp(min=1)[bag_of_id].to(torch.float32)
     return scale
 
 
-def lookup(
-    table: torch.Tensor,
-    lengths: torch.Tensor,
-    indices: torch.Tensor,
-    weights: torch.Tensor | None,
-    slots: Sequence[int],
-    features_per_segment: int,
-    batch: int,
-    pooling: str,
-) -> torch.Tensor:
+def lookup(bags: CheckedBags, table: TableArgs) -> torch.Tensor:
     """Gather and pool one table's bags: `[segments * batch, dim * len(slots)]`."""
-    dim = table.shape[1]
-    segments = lengths.numel() // max(features_per_segment * batch, 1) if batch else 0
-    out = torch.zeros(segments * batch, dim * len(slots), dtype=table.dtype, device=table.device)
-    if indices.numel() == 0:
+    weight, dim, batch = table.weight, table.dim, bags.batch
+    out = torch.zeros(bags.rows, table.width, dtype=weight.dtype, device=weight.device)
+    if bags.indices.numel() == 0:
         return out
-    bag_of_id, segment, feature, sample = _bag_geometry(lengths, features_per_segment, batch)
-    scale = _per_id_scale(lengths, bag_of_id, weights, pooling)
-    for k, slot in enumerate(slots):
+    bag_of_id, segment, feature, sample = _bag_geometry(bags)
+    scale = _per_id_scale(bags.lengths, bag_of_id, bags.weights, table.pooling)
+    for k, slot in enumerate(table.slots):
         mask = feature == slot
-        rows = table[indices[mask].long()] * scale[mask, None].to(table.dtype)
+        rows = weight[bags.indices[mask].long()] * scale[mask, None].to(weight.dtype)
         out[:, k * dim : (k + 1) * dim].index_add_(0, segment[mask] * batch + sample[mask], rows)
     return out
 
 
-def _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling):
+def _grad_per_id(bags: CheckedBags, table: TableArgs, grad: torch.Tensor):
     """(row ids, gradient rows) for every id of the table's slots."""
-    dim = table.shape[1]
-    bag_of_id, segment, feature, sample = _bag_geometry(lengths, features_per_segment, batch)
-    scale = _per_id_scale(lengths, bag_of_id, weights, pooling)
+    dim, batch = table.dim, bags.batch
+    bag_of_id, segment, feature, sample = _bag_geometry(bags)
+    scale = _per_id_scale(bags.lengths, bag_of_id, bags.weights, table.pooling)
     rows, grads = [], []
-    for k, slot in enumerate(slots):
+    for k, slot in enumerate(table.slots):
         mask = feature == slot
         out_row = segment[mask] * batch + sample[mask]
-        rows.append(indices[mask].long())
+        rows.append(bags.indices[mask].long())
         grads.append(grad[out_row, k * dim : (k + 1) * dim] * scale[mask, None].to(grad.dtype))
     return torch.cat(rows), torch.cat(grads)
 
@@ -426,47 +419,36 @@ def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
     return x.double().sqrt().to(x.dtype) if x.dtype == torch.float32 else x.sqrt()
 
 
-def lookup_update(
-    table,
-    state,
-    lengths,
-    indices,
-    weights,
-    grad,
-    slots,
-    features_per_segment,
-    batch,
-    pooling,
-    optimizer: OptimizerArgs,
-    grad_scale: float = 1.0,
-) -> None:
-    if indices.numel() == 0:
+def lookup_update(bags: CheckedBags, table: TableArgs, grad: torch.Tensor, update: UpdateArgs) -> None:
+    """Apply one table's pooled gradient (`[segments * batch, width]`) to the rows its bags read."""
+    if bags.indices.numel() == 0:
         return
-    rows, g = _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling)
-    apply_optimizer(table, state, rows, g * grad_scale, optimizer)
+    rows, g = _grad_per_id(bags, table, grad)
+    apply_optimizer(table.weight, table.state, rows, g * update.grad_scale, update.optimizer)
 
 
-def lookup_grad(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling) -> torch.Tensor:
-    dense = torch.zeros_like(table, dtype=torch.float32)
-    if indices.numel():
-        rows, g = _grad_per_id(table, lengths, indices, weights, grad, slots, features_per_segment, batch, pooling)
+def lookup_grad(bags: CheckedBags, table: TableArgs, grad: torch.Tensor) -> torch.Tensor:
+    """One table's whole-table float32 gradient from its pooled gradient."""
+    dense = torch.zeros_like(table.weight, dtype=torch.float32)
+    if bags.indices.numel():
+        rows, g = _grad_per_id(bags, table, grad)
         dense.index_add_(0, rows, g.float())
     return dense
 
 
-def dense_update(table, state, dense_grad, optimizer: OptimizerArgs, grad_scale: float = 1.0) -> None:
+def dense_update(table: TableArgs, dense_grad: torch.Tensor, update: UpdateArgs) -> None:
     """Optimizer step from a whole-table gradient; rows with a zero gradient are untouched (for
     the Adam family a touched row whose summed gradient is exactly zero is then not stepped:
     the whole-table gradient does not say which rows the batch read)."""
-    lr = optimizer.lr
-    if optimizer.kind == OptimizerKind.SGD and table.dtype == dense_grad.dtype == torch.float32:
+    weight, optimizer, grad_scale = table.weight, update.optimizer, update.grad_scale
+    if optimizer.kind == OptimizerKind.SGD and weight.dtype == dense_grad.dtype == torch.float32:
         # An untouched row has a zero gradient and fma(0, -lr, t) == t, so the whole-table update
         # equals the touched-rows one, with the same rounding (one fused multiply-add), without
         # searching for the touched rows.
-        table.add_(dense_grad if grad_scale == 1.0 else dense_grad * grad_scale, alpha=-lr)
+        weight.add_(dense_grad if grad_scale == 1.0 else dense_grad * grad_scale, alpha=-optimizer.lr)
         return
     touched = torch.nonzero(dense_grad.abs().sum(dim=1) > 0).flatten()
-    apply_optimizer(table, state, touched, dense_grad[touched] * grad_scale, optimizer)
+    apply_optimizer(weight, table.state, touched, dense_grad[touched] * grad_scale, optimizer)
 
 
 def segment_rows(batch: int | Sequence[int], segments: int) -> list[int]:

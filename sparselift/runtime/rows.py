@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from sparselift.runtime import reference as ref
+from sparselift.kernel_args import RoutedBags, UpdateArgs
+from sparselift.runtime.backends import table_args
 from sparselift.runtime.sparse_optimizer import optimizer_args
-from sparselift.strided_rows import block_runs, take_run_rows
 
 
 def _row_geometry(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: int) -> tuple[list[int], int]:
@@ -49,13 +49,6 @@ def _row_geometry(layout: Sequence[Sequence[tuple[int, int]]], dim: int, batch: 
     return starts, segments  # type: ignore[return-value]  # every entry checked above
 
 
-def _one_id_bags(lengths: torch.Tensor, what: str) -> torch.Tensor:
-    """The mask of non-empty bags; a bag of more ids than one is not an unpooled lookup's."""
-    if lengths.numel() and int(lengths.max()) > 1:
-        raise ValueError(f"{what}: a bag holds {int(lengths.max())} ids; unpooled rows travel one per id")
-    return lengths.bool()
-
-
 def gather_rows(
     plan: Any,
     table: str,
@@ -76,15 +69,7 @@ def gather_rows(
     counts = torch.stack([seg.sum(dtype=torch.int64) for seg in lengths.split(per_source)])
     if indices.numel() == 0:
         return torch.empty(0, dtype=dtype, device=indices.device), counts * dim
-    weights = plan.tables[table]
-    kernels = getattr(plan, "kernels", None)
-    if kernels is not None and hasattr(kernels, "lookup") and weights.device.type == "cpu":
-        # The generated lookup over one-id bags: the same rows, read with software prefetch
-        # (the ids are random rows of a big table: `index_select` waits on every miss).
-        n = indices.numel()
-        rows = kernels.lookup(weights, torch.ones(n, dtype=torch.int32), indices, None, (0,), 1, n, "sum")
-    else:
-        rows = torch.index_select(weights, 0, indices)
+    rows = plan.kernels.gather_rows(table_args(plan, table), indices)
     return rows.reshape(-1), counts * dim
 
 
@@ -103,19 +88,9 @@ def expand_rows(
     starts, segments = _row_geometry(layout, dim, batch)
     if rows.numel() % dim:
         raise ValueError(f"expand_rows: {rows.numel()} elements received, not whole rows of {dim}")
-    kernels = getattr(plan, "kernels", None)
-    if kernels is not None and hasattr(kernels, "expand_rows") and rows.device.type == "cpu":
-        # One pass (each bag's row or zeros), where zeroing the whole buffer and then scattering
-        # the rows into it writes the ~13 MB of a DIN batch twice.
-        padded = kernels.expand_rows(rows.view(-1, dim), lengths, segments)
-    else:
-        filled = _one_id_bags(lengths, "expand_rows").nonzero().squeeze(1)
-        if rows.numel() != filled.numel() * dim:
-            raise ValueError(f"expand_rows: {rows.numel() // dim} rows received for {filled.numel()} ids sent")
-        bags = lengths.numel() // segments
-        if segments > 1 and int(lengths.view(segments, bags).sum(0).max()) > 1:
-            raise ValueError("expand_rows: a bag has an id in several segments; each id has one owner")
-        padded = rows.new_zeros(bags, dim).index_copy_(0, filled % bags, rows.view(-1, dim))
+    # The C backend: one pass (each bag's row or zeros), where zeroing the whole buffer and then
+    # scattering the rows into it writes the ~13 MB of a DIN batch twice.
+    padded = plan.kernels.expand_rows(rows.view(-1, dim), lengths, segments)
     return [padded[start : start + batch] for start in starts]
 
 
@@ -132,22 +107,7 @@ def compact_rows(
     blocks = [members[m].reshape(batch, dim) for m in order] * segments
     if len(blocks) * batch != lengths.numel():
         raise ValueError(f"compact_rows: {len(blocks) * batch} bags in the members, {lengths.numel()} lengths")
-    kernels = getattr(plan, "kernels", None)
-    on_cpu = lengths.device.type == blocks[0].device.type == "cpu"
-    if kernels is not None and hasattr(kernels, "compact_rows") and on_cpu:
-        # One C pass over the filled rows, straight from each member's storage.
-        return kernels.compact_rows(blocks, lengths).reshape(-1)
-    filled = _one_id_bags(lengths, "compact_rows").nonzero().squeeze(1)
-    # The members are mostly slices of one gradient (the stacked positions' `unbind`): read the
-    # filled rows straight from each run of them, no copy of the padded geometry first.
-    out = blocks[0].new_empty(filled.numel(), dim)
-    runs = block_runs(blocks)
-    firsts = torch.tensor([first * batch for first, _ in runs] + [lengths.numel()], device=filled.device)
-    bounds = torch.searchsorted(filled, firsts).tolist()
-    for (first, run), lo, hi in zip(runs, bounds, bounds[1:]):
-        if hi > lo:
-            take_run_rows(run, filled[lo:hi] - first * batch, out[lo:hi])
-    return out.reshape(-1)
+    return plan.kernels.compact_rows(blocks, lengths).reshape(-1)
 
 
 def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor, *, optimizer, group) -> None:
@@ -156,24 +116,11 @@ def rows_update(plan: Any, table: str, indices: torch.Tensor, grad: torch.Tensor
     n = indices.numel()
     if n == 0:
         return
-    weights = plan.tables[table]
-    if grad.numel() != n * weights.shape[1]:
+    args = table_args(plan, table)
+    if grad.numel() != n * args.dim:
         raise ValueError(f"rows_update of table '{table}': {grad.numel()} gradient elements for {n} ids")
-    kernels = plan.kernels if plan.kernels is not None and hasattr(plan.kernels, "lookup_update") else ref
-    kernels.lookup_update(
-        weights,
-        plan.states.get(table),
-        torch.ones(n, dtype=torch.int32, device=indices.device),
-        indices,
-        None,
-        grad.view(n, -1),
-        (0,),
-        1,
-        n,
-        "sum",
-        optimizer_args(plan, optimizer, group),
-        plan.grad_scale,
-    )
+    update = UpdateArgs(optimizer_args(plan, optimizer, group), plan.grad_scale)
+    plan.kernels.lookup_update(RoutedBags.one_id_each(indices), [args], [grad.view(n, -1)], update)
 
 
 def unique_ids(plan: Any, indices: torch.Tensor, splits: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -182,19 +129,8 @@ def unique_ids(plan: Any, indices: torch.Tensor, splits: torch.Tensor) -> tuple[
     world = splits.numel()
     if indices.numel() == 0:
         return indices, torch.zeros(world, dtype=torch.int64, device=indices.device), indices.to(torch.int64)
-    kernels = getattr(plan, "kernels", None)
-    if kernels is not None and hasattr(kernels, "unique_ids") and indices.device.type == "cpu":
-        # One radix sort in C: `torch.unique` sorts by comparisons (1.2 ms for DIN's 30k ids).
-        try:
-            return kernels.unique_ids(indices, splits.tolist())
-        except OverflowError:  # (segment, id) keys over 32 bits: the comparison sort below
-            pass
-    ids = indices.to(torch.int64)
-    span = int(ids.max()) + 1
-    segment = torch.repeat_interleave(torch.arange(world, device=ids.device), splits.to(torch.int64))
-    keys, inverse = torch.unique(segment * span + ids, return_inverse=True)
-    counts = torch.bincount(keys // span, minlength=world)
-    return (keys % span).to(indices.dtype), counts, inverse
+    # The C backend: one radix sort (`torch.unique` sorts by comparisons: 1.2 ms for DIN's 30k ids).
+    return plan.kernels.unique_ids(indices, splits)
 
 
 def take_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, *, dim: int) -> torch.Tensor:
@@ -204,12 +140,7 @@ def take_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, *, dim: int)
 
 def sum_rows(plan: Any, rows: torch.Tensor, inverse: torch.Tensor, counts: torch.Tensor, *, dim: int) -> torch.Tensor:
     """One row per distinct id: the sum of its routed ids' rows (in routed order)."""
-    kernels: Any = getattr(plan, "kernels", None)
-    c_sum = kernels is not None and hasattr(kernels, "sum_rows") and rows.device.type == "cpu"
-    if c_sum and rows.dtype == torch.float32:  # one C pass, no zeroing first
-        return kernels.sum_rows(rows.view(-1, dim), inverse, int(counts.sum())).reshape(-1)
-    out = rows.new_zeros(int(counts.sum()), dim)
-    return out.index_add_(0, inverse, rows.view(-1, dim)).reshape(-1)
+    return plan.kernels.sum_rows(rows.view(-1, dim), inverse, int(counts.sum())).reshape(-1)
 
 
 __all__ = [

@@ -10,49 +10,15 @@ learning rate takes effect at the next backward, with no recompile.
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
 import torch
 
+from sparselift.kernel_args import OptimizerArgs
 from sparselift.optim import TableOptimizers
-from sparselift.optim_rules import ARGUMENTS, HYPERPARAMETERS, OptimizerKind, StateScope, rule_for
-
-
-class SlHyper(ctypes.Structure):
-    """The generated C kernels' `sl_hyper` (codegen/c/prelude.h): `ARGUMENTS`, in order, in
-    double precision (a kernel rounds an expression of them to f32 once, as the reference)."""
-
-    _fields_ = [(name, ctypes.c_double) for name in ARGUMENTS]
-
-
-@attrs.frozen
-class OptimizerArgs:
-    """One group's update arguments for the current step: its kind, its hyperparameters and the
-    bias corrections of its step count (`optim_rules.ARGUMENTS`)."""
-
-    kind: OptimizerKind
-    lr: float
-    eps: float = 0.0
-    beta1: float = 0.0
-    beta2: float = 0.0
-    weight_decay: float = 0.0
-    bc1: float = 1.0
-    bc2: float = 1.0
-
-    def values(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in ARGUMENTS}
-
-    @classmethod
-    def of(cls, config, step: int = 1) -> OptimizerArgs:
-        """The arguments of a `sparselift.optim` record at step count `step` (1 = the first)."""
-        return _with_step(cls(config.kind, **config.hyperparameters()), step)
-
-    def c_struct(self) -> SlHyper:
-        return SlHyper(*(self.values()[name] for name in ARGUMENTS))
+from sparselift.optim_rules import HYPERPARAMETERS, OptimizerKind, StateScope, rule_for
 
 
 class SparseOptimizer(torch.optim.Optimizer):
@@ -94,7 +60,7 @@ class SparseOptimizer(torch.optim.Optimizer):
         args = [_group_args(k, group) for k, group in enumerate(self.param_groups)]
         for step in self.steps:
             step += 1
-        self._current = [_with_step(a, int(step)) for a, step in zip(args, self.steps)]
+        self._current = [a.with_step(int(step)) for a, step in zip(args, self.steps)]
         self._opt_called = True  # the step this is (for torch's LR schedulers' order check)
 
     def args(self, group: int) -> OptimizerArgs:
@@ -102,7 +68,7 @@ class SparseOptimizer(torch.optim.Optimizer):
         current = self._current[group]
         if current is None:
             g = self.param_groups[group]
-            current = self._current[group] = _with_step(_group_args(group, g), max(int(self.steps[group]), 1))
+            current = self._current[group] = _group_args(group, g).with_step(max(int(self.steps[group]), 1))
         return current
 
     def step_counts(self) -> list[int]:
@@ -185,11 +151,4 @@ def _group_args(index: int, group: Mapping[str, Any]) -> OptimizerArgs:
     return OptimizerArgs(OptimizerKind(group["kind"]), **{k: float(v) for k, v in values.items()})
 
 
-def _with_step(args: OptimizerArgs, step: int) -> OptimizerArgs:
-    """`args` with the bias corrections of step `step` (rules that count steps read them)."""
-    if not rule_for(args.kind).counts_steps:
-        return args
-    return attrs.evolve(args, bc1=1.0 - args.beta1**step, bc2=1.0 - args.beta2**step)
-
-
-__all__ = ["OptimizerArgs", "SlHyper", "SparseOptimizer", "optimizer_args", "state_slots"]
+__all__ = ["SparseOptimizer", "optimizer_args", "state_slots"]

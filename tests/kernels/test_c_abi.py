@@ -58,9 +58,9 @@ def test_prototypes_wrap_without_losing_arguments():
 
 
 def test_loaded_library_binds_every_entry_point(tmp_path):
-    from sparselift.runtime.kernels import GeneratedKernels
+    from sparselift.runtime.kernels import CKernels
 
-    k = GeneratedKernels([TableSpec(4)], cache=tmp_path)
+    k = CKernels([TableSpec(4)], cache=tmp_path)
     cdll = k._lib.lib
     for e in c_abi.ENTRY_POINTS:
         fn = getattr(cdll, e.name)

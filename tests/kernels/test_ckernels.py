@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import subprocess
@@ -12,11 +13,12 @@ import pytest
 import torch
 
 from sparselift.codegen import ckernels
+from sparselift.kernel_args import KernelBackend, OptimizerArgs, RoutedBags, TableArgs, UpdateArgs
 from sparselift.optim_rules import OptimizerKind, rule_for
 from sparselift.runtime import kernels as K
 from sparselift.runtime import reference as ref
-from sparselift.runtime.kernels import GeneratedKernels, TableSpec
-from sparselift.runtime.sparse_optimizer import OptimizerArgs
+from sparselift.runtime.backends import ReferenceKernels, TritonKernels
+from sparselift.runtime.kernels import CKernels, TableSpec
 from sparselift.strided_rows import block_run
 
 F, B, S = 3, 5, 2  # features per segment, batch, segments
@@ -24,6 +26,16 @@ SLOTS = [2, 0]  # two features read one (shared) table
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 IDX = {"i32": torch.int32, "i64": torch.int64}
 KINDS = [str(k) for k in OptimizerKind]
+REF = ReferenceKernels()  # the reference result of every table op
+
+
+def bags(lengths, idx, w=None, features=F, batch=B) -> RoutedBags:
+    """Routed bags: `features` features of `batch` samples per segment."""
+    return RoutedBags(lengths, idx, w, features, batch)
+
+
+def table(name: str, t: torch.Tensor, slots, pooling: str, state: torch.Tensor | None = None) -> TableArgs:
+    return TableArgs(name, t, slots, pooling, state)
 
 
 def opt(kind: str, lr: float = 0.1, eps: float = 1e-3, step: int = 3) -> OptimizerArgs:
@@ -51,6 +63,11 @@ def state_for(kind: str, rows: int, dim: int, seed: int = 0) -> torch.Tensor | N
     return torch.rand(rows * width, generator=g)
 
 
+def upd(kind: str, lr: float = 0.1, eps: float = 1e-3, grad_scale: float = 1.0) -> UpdateArgs:
+    """`opt(kind, lr, eps)` applied to gradients scaled by `grad_scale`."""
+    return UpdateArgs(opt(kind, lr, eps), grad_scale)
+
+
 def _clone(x):
     return None if x is None else x.clone()
 
@@ -67,9 +84,9 @@ def _specs() -> set[TableSpec]:
 
 
 @pytest.fixture(scope="module")
-def gk(tmp_path_factory) -> GeneratedKernels:
+def gk(tmp_path_factory) -> CKernels:
     t0 = time.perf_counter()
-    k = GeneratedKernels(_specs(), cache=tmp_path_factory.mktemp("slcache"), nthreads=1)
+    k = CKernels(_specs(), cache=tmp_path_factory.mktemp("slcache"), nthreads=1)
     assert time.perf_counter() - t0 < 30
     return k
 
@@ -105,9 +122,10 @@ def _tol(dtype):
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_lookup_matches_reference(gk, index, pooling, weighted):
-    table, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted)
-    got = gk.lookup(table, lengths, idx, w, SLOTS, F, B, pooling)
-    want = ref.lookup(table, lengths, idx, w, SLOTS, F, B, pooling)
+    t, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted)
+    tables = [table("t", t, SLOTS, pooling)]
+    (got,) = gk.lookup(bags(lengths, idx, w), tables)
+    (want,) = REF.lookup(bags(lengths, idx, w), tables)
     assert got.shape == want.shape == (S * B, 13 * len(SLOTS))
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
@@ -119,14 +137,14 @@ def test_lookup_matches_reference(gk, index, pooling, weighted):
 def test_lookup_update_matches_reference(gk, index, pooling, weighted, kind):
     """Every optimizer's generated update (rendered from its rule) equals the reference's
     (evaluated from the same rule on tensors), table and state."""
-    table, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted, seed=1)
+    t, lengths, idx, w = _inputs(6, 13, index_dtype=IDX[index], weighted=weighted, seed=1)
     assert idx.unique().numel() < idx.numel() / 3  # the point: many duplicate ids
     grad = torch.randn(S * B, 13 * len(SLOTS), generator=torch.Generator().manual_seed(2))
     state = state_for(kind, 6, 13)
-    t1, t2, s1, s2 = table.clone(), table.clone(), _clone(state), _clone(state)
-    gk.lookup_update(t1, s1, lengths, idx, w, grad, SLOTS, F, B, pooling, opt(kind), 0.5)
-    ref.lookup_update(t2, s2, lengths, idx, w, grad, SLOTS, F, B, pooling, opt(kind), 0.5)
-    assert not torch.equal(t1, table)
+    t1, t2, s1, s2 = t.clone(), t.clone(), _clone(state), _clone(state)
+    gk.lookup_update(bags(lengths, idx, w), [table("t", t1, SLOTS, pooling, s1)], [grad], upd(kind, grad_scale=0.5))
+    REF.lookup_update(bags(lengths, idx, w), [table("t", t2, SLOTS, pooling, s2)], [grad], upd(kind, grad_scale=0.5))
+    assert not torch.equal(t1, t)
     torch.testing.assert_close(t1, t2, atol=1e-6, rtol=1e-5)
     if state is not None:
         assert not torch.equal(s1, state)
@@ -137,27 +155,31 @@ def test_lookup_update_matches_reference(gk, index, pooling, weighted, kind):
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_low_precision_storage(gk, dtype, pooling, kind):
-    table, lengths, idx, _ = _inputs(5, 8, dtype=DTYPES[dtype], seed=3, max_len=4)
-    got = gk.lookup(table, lengths, idx, None, SLOTS, F, B, pooling)
-    assert got.dtype == table.dtype
+    t, lengths, idx, _ = _inputs(5, 8, dtype=DTYPES[dtype], seed=3, max_len=4)
+    (got,) = gk.lookup(bags(lengths, idx), [table("t", t, SLOTS, pooling)])
+    assert got.dtype == t.dtype
     # f32 accumulation: compare with the reference on the upcast table.
-    want = ref.lookup(table.float(), lengths, idx, None, SLOTS, F, B, pooling).to(table.dtype)
+    (want,) = REF.lookup(bags(lengths, idx), [table("t", t.float(), SLOTS, pooling)])
+    want = want.to(t.dtype)
     torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=2e-2)
     grad = torch.randn(S * B, 16, generator=torch.Generator().manual_seed(4))
     state = state_for(kind, 5, 8)
-    t1, t2, s1, s2 = table.clone(), table.clone().float(), _clone(state), _clone(state)
-    gk.lookup_update(t1, s1, lengths, idx, None, grad, SLOTS, F, B, pooling, opt(kind, 0.05))
-    ref.lookup_update(t2, s2, lengths, idx, None, grad, SLOTS, F, B, pooling, opt(kind, 0.05))
-    torch.testing.assert_close(t1.float(), t2.to(table.dtype).float(), atol=3e-2, rtol=2e-2)
+    t1, t2, s1, s2 = t.clone(), t.clone().float(), _clone(state), _clone(state)
+    gk.lookup_update(bags(lengths, idx), [table("t", t1, SLOTS, pooling, s1)], [grad], upd(kind, 0.05))
+    REF.lookup_update(bags(lengths, idx), [table("t", t2, SLOTS, pooling, s2)], [grad], upd(kind, 0.05))
+    torch.testing.assert_close(t1.float(), t2.to(t.dtype).float(), atol=3e-2, rtol=2e-2)
     if state is not None:  # the state is f32 whatever the storage; the weights it read were rounded
         torch.testing.assert_close(s1, s2, atol=1e-2, rtol=1e-2)
     # A row's steps in f32, rounded to the storage once: as the reference on the 16-bit table.
-    t3, s3 = table.clone(), _clone(state)
-    ref.lookup_update(t3, s3, lengths, idx, None, grad, SLOTS, F, B, pooling, opt(kind, 0.05))
+    t3, s3 = t.clone(), _clone(state)
+    REF.lookup_update(bags(lengths, idx), [table("t", t3, SLOTS, pooling, s3)], [grad], upd(kind, 0.05))
     if kind == "sgd":
         assert torch.equal(t1, t3)
     else:
         torch.testing.assert_close(t1.float(), t3.float(), atol=1e-2, rtol=1e-2)
+
+
+NAMES = ("t0", "t1", "t2")
 
 
 def _fused_case(weighted, seed=5):
@@ -177,12 +199,21 @@ def _fused_case(weighted, seed=5):
     return tables, lengths, idx, w, slots, poolings, features
 
 
+def _fused_tables(tables, slots, poolings, states=None, names=NAMES) -> list[TableArgs]:
+    """`_fused_case`'s tables as table arguments (named t0, t1, t2 unless `names` says)."""
+    states = states if states is not None else [None] * len(tables)
+    return [table(n, t, sl, p, st) for n, t, sl, p, st in zip(names, tables, slots, poolings, states)]
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_fused_lookup_matches_per_table(gk, weighted):
     tables, lengths, idx, w, slots, poolings, features = _fused_case(weighted)
-    outs = gk.fused_lookup(tables, lengths, idx, w, slots, features, B, poolings)
-    for t, o, sl, p in zip(tables, outs, slots, poolings):
-        torch.testing.assert_close(o, ref.lookup(t, lengths, idx, w, sl, features, B, p), atol=1e-6, rtol=1e-6)
+    args = _fused_tables(tables, slots, poolings)
+    outs = gk.lookup(bags(lengths, idx, w, features), args)
+    assert len(outs) == len(args)
+    for o, a in zip(outs, args):
+        (want,) = REF.lookup(bags(lengths, idx, w, features), [a])
+        torch.testing.assert_close(o, want, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -194,11 +225,11 @@ def test_fused_update_matches_per_table(gk, weighted, kind):
     states = [state_for(kind, t.shape[0], t.shape[1], seed=k) for k, t in enumerate(tables)]
     mine = [t.clone() for t in tables]
     mine_st = [_clone(s) for s in states]
-    args = opt(kind, 0.1, 1e-2)
-    gk.fused_lookup_update(mine, mine_st, lengths, idx, w, grads, slots, features, B, poolings, args, 2.0)
-    for t, st, m, mst, gr, sl, p in zip(tables, states, mine, mine_st, grads, slots, poolings):
+    update = upd(kind, 0.1, 1e-2, grad_scale=2.0)
+    gk.lookup_update(bags(lengths, idx, w, features), _fused_tables(mine, slots, poolings, mine_st), grads, update)
+    for n, t, st, m, mst, gr, sl, p in zip(NAMES, tables, states, mine, mine_st, grads, slots, poolings):
         t, st = t.clone(), _clone(st)
-        ref.lookup_update(t, st, lengths, idx, w, gr, sl, features, B, p, args, 2.0)
+        REF.lookup_update(bags(lengths, idx, w, features), [table(n, t, sl, p, st)], [gr], update)
         torch.testing.assert_close(m, t, atol=1e-6, rtol=1e-5)
         if st is not None:
             torch.testing.assert_close(mst, st, atol=1e-6, rtol=1e-5)
@@ -208,13 +239,13 @@ TORCH_SGD_DIMS = [1, 3, 16, 17, 64]
 
 
 @pytest.fixture(scope="module")
-def gk_sgd(tmp_path_factory) -> GeneratedKernels:
+def gk_sgd(tmp_path_factory) -> CKernels:
     specs = {
         TableSpec(d, "f32", "i64", p, w, "sgd")
         for d, p, w in itertools.product(TORCH_SGD_DIMS, ["sum", "mean"], [False, True])
         if not (w and p == "mean")
     }
-    return GeneratedKernels(specs, cache=tmp_path_factory.mktemp("slcache_sgd"), nthreads=1)
+    return CKernels(specs, cache=tmp_path_factory.mktemp("slcache_sgd"), nthreads=1)
 
 
 @pytest.mark.parametrize("dim", TORCH_SGD_DIMS)
@@ -231,15 +262,15 @@ def test_sgd_update_rounds_exactly_as_torch_sgd(gk_sgd, dim, pooling, weighted):
     w = torch.rand(n, generator=g) + 0.5 if weighted else None
     grad = torch.randn(batch, dim, generator=g) * 3
     emb = torch.nn.EmbeddingBag(rows, dim, mode=pooling, sparse=True)
-    table = emb.weight.detach().clone()
+    start = emb.weight.detach().clone()
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.long().cumsum(0)[:-1]])
     emb(idx, offsets, per_sample_weights=w).backward(grad)
     torch.optim.SGD(emb.parameters(), lr=0.1).step()
     want = emb.weight.detach()
-    got_c, got_ref = table.clone(), table.clone()
-    gk_sgd.lookup_update(got_c, None, lengths, idx, w, grad, [0], 1, batch, pooling, opt("sgd", 0.1))
-    ref.lookup_update(got_ref, None, lengths, idx, w, grad, [0], 1, batch, pooling, opt("sgd", 0.1))
-    assert not torch.equal(want, table)
+    got_c, got_ref = start.clone(), start.clone()
+    gk_sgd.lookup_update(bags(lengths, idx, w, 1, batch), [table("t", got_c, [0], pooling)], [grad], upd("sgd", 0.1))
+    REF.lookup_update(bags(lengths, idx, w, 1, batch), [table("t", got_ref, [0], pooling)], [grad], upd("sgd", 0.1))
+    assert not torch.equal(want, start)
     assert torch.equal(got_ref, want), (got_ref - want).abs().max()
     assert torch.equal(got_c, want), (got_c - want).abs().max()
 
@@ -272,10 +303,12 @@ def test_fused_lookup_grad_equals_reference_bit_for_bit(gk, weighted, layout):
                 wide[:, len(sl) - 1 - k, 3:] = gr[:, k * d : (k + 1) * d]
             given.append([wide[:, len(sl) - 1 - k, 3:] for k in range(len(sl))])
         assert not any(b.is_contiguous() for blocks in given for b in blocks)
+    args = _fused_tables(tables, slots, poolings)
     bufs = [torch.zeros(t.shape) for t in tables]
-    gk.fused_lookup_grad(bufs, lengths, idx, w, given, slots, features, B, poolings)
-    for buf, t, gr, sl, p in zip(bufs, tables, grads, slots, poolings):
-        want = ref.lookup_grad(t, lengths, idx, w, gr, sl, features, B, p)
+    gk.lookup_grad(bags(lengths, idx, w, features), args, given, bufs)
+    for buf, a, gr in zip(bufs, args, grads):
+        want = torch.zeros(a.weight.shape)
+        REF.lookup_grad(bags(lengths, idx, w, features), [a], [gr], [want])
         assert want.abs().sum() > 0 and torch.equal(buf, want)
 
 
@@ -283,14 +316,21 @@ def test_fused_lookup_grad_per_slot_gradients_are_checked(gk):
     """A per-slot gradient list of the wrong length or a block of the wrong shape is refused,
     naming the table (and the slot), before anything is written."""
     tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=14)
+    args = _fused_tables(tables, slots, poolings)
     blocks = [[torch.randn(S * B, t.shape[1]) for _ in sl] for t, sl in zip(tables, slots)]
     bufs = [torch.zeros(t.shape) for t in tables]
+    long = [[*blocks[0], blocks[0][1]], *blocks[1:]]
+    with pytest.raises(ValueError, match=r"^gradient of table 't0': 3 per-slot gradients for its 2 slots$"):
+        gk.lookup_grad(bags(lengths, idx, None, features), args, long, bufs)
+    # A list is the per-slot form: one block per slot, never the whole gradient in a list.
     short = [blocks[0][:-1], *blocks[1:]]
-    with pytest.raises(ValueError, match=r"gradient of table '.+': 1 per-slot gradients for its 2 slots"):
-        gk.fused_lookup_grad(bufs, lengths, idx, None, short, slots, features, B, poolings)
+    with pytest.raises(ValueError, match=r"^gradient of table 't0': 1 per-slot gradients for its 2 slots$"):
+        gk.lookup_grad(bags(lengths, idx, None, features), args, short, bufs)
     narrow = [[blocks[0][0][:, :-1], blocks[0][1]], *blocks[1:]]
-    with pytest.raises(ValueError, match=r"gradient of table '.+', slot 0: pooled gradient of shape"):
-        gk.fused_lookup_grad(bufs, lengths, idx, None, narrow, slots, features, B, poolings)
+    with pytest.raises(
+        ValueError, match=r"^gradient of table 't0', slot 0: gradient of shape \(10, 3\), expected \(10, 4\)$"
+    ):
+        gk.lookup_grad(bags(lengths, idx, None, features), args, narrow, bufs)
     assert all(b.abs().sum() == 0 for b in bufs)
 
 
@@ -300,40 +340,53 @@ def test_fused_lookup_grad_bad_id_names_the_table_and_writes_nothing(gk):
     bufs = [torch.zeros(t.shape) for t in tables]
     bad = idx.clone()
     bad[-1] = 10_000
-    with pytest.raises(ValueError, match=r"gradient of table 't0': id 10000 at position \d+ is out of range"):
-        gk.fused_lookup_grad(
-            bufs, lengths, bad, None, grads, slots, features, B, poolings, names=[f"t{i}" for i in range(len(bufs))]
-        )
+    msg = rf"^gradient of table 't0': id 10000 at position {bad.numel() - 1} is out of range for a table of 7 rows$"
+    with pytest.raises(ValueError, match=msg):
+        gk.lookup_grad(bags(lengths, bad, None, features), _fused_tables(tables, slots, poolings), grads, bufs)
     assert all(b.abs().sum() == 0 for b in bufs)
 
 
 def test_fused_wrappers_name_the_table_in_argument_errors(gk):
-    """The three fused wrappers share one argument check: lengths of the per-table lists, known
-    poolings and index dtypes, each error naming the wrapper or the table."""
+    """The three table ops share one argument check: one gradient (and output) per table, known
+    poolings and index dtypes, each error naming the op and the tables."""
     tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=14)
-    names = [f"t{i}" for i in range(len(tables))]
     grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
     bufs = [torch.zeros(t.shape) for t in tables]
+    args = _fused_tables(tables, slots, poolings)
     calls = {
-        "lookup": lambda sl, pl, ix: gk.fused_lookup(tables, lengths, ix, None, sl, features, B, pl, names=names),
-        "update": lambda sl, pl, ix: gk.fused_lookup_update(
-            tables, None, lengths, ix, None, grads, sl, features, B, pl, opt("sgd", 0.1), names=names
-        ),
-        "gradient": lambda sl, pl, ix: gk.fused_lookup_grad(
-            bufs, lengths, ix, None, grads, sl, features, B, pl, names=names
-        ),
+        "lookup": lambda ix, gr, out: gk.lookup(bags(lengths, ix, None, features), args, out),
+        "update": lambda ix, gr, out: gk.lookup_update(bags(lengths, ix, None, features), args, gr, upd("sgd", 0.1)),
+        "gradient": lambda ix, gr, out: gk.lookup_grad(bags(lengths, ix, None, features), args, gr, out),
     }
     before = [t.clone() for t in tables]
+    outs = [torch.zeros(S * B, a.width) for a in args]
+    with pytest.raises(ValueError, match=r"^lookup of tables 't0', 't1', 't2': 2 outputs for 3 tables$"):
+        calls["lookup"](idx, grads, outs[:-1])
+    for role in ("update", "gradient"):
+        with pytest.raises(ValueError, match=rf"^{role} of tables 't0', 't1', 't2': 2 gradients for 3 tables$"):
+            calls[role](idx, grads[:-1], bufs)
+    # The pooling is checked when the table's arguments are made, whatever the op.
+    with pytest.raises(ValueError, match=r"^table 't1': unknown pooling 'max' \(sum or mean\)$"):
+        table("t1", tables[1], slots[1], "max")
     for role, call in calls.items():
-        with pytest.raises(ValueError, match=r"^fused_lookup\w*: per-table arguments must have the same length"):
-            call(slots[:-1], poolings, idx)
-        with pytest.raises(ValueError, match=f"^{role} of table 't1': unknown pooling 'max'"):
-            call(slots, [poolings[0], "max", *poolings[2:]], idx)
         with pytest.raises(
-            ValueError, match=f"^{role} of table 't0': indices must be int32 or int64, got torch.float32"
+            ValueError,
+            match=rf"^{role} of tables 't0', 't1', 't2': indices must be a 1-D int32/int64 tensor, got torch.float32",
         ):
-            call(slots, poolings, idx.float())
+            call(idx.float(), grads, bufs if role == "gradient" else None)
     assert all(torch.equal(t, b) for t, b in zip(tables, before)) and all(b.abs().sum() == 0 for b in bufs)
+    assert all(o.abs().sum() == 0 for o in outs)
+
+
+def test_lookup_grad_wants_one_buffer_per_table(gk):
+    """As `lookup` wants one output per table and every op one gradient per table, `lookup_grad`
+    wants one gradient buffer per table: a missing one is refused, never a table's gradient
+    silently left out."""
+    tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=14)
+    grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
+    bufs = [torch.zeros(t.shape) for t in tables]
+    with pytest.raises(ValueError, match="2 .* for 3 tables"):
+        gk.lookup_grad(bags(lengths, idx, None, features), _fused_tables(tables, slots, poolings), grads, bufs[:-1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
@@ -431,59 +484,55 @@ def test_concat_ids_checks_every_id_while_it_copies(gk, out_dtype):
 
 def test_heavy_duplicates_rowwise_adagrad(gk):
     """Every id hits one of two rows: the row-wise Adagrad state needs the summed gradient."""
-    table, lengths, _, _ = _inputs(2, 16, seed=8, max_len=9)
+    t, lengths, _, _ = _inputs(2, 16, seed=8, max_len=9)
     idx = torch.randint(0, 2, (int(lengths.sum()),))
     grad = torch.randn(S * B, 32)
-    t1, t2, s1, s2 = table.clone(), table.clone(), torch.zeros(2), torch.zeros(2)
-    gk.lookup_update(t1, s1, lengths, idx, None, grad, SLOTS, F, B, "sum", opt("rowwise_adagrad", 0.1, 1e-8))
-    ref.lookup_update(t2, s2, lengths, idx, None, grad, SLOTS, F, B, "sum", opt("rowwise_adagrad", 0.1, 1e-8))
+    t1, t2, s1, s2 = t.clone(), t.clone(), torch.zeros(2), torch.zeros(2)
+    update = upd("rowwise_adagrad", 0.1, 1e-8)
+    gk.lookup_update(bags(lengths, idx), [table("t", t1, SLOTS, "sum", s1)], [grad], update)
+    REF.lookup_update(bags(lengths, idx), [table("t", t2, SLOTS, "sum", s2)], [grad], update)
     torch.testing.assert_close(s1, s2, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(t1, t2, atol=1e-6, rtol=1e-5)
 
 
 def test_empty_inputs(gk):
-    table = torch.randn(4, 16)
+    t = torch.randn(4, 16)
     lengths = torch.zeros(S * F * B, dtype=torch.int32)
     idx = torch.empty(0, dtype=torch.int64)
-    out = gk.lookup(table, lengths, idx, None, SLOTS, F, B, "mean")
+    (out,) = gk.lookup(bags(lengths, idx), [table("t", t, SLOTS, "mean")])
     assert torch.equal(out, torch.zeros(S * B, 32))
-    t = table.clone()
+    t1 = t.clone()
     gk.lookup_update(
-        t,
-        torch.zeros(4),
-        lengths,
-        idx,
-        None,
-        torch.randn(S * B, 32),
-        SLOTS,
-        F,
-        B,
-        "sum",
-        opt("rowwise_adagrad", 0.1, 1e-3),
+        bags(lengths, idx),
+        [table("t", t1, SLOTS, "sum", torch.zeros(4))],
+        [torch.randn(S * B, 32)],
+        upd("rowwise_adagrad", 0.1, 1e-3),
     )
-    assert torch.equal(t, table)
+    assert torch.equal(t1, t)
     # batch 0: no bags at all
-    out = gk.lookup(table, torch.empty(0, dtype=torch.int32), idx, None, [0], 1, 0, "sum")
+    (out,) = gk.lookup(bags(torch.empty(0, dtype=torch.int32), idx, None, 1, 0), [table("t", t, [0], "sum")])
     assert out.shape == (0, 16)
 
 
 def test_single_segment_many_features_one_slot(gk):
-    table, lengths, idx, w = _inputs(9, 4, seed=9, segments=1, features=6, batch=8)
+    t, lengths, idx, w = _inputs(9, 4, seed=9, segments=1, features=6, batch=8)
     for slot in range(6):
+        tables = [table("t", t, [slot], "sum")]
         torch.testing.assert_close(
-            gk.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
-            ref.lookup(table, lengths, idx, w, [slot], 6, 8, "sum"),
+            gk.lookup(bags(lengths, idx, w, 6, 8), tables)[0],
+            REF.lookup(bags(lengths, idx, w, 6, 8), tables)[0],
             atol=1e-6,
             rtol=1e-6,
         )
 
 
 def test_two_threads_match(gk, tmp_path):
-    k2 = GeneratedKernels([TableSpec(13, "f32", "i64", "sum", True, "sgd")], cache=tmp_path, nthreads=2)
-    table, lengths, idx, w = _inputs(50, 13, weighted=True, seed=10, segments=3, batch=64)
+    k2 = CKernels([TableSpec(13, "f32", "i64", "sum", True, "sgd")], cache=tmp_path, nthreads=2)
+    t, lengths, idx, w = _inputs(50, 13, weighted=True, seed=10, segments=3, batch=64)
+    tables = [table("t", t, SLOTS, "sum")]
     torch.testing.assert_close(
-        k2.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
-        ref.lookup(table, lengths, idx, w, SLOTS, F, 64, "sum"),
+        k2.lookup(bags(lengths, idx, w, F, 64), tables)[0],
+        REF.lookup(bags(lengths, idx, w, F, 64), tables)[0],
         atol=1e-6,
         rtol=1e-6,
     )
@@ -492,82 +541,82 @@ def test_two_threads_match(gk, tmp_path):
 # ---- bad input ------------------------------------------------------------------------------
 
 
-def _bad_case(gk):
-    table, lengths, idx, w = _inputs(6, 13, seed=11)
-    gk.name_tables({"t_users": table})
-    return table, lengths, idx
+def _bad_case():
+    t, lengths, idx, w = _inputs(6, 13, seed=11)
+    return t, lengths, idx
 
 
 @pytest.mark.parametrize("bad", [-1, 6, 1 << 40])
 def test_out_of_range_id_raises_naming_the_table(gk, bad):
-    table, lengths, idx = _bad_case(gk)
+    t, lengths, idx = _bad_case()
     pos = int(lengths[: (0 * F + 2) * B].sum())  # first id of slot 2, segment 0
     idx = idx.clone()
     if pos >= idx.numel():
         pytest.skip("no id in that slot")
     idx[pos] = bad
-    before = table.clone()
-    with pytest.raises(ValueError, match=r"t_users.*out of range"):
-        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum")
+    before = t.clone()
+    msg = rf"id {bad} at position {pos} is out of range for a table of 6 rows$"
+    with pytest.raises(ValueError, match=rf"^lookup of table 't_users': {msg}"):
+        gk.lookup(bags(lengths, idx), [table("t_users", t, SLOTS, "sum")])
     state = torch.zeros(6)
-    with pytest.raises(ValueError, match="t_users"):
+    with pytest.raises(ValueError, match=rf"^update of table 't_users': {msg}"):
         gk.lookup_update(
-            table,
-            state,
-            lengths,
-            idx,
-            None,
-            torch.randn(S * B, 26),
-            SLOTS,
-            F,
-            B,
-            "sum",
-            opt("rowwise_adagrad", 0.1, 1e-3),
+            bags(lengths, idx),
+            [table("t_users", t, SLOTS, "sum", state)],
+            [torch.randn(S * B, 26)],
+            upd("rowwise_adagrad", 0.1, 1e-3),
         )
-    assert torch.equal(table, before) and torch.equal(state, torch.zeros(6))
+    assert torch.equal(t, before) and torch.equal(state, torch.zeros(6))
 
 
 def test_bad_id_in_another_feature_is_not_this_tables_business(gk):
-    table, lengths, idx = _bad_case(gk)
+    t, lengths, idx = _bad_case()
     # Feature 1 is not among the slots: its ids belong to another table and may be large.
     feat = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (F * B)) // B
     idx = torch.where(feat == 1, idx + 1000, idx)
-    torch.testing.assert_close(
-        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-    )
+    tables = [table("t_users", t, SLOTS, "sum")]
+    torch.testing.assert_close(gk.lookup(bags(lengths, idx), tables)[0], REF.lookup(bags(lengths, idx), tables)[0])
 
 
 def test_bad_lengths_and_slots(gk):
-    table, lengths, idx = _bad_case(gk)
+    t, lengths, idx = _bad_case()
+    users = [table("t_users", t, SLOTS, "sum")]
     neg = lengths.clone()
     neg[3] = -1
-    with pytest.raises(ValueError, match=r"t_users.*negative bag length"):
-        gk.lookup(table, neg, idx, None, SLOTS, F, B, "sum")
-    with pytest.raises(ValueError, match=r"t_users.*sum to"):
-        gk.lookup(table, lengths, idx[:-1], None, SLOTS, F, B, "sum")
-    with pytest.raises(ValueError, match=r"t_users.*slot 3"):
-        gk.lookup(table, lengths, idx, None, [3], F, B, "sum")
-    with pytest.raises(ValueError, match="t_users"):
-        gk.lookup(table, lengths[:-1], idx, None, SLOTS, F, B, "sum")
-    with pytest.raises(ValueError, match=r"t_users.*gradient of shape"):
-        gk.lookup_update(table, None, lengths, idx, None, torch.randn(S * B, 13), SLOTS, F, B, "sum", opt("sgd", 0.1))
-    with pytest.raises(ValueError, match="one weight per id"):
-        gk.lookup(table, lengths, idx, torch.ones(idx.numel() + 1), SLOTS, F, B, "sum")
+    with pytest.raises(ValueError, match=r"^lookup of table 't_users': negative bag length -1 at bag 3$"):
+        gk.lookup(bags(neg, idx), users)
+    n = idx.numel()
+    with pytest.raises(
+        ValueError, match=rf"^lookup of table 't_users': bag lengths sum to {n} but there are {n - 1} ids$"
+    ):
+        gk.lookup(bags(lengths, idx[:-1]), users)
+    with pytest.raises(ValueError, match=r"^table 't_users': slot 3 is outside the 3 features of a segment$"):
+        gk.lookup(bags(lengths, idx), [table("t_users", t, [3], "sum")])
+    with pytest.raises(
+        ValueError, match=r"^lookup of table 't_users': 29 bag lengths is not a whole number of segments"
+    ):
+        gk.lookup(bags(lengths[:-1], idx), users)
+    with pytest.raises(
+        ValueError, match=r"^update of table 't_users': gradient of shape \(10, 13\), expected \(10, 26\)$"
+    ):
+        gk.lookup_update(bags(lengths, idx), users, [torch.randn(S * B, 13)], upd("sgd", 0.1))
+    with pytest.raises(ValueError, match=r"^lookup of table 't_users': one weight per id expected"):
+        gk.lookup(bags(lengths, idx, torch.ones(idx.numel() + 1)), users)
 
 
 def test_fused_update_is_all_or_nothing(gk):
     tables, lengths, idx, _, slots, poolings, features = _fused_case(False, seed=12)
-    gk.name_tables({"t_a": tables[0], "t_b": tables[1], "t_c": tables[2]})
     feat = (torch.repeat_interleave(torch.arange(lengths.numel()), lengths.long()) % (features * B)) // B
     idx = idx.clone()
-    idx[torch.nonzero(feat == 2)[0]] = 3  # table t_c has 3 rows
+    at = int(torch.nonzero(feat == 2)[0])
+    idx[at] = 3  # table t_c has 3 rows
     before = [t.clone() for t in tables]
     grads = [torch.randn(S * B, t.shape[1] * len(sl)) for t, sl in zip(tables, slots)]
-    with pytest.raises(ValueError, match=r"table 't_c'.*id 3"):
-        gk.fused_lookup_update(
-            tables, [None] * 3, lengths, idx, None, grads, slots, features, B, poolings, opt("sgd", 0.1)
-        )
+    args = _fused_tables(tables, slots, poolings, names=("t_a", "t_b", "t_c"))
+    with pytest.raises(
+        ValueError, match=rf"^update of table 't_c': id 3 at position {at} is out of range for a table of 3 rows$"
+    ):
+        gk.lookup_update(bags(lengths, idx, None, features), args, grads, upd("sgd", 0.1))
     assert all(torch.equal(a, b) for a, b in zip(tables, before))
 
 
@@ -640,7 +689,7 @@ def test_build_is_cached_and_reused(tmp_path, caplog, monkeypatch):
     ]
     with caplog.at_level(logging.INFO, logger="sparselift.kernels"):
         t0 = time.perf_counter()
-        first = GeneratedKernels(specs, cache=tmp_path)
+        first = CKernels(specs, cache=tmp_path)
         build_s = time.perf_counter() - t0
     assert first.rebuilt and "built C kernels" in caplog.text
     assert build_s < 10, f"building one plan's kernels took {build_s:.1f}s"
@@ -650,14 +699,14 @@ def test_build_is_cached_and_reused(tmp_path, caplog, monkeypatch):
     # A fresh process would find the .so on disk: forget the in-process handles.
     monkeypatch.setattr(K, "_LOADED", {})
     with caplog.at_level(logging.INFO, logger="sparselift.kernels"):
-        second = GeneratedKernels(specs, cache=tmp_path)
+        second = CKernels(specs, cache=tmp_path)
     assert not second.rebuilt and "reusing cached C kernels" in caplog.text
     assert second.library_path == so
     mtime = so.stat().st_mtime_ns
-    third = GeneratedKernels(list(reversed(specs)), cache=tmp_path)  # same set, same source
+    third = CKernels(list(reversed(specs)), cache=tmp_path)  # same set, same source
     assert not third.rebuilt and so.stat().st_mtime_ns == mtime
     # A different spec set is a different library.
-    other = GeneratedKernels([TableSpec(24, "f32", "i32", "sum", False, "sgd")], cache=tmp_path)
+    other = CKernels([TableSpec(24, "f32", "i32", "sum", False, "sgd")], cache=tmp_path)
     assert other.rebuilt and other.library_path != so
 
 
@@ -666,35 +715,45 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
     assert K.cache_dir() == tmp_path / "ckernels"
 
 
-def test_module_level_functions_have_reference_signatures(monkeypatch, gk):
-    import inspect
+PROTOCOL_OPS = [n for n, v in vars(KernelBackend).items() if inspect.isfunction(v) and not n.startswith("_")]
 
-    for name in ("lookup", "lookup_update", "pack", "unpack"):
-        assert list(inspect.signature(getattr(K, name)).parameters) == list(
-            inspect.signature(getattr(ref, name)).parameters
-        ), name
-        assert list(inspect.signature(getattr(gk, name)).parameters) == list(
-            inspect.signature(getattr(ref, name)).parameters
-        ), name
+
+@pytest.mark.parametrize("name", PROTOCOL_OPS)
+def test_backends_have_the_protocol_signatures(name):
+    """Every backend's table, buffer and rows ops take the `KernelBackend` protocol's arguments,
+    by the same names (a plan calls whichever backend it holds the same way)."""
+    want = list(inspect.signature(getattr(KernelBackend, name)).parameters)
+    for backend in (ReferenceKernels, TritonKernels, CKernels):
+        assert list(inspect.signature(getattr(backend, name)).parameters) == want, (backend.__name__, name)
+
+
+def test_default_kernels_are_shared_c_kernels(monkeypatch, gk):
+    monkeypatch.setattr(K, "_DEFAULT", None)
+    first = K.default_kernels()
+    assert isinstance(first, CKernels) and K.default_kernels() is first
     monkeypatch.setattr(K, "_DEFAULT", gk)
-    table, lengths, idx, _ = _inputs(6, 13, seed=13)
+    assert K.default_kernels() is gk
+    t, lengths, idx, _ = _inputs(6, 13, seed=13)
+    tables = [table("t", t, SLOTS, "sum")]
     torch.testing.assert_close(
-        K.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
+        K.default_kernels().lookup(bags(lengths, idx), tables)[0], REF.lookup(bags(lengths, idx), tables)[0]
     )
 
 
 def test_unsupported_dtype_falls_back_to_reference(gk):
-    table, lengths, idx, _ = _inputs(6, 13, seed=14)
-    table = table.double()
-    torch.testing.assert_close(
-        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-        ref.lookup(table, lengths, idx, None, SLOTS, F, B, "sum"),
-    )
+    t, lengths, idx, _ = _inputs(6, 13, seed=14)
+    t = t.double()
+    tables = [table("t", t, SLOTS, "sum")]
+    (got,) = gk.lookup(bags(lengths, idx), tables)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, REF.lookup(bags(lengths, idx), tables)[0])
     idx = idx.clone()
     idx[-1] = 99
-    with pytest.raises(ValueError, match="out of range"):
-        gk.lookup(table, lengths, idx, None, SLOTS, F, B, "sum")
+    with pytest.raises(
+        ValueError,
+        match=rf"^lookup of table 't': id 99 at position {idx.numel() - 1} is out of range for a table of 6 rows$",
+    ):
+        gk.lookup(bags(lengths, idx), tables)
 
 
 def test_codegen_does_not_import_torch():
@@ -719,5 +778,5 @@ def test_spec_validation():
 
 
 def test_forward_only_and_update_specs_mix(tmp_path):
-    k = GeneratedKernels([TableSpec(8), TableSpec(8, optimizer="sgd"), TableSpec(4, pooling="mean")], cache=tmp_path)
+    k = CKernels([TableSpec(8), TableSpec(8, optimizer="sgd"), TableSpec(4, pooling="mean")], cache=tmp_path)
     assert TableSpec(8, optimizer="sgd") in k.specs

@@ -6,9 +6,11 @@ may import triton), the interpreter checks run in one subprocess: this file run 
 `TRITON_INTERPRET=1` set before anything imports triton. It checks every case on CPU tensors at
 small sizes (a few tables, dims 4-16, batch 4-8, many duplicate ids): every optimizer of
 `sparselift.optim_rules` (update kernels generated from its rule) on every pooling / weighting /
-dtype shape, tables and optimizer states against `reference.lookup_update`, and the errors a
-bad id or a bad state raises; it prints one JSON line per case, and the tests below assert on
-those lines. The CUDA test runs the compiled kernels and is skipped without a GPU.
+dtype shape, tables and optimizer states against `reference.lookup_update`, several tables in
+one call, the `TritonKernels` backend against `ReferenceKernels` through the backend protocol,
+and the errors a bad id or a bad state raises (the shared `kernel_args` checks); it prints one
+JSON line per case, and the tests below assert on those lines. The CUDA test runs the compiled
+kernels and is skipped without a GPU.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ SHAPES = [
 CASES = [(f"{shape}-{kind}", dim, b, p, wt, kind, dt) for kind in KINDS for shape, dim, b, p, wt, dt in SHAPES]
 FUSED_KINDS = ["sgd", "adam"]
 SHARED_KINDS = ["rowwise_adagrad", "partial_rowwise_adam"]
+BACKEND_KINDS = ["sgd", "rowwise_adagrad", "adam"]
 
 
 def _args(kind: str, step: int = 3):
     """Update arguments with every hyperparameter non-trivial, at step `step`."""
-    from sparselift.runtime.sparse_optimizer import OptimizerArgs
+    from sparselift.kernel_args import OptimizerArgs
 
     b1, b2 = 0.9, 0.999
     return OptimizerArgs(
@@ -71,11 +74,27 @@ def _emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def _ref_lookup(bags, table):
+    """`reference.lookup` of one table (its bags checked as every backend checks them)."""
+    from sparselift.kernel_args import check_bags
+    from sparselift.runtime import reference as ref
+
+    return ref.lookup(check_bags(bags, [table]), table)
+
+
+def _ref_update(bags, table, grad, update) -> None:
+    """`reference.lookup_update` of one table."""
+    from sparselift.kernel_args import check_bags
+    from sparselift.runtime import reference as ref
+
+    ref.lookup_update(check_bags(bags, [table], "update"), table, grad, update)
+
+
 def _single_table_cases() -> None:
     import torch
 
     from sparselift.codegen import triton_ops as tk
-    from sparselift.runtime import reference as ref
+    from sparselift.kernel_args import RoutedBags, TableArgs, UpdateArgs
 
     segments, features = 2, 3
     slots = [2, 0]
@@ -89,15 +108,16 @@ def _single_table_cases() -> None:
         idx = torch.randint(0, rows, (n,), generator=g)
         w = torch.rand(n, generator=g) + 0.5 if weighted else None
         table = torch.randn(rows, dim, generator=g).to(dt)
-        out = tk.lookup(table, lengths, idx, w, slots, features, batch, pooling)
-        want = ref.lookup(table.float(), lengths, idx, w, slots, features, batch, pooling)
+        bags = RoutedBags(lengths, idx, w, features, batch)
+        (out,) = tk.lookup(bags, [TableArgs("t", table, slots, pooling)])
+        want = _ref_lookup(bags, TableArgs("t", table.float(), slots, pooling))
         grad = torch.randn(segments * batch, dim * len(slots), generator=g)
         state = _state(kind, rows, dim, g)
         t1, t2 = table.clone(), table.clone()
         s1, s2 = (None, None) if state is None else (state.clone(), state.clone())
-        opt = _args(kind)
-        tk.lookup_update(t1, s1, lengths, idx, w, grad, slots, features, batch, pooling, opt, 0.5)
-        ref.lookup_update(t2, s2, lengths, idx, w, grad, slots, features, batch, pooling, opt, 0.5)
+        update = UpdateArgs(_args(kind), grad_scale=0.5)
+        tk.lookup_update(bags, [TableArgs("t", t1, slots, pooling, s1)], [grad], update)
+        _ref_update(bags, TableArgs("t", t2, slots, pooling, s2), grad, update)
         _emit(
             case=name,
             fwd=_err(out, want),
@@ -113,48 +133,137 @@ def _multi_table_cases() -> None:
     import torch
 
     from sparselift.codegen import triton_ops as tk
-    from sparselift.runtime import reference as ref
+    from sparselift.kernel_args import RoutedBags, TableArgs, UpdateArgs
 
     for kind in FUSED_KINDS:  # one call per op over tables of different dims
         g = torch.Generator().manual_seed(7)
-        tables = [torch.randn(4, 4, generator=g), torch.randn(6, 16, generator=g)]
+        weights = [torch.randn(4, 4, generator=g), torch.randn(6, 16, generator=g)]
         lengths = torch.randint(0, 4, (1 * 2 * 4,), generator=g, dtype=torch.int32)
         n = int(lengths.sum())
         idx = torch.randint(0, 4, (n,), generator=g)
-        outs = tk.fused_lookup(tables, lengths, idx, None, [[0], [1]], 2, 4, ["sum", "mean"])
+        bags = RoutedBags(lengths, idx, None, 2, 4)
+        poolings = ["sum", "mean"]
+        outs = tk.lookup(bags, [TableArgs(f"t{k}", t, [k], p) for k, (t, p) in enumerate(zip(weights, poolings))])
         fwd = [
-            _err(o, ref.lookup(t, lengths, idx, None, [k], 2, 4, p))
-            for k, (o, t, p) in enumerate(zip(outs, tables, ["sum", "mean"]))
+            _err(o, _ref_lookup(bags, TableArgs(f"t{k}", t, [k], p)))
+            for k, (o, t, p) in enumerate(zip(outs, weights, poolings))
         ]
         grads = [torch.randn(4, 4, generator=g), torch.randn(4, 16, generator=g)]
         states = [_state(kind, 4, 4, g), _state(kind, 6, 16, g)]
-        mine = [t.clone() for t in tables]
+        mine = [t.clone() for t in weights]
         my_states = [None if s is None else s.clone() for s in states]
-        opt = _args(kind)
-        tk.fused_lookup_update(mine, my_states, lengths, idx, None, grads, [[0], [1]], 2, 4, ["sum", "mean"], opt)
-        for k, (t, st, gr, p) in enumerate(zip(tables, states, grads, ["sum", "mean"])):
-            ref.lookup_update(t, st, lengths, idx, None, gr, [k], 2, 4, p, opt)
-        upd = [_err(a, b) for a, b in zip(mine + my_states, tables + states)]
+        update = UpdateArgs(_args(kind))
+        tables = [TableArgs(f"t{k}", t, [k], p, s) for k, (t, p, s) in enumerate(zip(mine, poolings, my_states))]
+        tk.lookup_update(bags, tables, grads, update)
+        for k, (t, st, gr, p) in enumerate(zip(weights, states, grads, poolings)):
+            _ref_update(bags, TableArgs(f"t{k}", t, [k], p, st), gr, update)
+        upd = [_err(a, b) for a, b in zip(mine + my_states, weights + states)]
         _emit(case=f"fused-{kind}", fwd=max(fwd), upd=max(upd))
     for kind in SHARED_KINDS:  # two tables reading the same slot (one update per table)
         g = torch.Generator().manual_seed(11)
-        tables = [torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)]
+        weights = [torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)]
         grads = [torch.randn(4, 8, generator=g), torch.randn(4, 16, generator=g)]
         states = [_state(kind, 5, 8, g), _state(kind, 7, 8, g)]
         lengths = torch.randint(0, 4, (2 * 4,), generator=g, dtype=torch.int32)
         idx = torch.randint(0, 5, (int(lengths.sum()),), generator=g)
-        mine, my_states = [t.clone() for t in tables], [st.clone() for st in states]
-        opt = _args(kind)
-        tk.fused_lookup_update(mine, my_states, lengths, idx, None, grads, [[0], [1, 0]], 2, 4, "sum", opt)
-        for t, st, gr, sl in zip(tables, states, grads, [[0], [1, 0]]):
-            ref.lookup_update(t, st, lengths, idx, None, gr, sl, 2, 4, "sum", opt)
-        _emit(case=f"shared-slot-{kind}", upd=max(_err(a, b) for a, b in zip(mine + my_states, tables + states)))
+        bags = RoutedBags(lengths, idx, None, 2, 4)
+        mine, my_states = [t.clone() for t in weights], [st.clone() for st in states]
+        update = UpdateArgs(_args(kind))
+        slots = [[0], [1, 0]]
+        tables = [TableArgs(f"t{k}", t, sl, "sum", st) for k, (t, sl, st) in enumerate(zip(mine, slots, my_states))]
+        tk.lookup_update(bags, tables, grads, update)
+        for k, (t, st, gr, sl) in enumerate(zip(weights, states, grads, slots)):
+            _ref_update(bags, TableArgs(f"t{k}", t, sl, "sum", st), gr, update)
+        _emit(case=f"shared-slot-{kind}", upd=max(_err(a, b) for a, b in zip(mine + my_states, weights + states)))
+    bags = RoutedBags(torch.tensor([2, 1], dtype=torch.int32), torch.tensor([0, 2, 1]), None, 1, 2)
+    try:  # no tables: nothing to pool or update (as the reference)
+        outs = tk.lookup(bags, [])
+        tk.lookup_update(bags, [], [], UpdateArgs(_args("adam")))
+        message = f"{len(outs)} outputs"
+    except Exception as e:
+        message = f"{type(e).__name__}: {e}"
+    _emit(case="no-tables", message=message)
+
+
+def _backend_cases() -> None:
+    """`runtime.backends.TritonKernels` through the backend protocol (the Triton kernels on CPU
+    tensors under the interpreter: checked to be called, not the reference fallback) against
+    `ReferenceKernels`: two tables of different dims and poolings over weighted bags, the
+    lookup into caller-given column blocks of one buffer and without, then one update."""
+    from sparselift.codegen import triton_ops
+    from sparselift.kernel_args import TableArgs
+
+    slots, poolings = [[2, 0], [1]], ["mean", "sum"]
+
+    def tables_of(ws, sts):
+        return [TableArgs(f"t{k}", *a) for k, a in enumerate(zip(ws, slots, poolings, sts))]
+
+    calls = {"lookup": 0, "lookup_update": 0}
+    real = {op: getattr(triton_ops, op) for op in calls}
+
+    def counted(op):
+        def call(*args, **kwargs):
+            calls[op] += 1
+            return real[op](*args, **kwargs)
+
+        return call
+
+    for op in calls:  # the backend looks the wrappers up on the module at each call
+        setattr(triton_ops, op, counted(op))
+    try:
+        _backend_kinds(tables_of, calls)
+    finally:
+        for op, fn in real.items():
+            setattr(triton_ops, op, fn)
+
+
+def _backend_kinds(tables_of, calls: dict) -> None:
+    import torch
+
+    from sparselift.kernel_args import RoutedBags, UpdateArgs
+    from sparselift.runtime.backends import ReferenceKernels, TritonKernels
+
+    for kind in BACKEND_KINDS:
+        g = torch.Generator().manual_seed(13)
+        segments, features, batch = 2, 3, 4
+        lengths = torch.randint(0, 5, (segments * features * batch,), generator=g, dtype=torch.int32)
+        lengths[::4] = 0
+        n = int(lengths.sum())
+        idx = torch.randint(0, 5, (n,), generator=g)
+        w = torch.rand(n, generator=g) + 0.5
+        bags = RoutedBags(lengths, idx, w, features, batch)
+        weights = [torch.randn(5, 8, generator=g), torch.randn(6, 4, generator=g)]
+        states = [_state(kind, 5, 8, g), _state(kind, 6, 4, g)]
+        tri, ref = TritonKernels(), ReferenceKernels()
+        got = tri.lookup(bags, tables_of(weights, states))
+        want = ref.lookup(bags, tables_of(weights, states))
+        rows = segments * batch
+        buffer = torch.full((rows, 16 + 4), float("nan"))
+        blocks = [buffer[:, :16], buffer[:, 16:]]
+        into = tri.lookup(bags, tables_of(weights, states), out=blocks)
+        grads = [torch.randn(rows, 16, generator=g), torch.randn(rows, 4, generator=g)]
+        update = UpdateArgs(_args(kind), grad_scale=0.5)
+        mine = [t.clone() for t in weights], [None if s is None else s.clone() for s in states]
+        theirs = [t.clone() for t in weights], [None if s is None else s.clone() for s in states]
+        tri.lookup_update(bags, tables_of(*mine), grads, update)
+        ref.lookup_update(bags, tables_of(*theirs), grads, update)
+        _emit(
+            case=f"backend-{kind}",
+            fwd=max(_err(a, b) for a, b in zip(got, want)),
+            fwd_out=max(_err(a, b) for a, b in zip(into, want)),
+            out_is_given=all(a is b for a, b in zip(into, blocks)),
+            upd=max(_err(a, b) for a, b in zip(mine[0] + mine[1], theirs[0] + theirs[1])),
+            changed=all(bool((a != b).any()) for a, b in zip(mine[0], weights)),
+            triton_calls=dict(calls),
+        )
+        calls.update(lookup=0, lookup_update=0)
 
 
 def _error_cases() -> None:
     import torch
 
     from sparselift.codegen import triton_ops as tk
+    from sparselift.kernel_args import RoutedBags, TableArgs, UpdateArgs
 
     lengths = torch.tensor([2, 1], dtype=torch.int32)
     # (case, optimizer, ids, state of the [3, 4] table)
@@ -169,19 +278,11 @@ def _error_cases() -> None:
         t = torch.randn(3, 4)
         before = t.clone()
         try:
-            tk.fused_lookup_update(
-                [t],
-                [state],
-                lengths,
-                torch.tensor(ids),
-                None,
+            tk.lookup_update(
+                RoutedBags(lengths, torch.tensor(ids), None, 1, 2),
+                [TableArgs("t_items", t, [0], "sum", state)],
                 [torch.randn(2, 4)],
-                [[0]],
-                1,
-                2,
-                "sum",
-                _args(kind),
-                names=["t_items"],
+                UpdateArgs(_args(kind)),
             )
             message = "no error"
         except ValueError as e:
@@ -195,6 +296,7 @@ def _worker() -> int:
     assert tk.INTERPRETED, "TRITON_INTERPRET was not seen when the kernels were decorated"
     _single_table_cases()
     _multi_table_cases()
+    _backend_cases()
     _error_cases()
     return 0
 
@@ -249,16 +351,41 @@ def test_interpreted_tables_sharing_a_slot(interpreted, kind):
     assert interpreted[f"shared-slot-{kind}"]["upd"] <= 1e-5
 
 
+def test_interpreted_call_without_tables_does_nothing(interpreted):
+    assert interpreted["no-tables"]["message"] == "0 outputs"
+
+
+@pytest.mark.parametrize("kind", BACKEND_KINDS)
+def test_interpreted_triton_backend_matches_reference_backend(interpreted, kind):
+    """`TritonKernels` through the backend protocol runs the Triton kernels (no fallback) and
+    gives `ReferenceKernels`' pooled outputs (returned, or written into the given buffers) and
+    updated tables and states."""
+    d = interpreted[f"backend-{kind}"]
+    assert d["triton_calls"] == {"lookup": 2, "lookup_update": 1}, d
+    assert d["fwd"] <= 1e-5 and d["fwd_out"] <= 1e-5 and d["out_is_given"], d
+    assert d["upd"] <= 1e-5 and d["changed"], d
+
+
 def test_interpreted_bad_id_names_table(interpreted):
     d = interpreted["bad-id"]
-    assert "t_items" in d["message"] and "out of range" in d["message"]
+    assert d["message"] == ("update of table 't_items': id 5 at position 1 is out of range for a table of 3 rows"), d
     assert d["unchanged"]
 
 
-@pytest.mark.parametrize("case", ["bad-state-adam", "bad-state-rowwise", "missing-state", "bad-state-dtype"])
-def test_interpreted_bad_state_names_table(interpreted, case):
+@pytest.mark.parametrize(
+    "case, kind, width",
+    [
+        ("bad-state-adam", "adam", 8),
+        ("bad-state-rowwise", "rowwise_adagrad", 1),
+        ("missing-state", "adagrad", 4),
+        ("bad-state-dtype", "adagrad", 4),
+    ],
+)
+def test_interpreted_bad_state_names_table(interpreted, case, kind, width):
     d = interpreted[case]
-    assert "t_items" in d["message"] and "state" in d["message"], d
+    assert d["message"].startswith(
+        f"update of table 't_items': {kind} needs a contiguous float32 state of 3 x {width} entries; got "
+    ), d
     assert d["unchanged"]
 
 
@@ -292,23 +419,16 @@ def test_triton_ops_imports_without_torch():
 
 def test_module_imports_without_interpreter_or_gpu():
     from sparselift.codegen import triton_ops as tk
+    from sparselift.kernel_args import RoutedBags, TableArgs
 
     assert tk.AVAILABLE
     import torch
 
     if not torch.cuda.is_available() and not tk.INTERPRETED:
         assert not tk.usable_for(torch.zeros(1))
+        bags = RoutedBags(torch.zeros(2, dtype=torch.int32), torch.zeros(0, dtype=torch.int64), None, 1, 2)
         with pytest.raises(RuntimeError, match="CUDA"):
-            tk.lookup(
-                torch.zeros(2, 4),
-                torch.zeros(2, dtype=torch.int32),
-                torch.zeros(0, dtype=torch.int64),
-                None,
-                [0],
-                1,
-                2,
-                "sum",
-            )
+            tk.lookup(bags, [TableArgs("t", torch.zeros(2, 4), [0], "sum")])
 
 
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU")
@@ -316,7 +436,7 @@ def test_cuda_kernels_match_reference():
     import torch
 
     from sparselift.codegen import triton_ops as tk
-    from sparselift.runtime import reference as ref
+    from sparselift.kernel_args import RoutedBags, TableArgs, UpdateArgs
 
     if tk.INTERPRETED:
         pytest.skip("kernels were decorated in interpreter mode")
@@ -329,17 +449,18 @@ def test_cuda_kernels_match_reference():
     w = torch.rand(n, generator=g)
     grad = torch.randn(segments * batch, 64, generator=g)
     cuda = lambda x: None if x is None else x.cuda()  # noqa: E731
+    bags = RoutedBags(lengths, idx, w, features, batch)
+    cuda_bags = RoutedBags(lengths.cuda(), idx.cuda(), w.cuda(), features, batch)
     for pooling in ("sum", "mean"):
-        want = ref.lookup(table, lengths, idx, w, [2, 0], features, batch, pooling)
-        got = tk.lookup(table.cuda(), lengths.cuda(), idx.cuda(), w.cuda(), [2, 0], features, batch, pooling)
+        want = _ref_lookup(bags, TableArgs("t", table, [2, 0], pooling))
+        (got,) = tk.lookup(cuda_bags, [TableArgs("t", table.cuda(), [2, 0], pooling)])
         torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
         for kind in KINDS:
-            opt = _args(kind)
+            update = UpdateArgs(_args(kind))
             t1, s1 = table.clone(), _state(kind, 50, 32, g)
             t2, s2 = table.cuda(), cuda(s1)
-            ref.lookup_update(t1, s1, lengths, idx, w, grad, [2, 0], features, batch, pooling, opt)
-            args = (lengths.cuda(), idx.cuda(), w.cuda(), grad.cuda(), [2, 0], features, batch, pooling, opt)
-            tk.lookup_update(t2, s2, *args)
+            _ref_update(bags, TableArgs("t", t1, [2, 0], pooling, s1), grad, update)
+            tk.lookup_update(cuda_bags, [TableArgs("t", t2, [2, 0], pooling, s2)], [grad.cuda()], update)
             torch.testing.assert_close(t2.cpu(), t1, atol=1e-4, rtol=1e-4)
             if s1 is not None:
                 torch.testing.assert_close(s2.cpu(), s1, atol=1e-4, rtol=1e-4)

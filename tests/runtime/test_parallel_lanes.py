@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from sparselift.runtime import plan_ops
-from sparselift.runtime.kernels import GeneratedKernels
+from sparselift.runtime.backends import ReferenceKernels
+from sparselift.runtime.kernels import CKernels
 from sparselift.runtime.parity import check_parity
 
 
 def plan(kernels=None):
-    return types.SimpleNamespace(tables={}, kernels=kernels)
+    return types.SimpleNamespace(tables={}, kernels=kernels if kernels is not None else ReferenceKernels())
 
 
 def test_results_come_lane_by_lane():
@@ -76,7 +77,7 @@ def test_exception_without_a_message_gets_a_note():
 
 
 def test_lanes_split_the_c_kernel_threads_and_keep_grad_mode():
-    kernels = GeneratedKernels(nthreads=8)
+    kernels = CKernels(nthreads=8)
 
     def lane():
         return (kernels._threads(), torch.is_grad_enabled())

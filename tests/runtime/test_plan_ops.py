@@ -8,11 +8,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from sparselift.kernel_args import OptimizerArgs, RoutedBags, TableArgs, UpdateArgs, check_bags
 from sparselift.optim import SGD, TableOptimizers
 from sparselift.runtime import plan_ops as rt
 from sparselift.runtime import reference as ref
+from sparselift.runtime.backends import ReferenceKernels
 from sparselift.runtime.kernels import default_kernels
-from sparselift.runtime.sparse_optimizer import OptimizerArgs, SparseOptimizer
+from sparselift.runtime.sparse_optimizer import SparseOptimizer
 from sparselift.strided_rows import block_run
 
 ROWS, DIMS, BATCH, FEATURES = (7, 3, 11), (4, 8, 4), 5, 3
@@ -28,10 +30,22 @@ def _inputs(seed=0):
     return tables, lengths, indices, grads
 
 
+def _kernels(generated: bool):
+    """The C backend, or the reference one (what a plan without generated kernels holds)."""
+    return default_kernels() if generated else ReferenceKernels()
+
+
+def _reference_args(lengths, indices, batch, name, table, slot, pooling):
+    """(checked bags, table) of one table reading feature `slot` of FEATURES-feature segments,
+    for the reference lowering's per-table calls."""
+    args = TableArgs(name, table, [slot], pooling)
+    return check_bags(RoutedBags(lengths, indices, None, FEATURES, batch), [args]), args
+
+
 @pytest.mark.parametrize("generated", [True, False])
 def test_fused_table_gradients_match_the_reference_in_one_buffer(generated):
     tables, lengths, indices, grads = _inputs()
-    plan = SimpleNamespace(tables=tables, kernels=default_kernels() if generated else None)
+    plan = SimpleNamespace(tables=tables, states={}, kernels=_kernels(generated))
     names = list(tables)
     views = rt.fused_lookup_grad(
         plan,
@@ -46,9 +60,8 @@ def test_fused_table_gradients_match_the_reference_in_one_buffer(generated):
         grads=grads,
     )
     for k, (v, name) in enumerate(zip(views, names)):
-        want = ref.lookup_grad(
-            tables[name], lengths, indices, None, grads[k], [k], FEATURES, BATCH, ["sum", "mean", "sum"][k]
-        )
+        bags, table = _reference_args(lengths, indices, BATCH, name, tables[name], k, ["sum", "mean", "sum"][k])
+        want = ref.lookup_grad(bags, table, grads[k])
         torch.testing.assert_close(v, want, atol=1e-6, rtol=1e-6)
     assert rt._back_to_back(views) is views[0]._base  # the all-reduce reads it without a copy
     assert rt._back_to_back(views[::-1]) is None and rt._back_to_back(views[:2]) is None
@@ -70,7 +83,13 @@ def test_sgd_whole_table_update_is_the_touched_rows_update():
     table = torch.randn(9, 4, generator=g)
     grad = torch.randn(9, 4, generator=g)
     grad[[1, 4, 5]] = 0.0  # untouched rows
-    plan = SimpleNamespace(tables={"t": table.clone()}, states={}, grad_scale=0.5, sparse_optimizer=_sgd(["t"]))
+    plan = SimpleNamespace(
+        tables={"t": table.clone()},
+        states={},
+        grad_scale=0.5,
+        kernels=ReferenceKernels(),
+        sparse_optimizer=_sgd(["t"]),
+    )
     rt.dense_update(plan, "t", grad, optimizer="sgd", group=0)
     want = table.clone()  # the touched rows only, as the sparse lowerings update them
     touched = torch.tensor([r for r in range(9) if r not in (1, 4, 5)])
@@ -115,7 +134,7 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
         tables={n: t.clone() for n, t in tables.items()},
         states={},
         grad_scale=1.0,
-        kernels=default_kernels() if generated else None,
+        kernels=_kernels(generated),
         sparse_optimizer=_sgd(tables),
     )
     common = dict(
@@ -126,7 +145,7 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
     for k, name in enumerate(tables):
         want = torch.cat(
             [
-                ref.lookup(tables[name], seg, ids, None, [k], FEATURES, b, poolings[k])
+                ref.lookup(*_reference_args(seg, ids, b, name, tables[name], k, poolings[k]))
                 for _, b, seg, ids in _per_segment(lengths, indices)
             ]
         )
@@ -134,17 +153,9 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
         torch.testing.assert_close(pooled[k], want, atol=1e-6, rtol=1e-6)
         for row, b, seg, ids in _per_segment(lengths, indices):  # SGD applies occurrences in order
             ref.lookup_update(
-                want_tables[name],
-                None,
-                seg,
-                ids,
-                None,
+                *_reference_args(seg, ids, b, name, want_tables[name], k, poolings[k]),
                 grads[k][row : row + b],
-                [k],
-                FEATURES,
-                b,
-                poolings[k],
-                OptimizerArgs.of(SGD(lr=0.1)),
+                UpdateArgs(OptimizerArgs.of(SGD(lr=0.1))),
             )
     rt.fused_lookup_update(plan, list(tables), lengths, indices, None, **common, grads=grads, optimizer="sgd", group=0)
     for name in tables:
@@ -152,7 +163,9 @@ def test_uneven_segments_pool_and_update_as_each_segment_alone(generated):
     views = rt.fused_lookup_grad(plan, list(tables), lengths, indices, None, **common, grads=grads)
     for k, name in enumerate(tables):
         want = sum(
-            ref.lookup_grad(plan.tables[name], seg, ids, None, grads[k][row : row + b], [k], FEATURES, b, poolings[k])
+            ref.lookup_grad(
+                *_reference_args(seg, ids, b, name, plan.tables[name], k, poolings[k]), grads[k][row : row + b]
+            )
             for row, b, seg, ids in _per_segment(lengths, indices)
         )
         torch.testing.assert_close(views[k], want, atol=1e-6, rtol=1e-6)
@@ -191,7 +204,7 @@ def test_unpack_returns_views_where_every_segment_lays_the_members_out_alike(gen
     batch, positions, dim = 5, 4, 3
     layout = [[(p * dim, dim) for p in range(positions)]] * 2
     buffer = torch.randn(2 * batch * positions * dim)
-    plan = SimpleNamespace(kernels=default_kernels() if generated else None)
+    plan = SimpleNamespace(kernels=_kernels(generated))
     members = rt.unpack(plan, buffer, layout, [dim] * positions, batch=batch)
     want = ref.unpack(buffer, layout, batch, [dim] * positions)
     assert all(torch.equal(m, w) for m, w in zip(members, want))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparselift.runtime.kernels import GeneratedKernels
+from sparselift.runtime.backends import ReferenceKernels
+from sparselift.runtime.kernels import CKernels
 from sparselift.runtime.rows import compact_rows, expand_rows, gather_rows, row_splits, sum_rows, take_rows, unique_ids
 
 B, D, L = 7, 4, 5
@@ -29,12 +30,18 @@ class _KernelPlan:
     """A plan with generated kernels: `expand_rows` and `compact_rows` take their C passes."""
 
     def __init__(self, cache):
-        self.kernels = GeneratedKernels(cache=cache, nthreads=1)
+        self.kernels = CKernels(cache=cache, nthreads=1)
+
+
+class _TorchPlan:
+    """A plan without generated kernels: the reference backend's torch ops."""
+
+    kernels = ReferenceKernels()
 
 
 @pytest.fixture(scope="module", params=["torch", "C kernel"])
 def plan(request, tmp_path_factory):
-    return None if request.param == "torch" else _KernelPlan(tmp_path_factory.mktemp("slcache"))
+    return _TorchPlan() if request.param == "torch" else _KernelPlan(tmp_path_factory.mktemp("slcache"))
 
 
 @pytest.mark.parametrize("slots", [[0, 1, 2, 3, 4, 5], [2, 0, 1, 5, 3, 4]], ids=["in-order", "permuted"])
@@ -94,6 +101,8 @@ def test_wrong_counts_and_multi_id_bags_are_refused(plan):
 def test_gather_sizes_each_source_by_its_ids():
     class Plan:
         tables = {"item": torch.arange(40.0).reshape(10, 4)}
+        states: dict = {}
+        kernels = ReferenceKernels()
 
     lengths = torch.tensor([1, 0, 1, 1, 1, 0, 0, 1, 1], dtype=torch.int32)  # sources of 2 and 1 samples, 3 slots
     ids = torch.tensor([3, 1, 4, 9, 2, 5])
@@ -107,13 +116,14 @@ def test_gather_sizes_each_source_by_its_ids():
 
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_gather_with_generated_kernels_reads_the_same_rows(index_dtype):
-    from sparselift.runtime.kernels import GeneratedKernels, TableSpec
+    from sparselift.runtime.kernels import TableSpec
 
     itype = "i32" if index_dtype == torch.int32 else "i64"
 
     class Plan:
         tables = {"item": torch.randn(1000, 8)}
-        kernels = GeneratedKernels([TableSpec(8, "f32", itype, "sum", False, "sgd")])
+        states: dict = {}
+        kernels = CKernels([TableSpec(8, "f32", itype, "sum", False, "sgd")])
 
     ids = torch.randint(0, 1000, (300,), dtype=index_dtype)
     lengths = torch.ones(300, dtype=torch.int32)
@@ -152,13 +162,13 @@ def test_distinct_ids_and_gradient_sums_in_c_equal_torch_bit_for_bit(index_dtype
     splits = torch.tensor([1700, 0, 1300])
     c_plan = _KernelPlan(tmp_path)
     got = unique_ids(c_plan, ids, splits)
-    want = unique_ids(None, ids, splits)
+    want = unique_ids(_TorchPlan(), ids, splits)
     assert got[0].numel() < n // 2  # the case has repeats to merge
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and torch.equal(a, b)
     grads = torch.randn(n, 16, generator=g)
     c_sums = sum_rows(c_plan, grads.reshape(-1), got[2], got[1], dim=16)
-    torch_sums = sum_rows(None, grads.reshape(-1), want[2], want[1], dim=16)
+    torch_sums = sum_rows(_TorchPlan(), grads.reshape(-1), want[2], want[1], dim=16)
     assert torch.equal(c_sums, torch_sums)
 
 
@@ -166,11 +176,13 @@ def test_distinct_ids_and_sums_refuse_bad_input_before_writing(tmp_path):
     kernels = _KernelPlan(tmp_path).kernels
     ids = torch.tensor([3, 1, 3, 2])
     with pytest.raises(ValueError, match=r"splits \[3, 2\] do not tile 4 ids"):
-        kernels.unique_ids(ids, [3, 2])
+        kernels.unique_ids(ids, torch.tensor([3, 2]))
     with pytest.raises(ValueError, match="id -1 at position 2 is negative"):
-        kernels.unique_ids(torch.tensor([3, 1, -1, 2]), [2, 2])
+        kernels.unique_ids(torch.tensor([3, 1, -1, 2]), torch.tensor([2, 2]))
+    # The C sort refuses keys past 32 bits; the backend's `unique_ids` then takes the reference's
+    # comparison sort (test_distinct_ids_past_32_bit_keys_take_the_comparison_sort).
     with pytest.raises(OverflowError, match="do not fit 32-bit keys"):
-        kernels.unique_ids(torch.tensor([3, 1 << 31]), [1, 1])
+        kernels._c_unique_ids(torch.tensor([3, 1 << 31]), [1, 1])
     with pytest.raises(ValueError, match="routed id 1 goes to distinct id 5, of 2"):
         kernels.sum_rows(torch.ones(3, 4), torch.tensor([0, 5, 1]), 2)
 
