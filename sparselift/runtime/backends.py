@@ -45,6 +45,15 @@ def _whole(grad: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     return grad if isinstance(grad, torch.Tensor) else torch.cat(list(grad), dim=1)
 
 
+def _written(pooled: list[torch.Tensor], out: Sequence[torch.Tensor] | None) -> list[torch.Tensor]:
+    """A lookup's results, copied into the caller's `out` buffers where it gave them."""
+    if out is None:
+        return pooled
+    for o, x in zip(out, pooled):
+        o.copy_(x)
+    return list(out)
+
+
 class ReferenceKernels:
     """The reference backend: the torch lowering of `runtime.reference`, the correctness oracle."""
 
@@ -64,12 +73,7 @@ class ReferenceKernels:
     def _reference_lookup(
         checked: CheckedBags, tables: Sequence[TableArgs], out: Sequence[torch.Tensor] | None
     ) -> list[torch.Tensor]:
-        pooled = [ref.lookup(checked, t) for t in tables]
-        if out is None:
-            return pooled
-        for o, x in zip(out, pooled):
-            o.copy_(x)
-        return list(out)
+        return _written([ref.lookup(checked, t) for t in tables], out)
 
     def lookup_update(
         self, bags: RoutedBags, tables: Sequence[TableArgs], grads: Sequence[torch.Tensor], update: UpdateArgs
@@ -172,12 +176,7 @@ class TritonKernels(ReferenceKernels):
         if not triton_ops.usable_for(bags.lengths, bags.indices, *(t.weight for t in tables)):
             return super().lookup(bags, tables, out)
         check_outputs(tables, out, "lookup")
-        pooled = triton_ops.lookup(bags, tables)
-        if out is None:
-            return pooled
-        for o, x in zip(out, pooled):
-            o.copy_(x)
-        return list(out)
+        return _written(triton_ops.lookup(bags, tables), out)
 
     def lookup_update(
         self, bags: RoutedBags, tables: Sequence[TableArgs], grads: Sequence[torch.Tensor], update: UpdateArgs
