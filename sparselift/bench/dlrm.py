@@ -258,11 +258,20 @@ def _warm_up(steps: int, runners: Mapping[str, Any], one: Callable[[str], float]
 
 def _summary(runner) -> dict | None:
     """A compiled system's plan summary, with what its shared-memory exchange buffers reserved
-    on rank 0 by the end of the run (None where it exchanged over gloo)."""
+    on rank 0 by the end of the run (None where it exchanged over gloo), rank 0's footprint by
+    category and its compile's memory by phase."""
     if runner is None or getattr(runner, "plan_summary", None) is None:
         return None
-    shm = getattr(runner.compiled.plan, "shm", None)
-    return {**runner.plan_summary, "exchange_buffers_mib": None if shm is None else round(shm.reserved / 2**20, 1)}
+    plan = runner.compiled.plan
+    shm = getattr(plan, "shm", None)
+    phases = getattr(plan, "memory_phases", None)
+    return {
+        **runner.plan_summary,
+        "exchange_buffers_mib": None if shm is None else round(shm.reserved / 2**20, 1),
+        # rank 0's steady-state footprint by category, and its compile's memory by phase (MiB)
+        "footprint_mb": {**plan.footprint, "exchange_buffers": round((getattr(shm, "reserved", 0) or 0) / 2**20, 1)},
+        "compile_memory_mb": phases.to_list() if phases is not None else [],
+    }
 
 
 def _peak_of(setup: dict[str, float | None], steps: AddedMemory) -> dict[str, float | None]:
@@ -314,6 +323,9 @@ def summarize(cfg: BenchConfig, per_rank: list[dict[str, Any]], labels: Mapping[
             "peak_rss_mb_per_rank": [r["memory"][name]["peak_rss_mb"] for r in per_rank],
             "resident_mb_per_rank": [r["memory"][name]["resident_mb"] for r in per_rank],
             "peak_rss_mb": _max_known(r["memory"][name]["peak_rss_mb"] for r in per_rank),
+            # Per rank, by phase: the build's peak and what it kept (setup), the warmup steps'
+            # peak above that (first steps), and the life peak of the two.
+            "memory_by_phase_per_rank": [dict(r["memory"][name]) for r in per_rank],
         }
     dense = systems.pop("dense_only")
     for s in systems.values():

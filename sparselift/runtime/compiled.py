@@ -34,6 +34,7 @@ from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import collectives, huge_pages, shm_transport
 from sparselift.runtime.backends import ReferenceKernels, TritonKernels
+from sparselift.runtime.footprint import footprint_by_category
 from sparselift.runtime.sharded import sharded_rows
 from sparselift.runtime.sparse_optimizer import SparseOptimizer, state_slots
 from sparselift.runtime.tables import LocalTables, TableInit, check_storage, torch_dtype
@@ -142,6 +143,23 @@ class Plan:
     lowering: str = ""
     transport: str = ""  # how its all-to-alls travel: "shm" or "gloo" (CompileOptions.transport, resolved)
     shm: Any = None  # the shared-memory transport it exchanges through (runtime/shm_transport.py), if any
+    # This rank's steady-state footprint by category, MiB (`footprint.footprint_by_category`),
+    # the exchange buffers read live from `shm`; and the compile's phases (`MemoryPhases`).
+    footprint: dict[str, float] = attrs.field(factory=dict)
+    memory_phases: Any = None
+
+    def _memory_lines(self) -> list[str]:
+        lines = []
+        if self.footprint:
+            held = {**self.footprint, "exchange_buffers": round((getattr(self.shm, "reserved", 0) or 0) / 2**20, 1)}
+            parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in held.items())
+            lines.append(f"memory (this rank, MiB): {parts}; total {sum(held.values()):.1f}")
+        if self.memory_phases is not None and self.memory_phases.phases:
+            parts = ", ".join(
+                f"{p.phase} +{p.peak_added_mb} peak / +{p.held_mb} held" for p in self.memory_phases.phases
+            )
+            lines.append(f"compile memory by phase (this rank, MiB above the phase's start): {parts}")
+        return lines
 
     def _huge_pages_line(self) -> list[str]:
         if not self.huge_page_bytes:
@@ -152,6 +170,7 @@ class Plan:
     def explain(self) -> str:
         lines = [f"plan hash: {self.hash} ({self.path})", sharding_plan(self.program.module).describe()]
         lines += [f"groups: {', '.join(group_names(self.program.module))}", *self._huge_pages_line()]
+        lines += self._memory_lines()
         if self.lowering:
             lines.append(f"lowering: {self.lowering}")
         if self.transport:
@@ -343,6 +362,7 @@ class CompiledModel(nn.Module):
         plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
         plan.shm = self.runner.shm
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
+        plan.footprint = footprint_by_category(tables, states, list(self.regions.parameters()))
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP, shm=self.runner.shm)
             if world > 1 and options.dense_sync
