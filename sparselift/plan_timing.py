@@ -77,6 +77,14 @@ def example_ids_by_table(program, example_inputs: tuple) -> dict[str, torch.Tens
     return {name: torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64) for name, ids in out.items()}
 
 
+def _freeze_tables(model) -> None:
+    """A candidate's sparse updates with a learning rate of 0: each kernel does all of its work
+    (the same time), but `w - 0 * update` is `w`, so its steps leave the tables as they were
+    (a -0.0 entry may come back +0.0, the same value) and only the optimizer states change."""
+    for group in model.sparse_optimizer.param_groups:
+        group["lr"] = 0.0
+
+
 class PlanTimer:
     """Builds and times plans on this rank of the group; a `plan_confirm.PairMeasure`."""
 
@@ -284,6 +292,7 @@ class PlanTimer:
         opts = attrs.evolve(self.options, kernels=kernels, benchmark=False)
         start = time.perf_counter()
         model = self.builder.build(program, self._local(program), (self.lift, *pipeline), opts)
+        _freeze_tables(model)
         self.spent["build_s"] += time.perf_counter() - start
         self.spent["builds"] += 1
         self._models[key] = model
@@ -311,7 +320,11 @@ class PlanTimer:
                         raise RuntimeError("the planner was given no way to place another program's tables")
                     self._locals[key] = self.builder.take_shards(program)
                 ids = example_ids_by_table(program, self.inputs)
-            self._touched[key] = TouchedRows(self._locals[key], ids, process_group=self.pg, world=self.world)
+            # Candidates train with a learning rate of 0 (`_model`): the tables stay as they are,
+            # only the optimizer states' touched rows are saved and put back.
+            self._touched[key] = TouchedRows(
+                self._locals[key], ids, process_group=self.pg, world=self.world, tables_frozen=True
+            )
         return self._locals[key]
 
     def ready(self, pipelines: Sequence[Pipeline], program=None) -> str | None:
