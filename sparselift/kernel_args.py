@@ -94,13 +94,17 @@ def _int_tuple(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
+_POOLINGS = frozenset(p.value for p in Pooling)
+
+
 def _known_pooling(instance: TableArgs, attribute: Any, value: Any) -> None:
-    if value not in Pooling.__members__.values():
+    if value not in _POOLINGS:
         raise ValueError(f"table '{instance.name}': unknown pooling '{value}' (sum or mean)")
 
 
 def _pooling(value: Any) -> Any:
-    return Pooling(value) if value in Pooling.__members__.values() else value
+    """A pooling's name as the enum; anything else is left for the validator to name."""
+    return Pooling(value) if value in _POOLINGS else value
 
 
 @attrs.frozen
