@@ -36,12 +36,17 @@ def _batch(n: int, seed: int):
     return torch.randn(n, 2, generator=g), ids, lengths.cumsum(0) - lengths
 
 
+_KEEP: list[nn.Module] = []
+
+
 def _compiled(cache: str):
     torch.manual_seed(0)
     model = DropoutBatchNorm()
     eager = copy.deepcopy(model)
     options = sparselift.CompileOptions(cache_dir=cache, plan="none", grad_reduction="mean")
-    return sparselift.compile(model, _batch(8, 0), options=options), eager
+    compiled = sparselift.compile(model, _batch(8, 0), options=options)
+    _KEEP.append(model)  # held as a user holds the model: eval() exports from it at the first call
+    return compiled, eager
 
 
 def _eval_worker(rank: int, world: int, cache: str) -> dict:

@@ -27,7 +27,9 @@ def _batch(world: int, step: int, rank: int):
 def _compile(sharding: str, cache: str):
     model, example = build_model(MODEL, rows_cap=None, batch_size=8, seed=0)
     options = sparselift.CompileOptions(plan="none", grad_reduction="mean", cache_dir=cache)
-    return sparselift.compile(model, example, sharding=sharding, sparse_optimizer=OPTIMIZER, options=options)
+    compiled = sparselift.compile(model, example, sharding=sharding, sparse_optimizer=OPTIMIZER, options=options)
+    compiled.prepare_eval()  # the model goes out of scope here; eval() needs its eval-mode regions
+    return compiled
 
 
 def _train(compiled, rank: int, world: int, steps) -> None:
