@@ -118,7 +118,8 @@ def test_eval_regions_are_exported_at_the_first_eval_without_holding_the_model(t
     freed before the first eval() is an error saying what to do, and prepare_eval() avoids it."""
     import gc
 
-    compiled, _ = _compiled(str(tmp_path))  # its model is gone once `_compiled` returns
+    options = sparselift.CompileOptions(cache_dir=str(tmp_path), plan="none")
+    compiled = sparselift.compile(DropoutBatchNorm(), _batch(8, 0), options=options)  # nothing else holds it
     gc.collect()
     assert compiled.eval_regions is None
     with pytest.raises(
@@ -128,7 +129,6 @@ def test_eval_regions_are_exported_at_the_first_eval_without_holding_the_model(t
     torch.manual_seed(0)
     model = DropoutBatchNorm()
     eager = copy.deepcopy(model)
-    options = sparselift.CompileOptions(cache_dir=str(tmp_path), plan="none")
     ready = sparselift.compile(model, _batch(8, 0), options=options)
     ready.prepare_eval()
     del model
