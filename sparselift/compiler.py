@@ -11,7 +11,6 @@ import functools
 import importlib.util
 import logging
 import sys
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from sparselift.codegen.table_facts import describe_features, describe_tables, d
 from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device, trace
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
-from sparselift.frontend.modes import export_eval_regions
+from sparselift.frontend.modes import eval_skeleton, export_eval_regions
 from sparselift.optim import (
     SparseOptimizerConfig,
     TableOptimizers,
@@ -285,26 +284,24 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
             model, example_inputs, program, local, take, sharding=sharding, lift=lift, memory=memory, **common
         )
     compiled.plan.memory_phases = memory
-    compiled.defer_eval_regions(_eval_exporter(model, example_inputs))  # at the first eval()
+    _prepare_eval_regions(compiled, model, example_inputs, program)
     return compiled
 
 
-def _eval_exporter(model: nn.Module, example_inputs: tuple):
-    """What exports `model`'s dense regions in eval mode for a compiled program, later: it holds
-    the model weakly (the compiled model must not keep the user's tables alive) and says so if
-    the model is gone by then."""
-    model_ref = weakref.ref(model)
-
-    def export_eval(program):
-        model = model_ref()
-        if model is None:
-            raise RuntimeError(
-                "sparselift: eval(): the model this was compiled from was freed before its eval-mode regions "
-                "were exported; call compiled.prepare_eval() before deleting the model"
-            )
-        return export_eval_regions(model, example_inputs, program)
-
-    return export_eval
+def _prepare_eval_regions(compiled: CompiledModel, model: nn.Module, example_inputs: tuple, program) -> None:
+    """Arrange `model`'s dense regions in eval mode for `compiled`: exported at the first eval()
+    from the model's eval skeleton (`frontend.modes.eval_skeleton`), which keeps the model's
+    modules and dense tensors but not its tables, so the user may delete the model after
+    compiling; or, for a model that cannot be copied, exported now."""
+    tables = {f.param for f in describe_tables(program.module)}
+    read_by_regions = [t for region in program.regions.values() for t in (*region.parameters(), *region.buffers())]
+    skeleton = eval_skeleton(model, tables, keep=read_by_regions)
+    if skeleton is not None:
+        compiled.defer_eval_regions(lambda program: export_eval_regions(skeleton, example_inputs, program))
+        return
+    with same_outcome(compiled.pg, compiled.world):
+        regions = export_eval_regions(model, example_inputs, program)
+    compiled.set_eval_regions(regions)
 
 
 def _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world: int) -> TableOptimizers:

@@ -1,9 +1,20 @@
 """The dense regions in evaluation mode: the model exported again under `model.eval()`, so the
 compiled model's `eval()` runs dropout off, batch norm on its running statistics and every
-`self.training` branch as eval takes it, on the same tables and parameters."""
+`self.training` branch as eval takes it, on the same tables and parameters.
+
+The export may wait for the first `eval()`. Until then the compiled model holds an *eval
+skeleton* of the user's model (`eval_skeleton`): its modules copied, its dense parameters and
+buffers shared, its embedding tables replaced by meta tensors. Export needs only the tables'
+shapes, so the skeleton keeps the model's structure alive without keeping its tables: a user
+who deletes the model after compiling frees them, and eval() still works."""
 
 from __future__ import annotations
 
+import copy
+import logging
+from collections.abc import Iterable
+
+import torch
 import torch.fx as fx
 from torch import nn
 
@@ -11,6 +22,8 @@ from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import _jagged_calls, _regions, _separable_lookups, trace
 from sparselift.frontend.meta import has_meta_parameters, point_at_model
 from sparselift.frontend.program import SparseProgram
+
+log = logging.getLogger(__name__)
 
 
 def export_eval_regions(model: nn.Module, example_inputs: tuple, program: SparseProgram) -> dict[str, nn.Module]:
@@ -44,6 +57,32 @@ def export_eval_regions(model: nn.Module, example_inputs: tuple, program: Sparse
     for module in regions.modules.values():
         module.train(False)
     return regions.modules
+
+
+def eval_skeleton(model: nn.Module, table_params: Iterable[str], keep: Iterable[torch.Tensor] = ()) -> nn.Module | None:
+    """A copy of `model`'s modules that shares its dense parameters and buffers and holds a meta
+    tensor (shape and dtype, no storage) for each table in `table_params` (FQNs), except tables
+    in `keep` (those the dense regions read: they stay alive anyway). None where the model
+    cannot be copied (a module attribute deepcopy refuses); the caller exports at once then."""
+    names = set(table_params)
+    kept = {id(t) for t in keep}
+    memo: dict[int, object] = {}
+    for module in model.modules():
+        for slots in (module._parameters, module._buffers):
+            for t in slots.values():
+                if t is not None:
+                    memo[id(t)] = t
+        for value in vars(module).values():  # plain tensor attributes: shared, never copied
+            if isinstance(value, torch.Tensor):
+                memo[id(value)] = value
+    for name, t in model.named_parameters(remove_duplicate=False):
+        if name in names and id(t) not in kept and t.device.type != "meta":
+            memo[id(t)] = nn.Parameter(torch.empty(t.shape, dtype=t.dtype, device="meta"), t.requires_grad)
+    try:
+        return copy.deepcopy(model, memo)  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - any attribute's refusal: export now instead
+        log.info("sparselift: model '%s' cannot be copied (%s): eval regions exported now", type(model).__name__, e)
+        return None
 
 
 def _arity(region: nn.Module) -> int:

@@ -33,6 +33,7 @@ from sparselift.optim import TableOptimizers
 from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
 from sparselift.runtime import collectives, huge_pages, shm_transport
+from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.backends import ReferenceKernels, TritonKernels
 from sparselift.runtime.footprint import footprint_by_category
 from sparselift.runtime.sharded import sharded_rows
@@ -396,15 +397,17 @@ class CompiledModel(nn.Module):
 
     def defer_eval_regions(self, export: Callable[[Any], Mapping[str, nn.Module]]) -> None:
         """Export the eval-mode regions at the first `eval()`, by `export(self.program)` (the
-        compiler's, which holds the model weakly: a compile that is never evaluated pays nothing,
-        and the model's tables are not kept alive)."""
+        compiler's, from the model's eval skeleton: a compile that is never evaluated pays
+        nothing, and the model's tables are not kept alive)."""
         self._eval_source = export
 
     def prepare_eval(self) -> None:
-        """Export the eval-mode regions now, if they are not yet (`eval()` does it otherwise;
-        call it before deleting the model the compiled model was made from)."""
+        """Export the eval-mode regions now, if they are not yet (`eval()` does it otherwise).
+        Collective, like eval(): an export that fails on one rank raises on every rank."""
         if self.eval_regions is None and self._eval_source is not None:
-            self.set_eval_regions(self._eval_source(self.program))
+            with same_outcome(self.pg, self.world):
+                regions = self._eval_source(self.program)
+            self.set_eval_regions(regions)
             self._eval_source = None
 
     def train(self, mode: bool = True):

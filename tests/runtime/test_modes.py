@@ -7,6 +7,9 @@ keeps each rank's own running statistics (DDP without SyncBatchNorm), which eval
 from __future__ import annotations
 
 import copy
+import gc
+import threading
+import weakref
 
 import pytest
 import torch
@@ -36,16 +39,12 @@ def _batch(n: int, seed: int):
     return torch.randn(n, 2, generator=g), ids, lengths.cumsum(0) - lengths
 
 
-_KEEP: list[nn.Module] = []
-
-
 def _compiled(cache: str):
     torch.manual_seed(0)
     model = DropoutBatchNorm()
     eager = copy.deepcopy(model)
     options = sparselift.CompileOptions(cache_dir=cache, plan="none", grad_reduction="mean")
     compiled = sparselift.compile(model, _batch(8, 0), options=options)
-    _KEEP.append(model)  # held as a user holds the model: eval() exports from it at the first call
     return compiled, eager
 
 
@@ -113,27 +112,54 @@ def test_train_after_eval_trains_on_exactly(tmp_path, world):
             assert torch.equal(want[key], got[key]), key
 
 
-def test_eval_regions_are_exported_at_the_first_eval_without_holding_the_model(tmp_path):
-    """A compile that is never evaluated exports nothing more; the model is held weakly, so one
-    freed before the first eval() is an error saying what to do, and prepare_eval() avoids it."""
-    import gc
+class Unpicklable(DropoutBatchNorm):
+    """A model deepcopy refuses (a lock among its attributes): its eval regions are exported at
+    compile time instead of from a skeleton at the first eval()."""
 
-    options = sparselift.CompileOptions(cache_dir=str(tmp_path), plan="none")
-    compiled = sparselift.compile(DropoutBatchNorm(), _batch(8, 0), options=options)  # nothing else holds it
-    gc.collect()
-    assert compiled.eval_regions is None
-    with pytest.raises(
-        RuntimeError, match=r"freed before its eval-mode regions were exported; call compiled\.prepare_eval"
-    ):
-        compiled.eval()
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+def _deleted_model_worker(rank: int, world: int, cache: str, sharding: str, model_cls) -> dict:
     torch.manual_seed(0)
-    model = DropoutBatchNorm()
-    eager = copy.deepcopy(model)
-    ready = sparselift.compile(model, _batch(8, 0), options=options)
-    ready.prepare_eval()
+    model = model_cls()
+    eager = copy.deepcopy(DropoutBatchNorm())  # the same weights: a fresh copy drawn from seed 0
+    eager.load_state_dict(model.state_dict())
+    options = sparselift.CompileOptions(cache_dir=cache, plan="none")
+    compiled = sparselift.compile(model, _batch(8, 0), sharding=sharding, options=options)
+    model_alive, table_alive = weakref.ref(model), weakref.ref(model.emb.weight)
+    deferred = compiled.eval_regions is None
     del model
     gc.collect()
-    ready.eval()
+    compiled.eval()
     eager.eval()
+    local = _batch(5, 50 + rank)
     with torch.no_grad():
-        assert torch.equal(ready(*_batch(4, 5)), eager(*_batch(4, 5)))
+        diff = float((compiled(*local) - eager(*local)).abs().max())
+    return {
+        "model_freed": model_alive() is None,
+        "table_freed": table_alive() is None,
+        "deferred": deferred,
+        "diff": diff,
+    }
+
+
+@pytest.mark.parametrize(
+    "world, sharding, model_cls, deferred",
+    [
+        (1, "auto", DropoutBatchNorm, True),  # the table's storage shared with the compiled model
+        (2, "row_wise", DropoutBatchNorm, True),  # each rank's rows copied: the whole table freed
+        (2, "row_wise", Unpicklable, False),
+    ],
+)
+def test_eval_works_after_the_model_is_deleted_and_frees_its_tables(world, sharding, model_cls, deferred, tmp_path):
+    """The user may `del model` after compiling: the model and its table are freed (the compiled
+    model keeps only an eval skeleton with meta tables), and the first eval() still exports the
+    eval regions and equals the eager model's eval forward. A compile never evaluated exports
+    nothing more."""
+    outs = launch(_deleted_model_worker, world, str(tmp_path), sharding, model_cls, timeout_s=120)
+    for rank, out in enumerate(outs):
+        assert out["model_freed"] and out["table_freed"], (rank, out)
+        assert out["deferred"] is deferred, (rank, out)
+        assert out["diff"] <= 1e-6, (rank, out)

@@ -28,7 +28,6 @@ def _compile(sharding: str, cache: str):
     model, example = build_model(MODEL, rows_cap=None, batch_size=8, seed=0)
     options = sparselift.CompileOptions(plan="none", grad_reduction="mean", cache_dir=cache)
     compiled = sparselift.compile(model, example, sharding=sharding, sparse_optimizer=OPTIMIZER, options=options)
-    compiled.prepare_eval()  # the model goes out of scope here; eval() needs its eval-mode regions
     return compiled
 
 
