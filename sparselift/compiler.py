@@ -27,6 +27,7 @@ from sparselift.frontend.errors import ExportError
 from sparselift.frontend.export import export, input_device, trace
 from sparselift.frontend.meta import has_meta_parameters, table_initializers
 from sparselift.frontend.modes import eval_skeleton, export_eval_regions
+from sparselift.memory_budget import check_memory_need, memory_need
 from sparselift.optim import (
     SparseOptimizerConfig,
     TableOptimizers,
@@ -257,6 +258,10 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     optimizer = _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world)
     inits = table_initializers(model, facts, options.table_init, seed)
     _check_inits(facts, model_tables, inits)
+    lift = lift_pass(optimizer, options)
+    with same_outcome(process_group, world):  # the whole need against the cap, before any allocation
+        if options.memory_cap_bytes:
+            check_memory_need(memory_need(program, lift, world, optimizer), options.memory_cap_bytes)
     take = functools.partial(
         _take_shards,
         model_tables,
@@ -273,7 +278,6 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     # The compiled model keeps its options: not the hook, which may be a bound method of the
     # model (`model.table_init`) and would keep the whole model alive after the user drops it.
     options = attrs.evolve(options, table_init=None)
-    lift = lift_pass(optimizer, options)
 
     common = dict(rank=rank, world=world, process_group=process_group, optimizer=optimizer, options=options)
     if options.passes or options.plan == "none":
@@ -284,6 +288,8 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
             model, example_inputs, program, local, take, sharding=sharding, lift=lift, memory=memory, **common
         )
     compiled.plan.memory_phases = memory
+    if world > 1:
+        _start_from_rank_0s_weights(compiled, process_group)
     _prepare_eval_regions(compiled, model, example_inputs, program)
     return compiled
 
@@ -302,6 +308,20 @@ def _prepare_eval_regions(compiled: CompiledModel, model: nn.Module, example_inp
     with same_outcome(compiled.pg, compiled.world):
         regions = export_eval_regions(model, example_inputs, program)
     compiled.set_eval_regions(regions)
+
+
+def _start_from_rank_0s_weights(compiled: CompiledModel, process_group) -> None:
+    """Every rank starts from rank 0's dense parameters, buffers and replicated tables, as under
+    DDP and TorchRec's DistributedModelParallel (ranks that built the model from different seeds
+    would otherwise train different copies of what should be one). Sharded tables keep each
+    owner's rows."""
+    replicated = {f.name for f in compiled.table_facts if f.placement == "data_parallel"}
+    tensors = {id(t): t for region in compiled.regions.values() for t in (*region.parameters(), *region.buffers())}
+    states = [t.detach() for t in tensors.values() if t.device.type != "meta"]
+    states += [compiled.tables[name] for name in sorted(replicated) if name in compiled.tables]
+    if states:
+        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+        dist._broadcast_coalesced(process_group or dist.group.WORLD, states, 64 << 20, src)
 
 
 def _choose_optimizers(sparse_optimizer, model_tables, facts, process_group, world: int) -> TableOptimizers:

@@ -59,8 +59,9 @@ import torch.utils._pytree as pytree
 from xdsl.passes import ModulePass
 
 from sparselift import cache as cache_files
-from sparselift.codegen.table_facts import describe_tables, sharding_plan
+from sparselift.codegen.table_facts import sharding_plan
 from sparselift.cost_fit import fit_profile
+from sparselift.memory_budget import headroom, memory_need
 from sparselift.optim import TableOptimizers
 from sparselift.passes.pipeline import Pipeline, find_pass, run_pipeline
 from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions, start_plan
@@ -74,7 +75,7 @@ from sparselift.plan_record import Measurement, PlanRecord
 from sparselift.plan_timing import PlanTimer, example_ids_by_table
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.compiled import CompileOptions, cache_dir
-from sparselift.runtime.tables import LocalTables, local_shard_bytes
+from sparselift.runtime.tables import LocalTables
 
 log = logging.getLogger("sparselift")
 
@@ -139,11 +140,12 @@ def default_profile(device: str, transport: str = "gloo") -> str:
     return "cpu-shm" if transport == "shm" else "cpu-gloo"
 
 
-def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) -> PlanOptions:
+def planner_options(options: CompileOptions, device: str, headroom_bytes: int = 0) -> PlanOptions:
     """The search's constraints from the compile options (resolving the defaults here).
 
-    `memory_cap_bytes` is the whole per-rank budget: the largest rank's table shards and
-    optimizer state (`shard_bytes`) come first, workspace and in-flight buffers get the rest.
+    `memory_cap_bytes` is the whole per-rank budget: the default plan's need (shards, optimizer
+    state, dense parameters, step buffers) comes first; the workspace and in-flight buffers a
+    candidate adds get the rest, `headroom_bytes` (`memory_budget.headroom`).
     """
     families = tuple(f for f in (options.optimizations or FAMILIES) if f in FAMILIES)
     unknown = [f for f in (options.optimizations or ()) if f not in (*FAMILIES, "sharding")]
@@ -153,10 +155,9 @@ def planner_options(options: CompileOptions, device: str, shard_bytes: int = 0) 
         )
     lanes = options.max_lanes or (4 if device.startswith("cuda") else max(1, torch.get_num_threads()))
     profile = options.profile if options.profile != "auto" else default_profile(device, options.transport)
-    cap = max(1, options.memory_cap_bytes - shard_bytes) if options.memory_cap_bytes else 0
     return PlanOptions(
         profile=profile,
-        memory_cap_bytes=cap,
+        memory_cap_bytes=headroom_bytes if options.memory_cap_bytes else 0,
         max_lanes=lanes,
         allow_generated=options.kernels == "generated",
         families=families,
@@ -257,11 +258,9 @@ def resolve_plan(
     one rank (the cache directory, the lookup on rank 0, ...) is raised on every rank."""
     with same_outcome(process_group, world):
         device = device_kind(local.tables, example_inputs)
-        facts = describe_tables(program.module, world)
-        shard_bytes = max(
-            sum(local_shard_bytes(facts, r, TableOptimizers.of(optimizer)).values()) for r in range(world)
-        )
-        popts = planner_options(options, device, shard_bytes)
+        cap = options.memory_cap_bytes
+        needs = memory_need(program, lift, world, TableOptimizers.of(optimizer)) if cap else []
+        popts = planner_options(options, device, headroom(needs, cap))
         fields = key_fields(
             program, lift=lift, plan_options=popts, device=device, sharding_family=options.optimizations
         )

@@ -232,6 +232,20 @@ def build_parser(
     return p
 
 
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """`--data movielens-100k` and its options (`sparselift.bench.movielens_quality`)."""
+    p.add_argument(
+        "--data",
+        default="synthetic",
+        choices=("synthetic", "movielens-100k"),
+        help="synthetic: the Criteo-like stream with a planted signal (default); movielens-100k: real ratings as "
+        "a CTR task (fetched by `make data`), two models, three systems (one process, TorchRec, SparseLift)",
+    )
+    p.add_argument("--epochs", type=int, default=3, help="movielens-100k: epochs over the training split (default 3)")
+    p.add_argument("--models", default="dlrm,din", help="movielens-100k: which models, of dlrm,din (default both)")
+    p.add_argument("--data-dir", help="movielens-100k: where its files are (default: where `make data` puts them)")
+
+
 def config_from_args(a: argparse.Namespace, cls: type = QualityConfig, **extra: Any) -> Any:
     return cls(
         model=a.model,
@@ -273,7 +287,14 @@ def run_and_report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = build_parser()
+    add_data_arguments(p)
     a = p.parse_args(argv)
+    if a.data == "movielens-100k":
+        from sparselift.bench.movielens_quality import SYSTEMS as MOVIELENS_SYSTEMS
+        from sparselift.bench.movielens_quality import main_from_args
+
+        check_optimizer(p, a.sparse_optimizer, MOVIELENS_SYSTEMS)
+        return main_from_args(a, argv)
     check_optimizer(p, a.sparse_optimizer, SYSTEMS)
     run_and_report(config_from_args(a), quality_worker, "quality", argv, a, SYSTEMS)
     return 0

@@ -32,6 +32,7 @@ from sparselift.kernel_args import KernelBackend
 from sparselift.optim import TableOptimizers
 from sparselift.optim_rules import StateScope, rule_for
 from sparselift.passes.lift_sparse import REPLICATED_GRADS
+from sparselift.passes.step_buffers import declared_buffers
 from sparselift.runtime import collectives, huge_pages, shm_transport
 from sparselift.runtime.agree import same_outcome
 from sparselift.runtime.backends import ReferenceKernels, TritonKernels
@@ -363,7 +364,9 @@ class CompiledModel(nn.Module):
         plan.transport = "shm" if self.runner.shm is not None else "gloo" if world > 1 else ""
         plan.shm = self.runner.shm
         self._dense_params = [p for p in self.regions.parameters() if p.requires_grad]
-        plan.footprint = footprint_by_category(tables, states, list(self.regions.parameters()))
+        plan.footprint = footprint_by_category(
+            tables, states, list(self.regions.parameters()), step_buffers=declared_buffers(program.module, rank)
+        )
         self._buckets = (
             _GradBuckets(self._dense_params, pg, world, overlap=plan_cls.DENSE_GRAD_OVERLAP, shm=self.runner.shm)
             if world > 1 and options.dense_sync

@@ -151,10 +151,13 @@ class MemoryPhases:
         return [p.to_dict() for p in self.phases]
 
 
-def footprint_by_category(tables: Any, states: Any, dense: Any = (), shm: Any = None) -> dict[str, float]:
+def footprint_by_category(
+    tables: Any, states: Any, dense: Any = (), shm: Any = None, step_buffers: Any = None
+) -> dict[str, float]:
     """A compiled rank's steady-state footprint, MiB by category, from its own records: its table
-    shards, its optimizer states, its dense parameters, and the shared-memory arena it has
-    reserved for exchanges so far (it grows to the largest exchanges in flight)."""
+    shards, its optimizer states, its dense parameters, the shared-memory arena it has reserved
+    for exchanges so far (it grows to the largest exchanges in flight), and the buffers its plan
+    declares for one step at the example batch (`passes.step_buffers.StepBuffers`)."""
 
     def size(tensors: Any) -> float:
         return sum(t.numel() * t.element_size() for t in tensors if t is not None) / _MIB
@@ -164,6 +167,7 @@ def footprint_by_category(tables: Any, states: Any, dense: Any = (), shm: Any = 
         "optimizer_state": size(states.values()),
         "dense_parameters": size(dense),
         "exchange_buffers": (getattr(shm, "reserved", 0) or 0) / _MIB,
+        "step_buffers": (step_buffers.total if step_buffers is not None else 0) / _MIB,
     }
     return {k: round(v, 1) for k, v in out.items()}
 

@@ -93,7 +93,7 @@ def load_checkpoint(compiled, checkpoint_id: str) -> None:
     expected = compiled.state_keys()
     _check_against(checkpoint_id, saved, expected, compiled)
     try:
-        dcp.load(compiled.sharded_state_dict(), checkpoint_id=checkpoint_id)
+        dcp.load(compiled.sharded_state_dict(), checkpoint_id=checkpoint_id, no_dist=not _distributed())
     except CheckpointException as e:  # a BaseException: raised on every rank, as an Exception
         failures = getattr(e, "failures", {}) or {}
         first = next(iter(failures.values()), e)
@@ -103,9 +103,24 @@ def load_checkpoint(compiled, checkpoint_id: str) -> None:
         ) from None
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _check_against(checkpoint_id: str, saved, expected, compiled) -> None:
     """Raise ValueError naming the first key the checkpoint lacks or holds with another shape or
-    dtype, or a table's optimizer state the compiled optimizer does not keep (naming both)."""
+    dtype, or a table's optimizer state other than the compiled optimizer's (naming both)."""
+    for info in compiled.table_facts:
+        theirs = {k.removeprefix(f"{info.param}.") for k in saved if k.startswith(f"{info.param}.")}
+        ours = {k.removeprefix(f"{info.param}.") for k in expected if k.startswith(f"{info.param}.")}
+        if theirs != ours and info.param in saved:
+            raise ValueError(
+                f"{checkpoint_id}: table '{info.param}' has optimizer state {sorted(theirs) or 'none'} in the "
+                f"checkpoint, but it trains with {compiled.optimizer.kind(info.name)} here "
+                f"(state {sorted(ours) or 'none'}): a checkpoint of another optimizer's state does not fit"
+            )
     for key, (shape, dtype) in expected.items():
         meta = saved.get(key)
         if meta is None:
@@ -117,15 +132,6 @@ def _check_against(checkpoint_id: str, saved, expected, compiled) -> None:
         if size != tuple(shape) or (got is not None and got != dtype):
             raise ValueError(
                 f"{checkpoint_id}: '{key}' is {size}, {got} in the checkpoint; the compiled model's is {shape}, {dtype}"
-            )
-    for info in compiled.table_facts:
-        theirs = {k.removeprefix(f"{info.param}.") for k in saved if k.startswith(f"{info.param}.")}
-        ours = {k.removeprefix(f"{info.param}.") for k in expected if k.startswith(f"{info.param}.")}
-        if theirs - ours:
-            raise ValueError(
-                f"{checkpoint_id}: table '{info.param}' has optimizer state {sorted(theirs)} in the checkpoint, but it "
-                f"trains with {compiled.optimizer.kind(info.name)} here (state {sorted(ours) or 'none'}): a checkpoint "
-                "of another optimizer's state does not fit"
             )
 
 

@@ -158,3 +158,27 @@ def test_every_rank_traces_its_model_once_before_rank_0s_decisions_arrive():
     from sparselift.runtime.distributed import launch
 
     assert launch(_trace_and_broadcast_order, 2, timeout_s=120) == [["trace", "broadcast"]] * 2
+
+
+def _seeded_by_rank_worker(rank, world, cache):
+    torch.manual_seed(rank)  # each rank draws its own initial weights, as a DMP user's ranks may
+    model, inputs = build("dlrm-kaggle", rows_cap=100, batch_size=16, seed=rank)
+    compiled = sparselift.compile(
+        model, inputs, sharding="auto", options=sparselift.CompileOptions(cache_dir=cache, plan="none")
+    )
+    replicated = [f.param for f in compiled.table_facts if f.placement == "data_parallel"]
+    return {"state": compiled.state_dict(), "replicated": replicated}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_rank_starts_from_rank_0s_dense_weights_and_replicated_tables(tmp_path, world):
+    """As under DDP and DistributedModelParallel: ranks that built the model from different seeds
+    train one model, rank 0's (its dense parameters and replicated tables); sharded tables are
+    their owners'. Without the broadcast, every dense parameter differs between the ranks."""
+    results = sparselift.launch(_seeded_by_rank_worker, world, str(tmp_path), timeout_s=120)
+    first = results[0]["state"]
+    assert results[0]["replicated"], "auto replicates the small tables"
+    for r in results[1:]:
+        assert sorted(r["state"]) == sorted(first)
+        for key, value in first.items():
+            assert torch.equal(r["state"][key], value), key

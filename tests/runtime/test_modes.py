@@ -163,3 +163,35 @@ def test_eval_works_after_the_model_is_deleted_and_frees_its_tables(world, shard
         assert out["model_freed"] and out["table_freed"], (rank, out)
         assert out["deferred"] is deferred, (rank, out)
         assert out["diff"] <= 1e-6, (rank, out)
+
+
+class TwoBagsBatchNorm(DropoutBatchNorm):
+    """Two tables (so the planner has candidates to time), batch norm and dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb2 = nn.EmbeddingBag(60, 8, mode="sum")
+        self.bn = nn.BatchNorm1d(18)
+        self.out = nn.Linear(18, 1)
+
+    def forward(self, dense, ids, offsets):
+        x = torch.cat([dense, self.emb(ids, offsets), self.emb2(ids, offsets)], dim=1)
+        return self.out(self.drop(torch.relu(self.bn(x))))
+
+
+def test_planning_leaves_the_models_running_statistics_and_random_stream_as_they_were(tmp_path):
+    """Calibration runs training steps: batch norm's running statistics, its step count and the
+    random stream (dropout's draws) are put back, so the compiled model starts where the eager
+    one is."""
+    torch.manual_seed(0)
+    model = TwoBagsBatchNorm()
+    eager = copy.deepcopy(model)
+    options = sparselift.CompileOptions(cache_dir=str(tmp_path), plan="replan", calibration_budget_s=3)
+    torch.manual_seed(5)
+    compiled = sparselift.compile(model, _batch(64, 0), options=options)
+    after_compile = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(after_compile, torch.rand(3))  # the stream goes on as if nothing had drawn from it
+    assert compiled.plan.record.measurements, "the planner calibrated"
+    for name, buffer in eager.bn.named_buffers():
+        assert torch.equal(getattr(model.bn, name), buffer), name

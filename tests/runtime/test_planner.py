@@ -31,7 +31,7 @@ from sparselift.passes.profiles import CPU_GLOO
 from sparselift.plan_lookahead import SEARCH_SHARE, Lookahead
 from sparselift.plan_record import PlanRecord
 from sparselift.plan_timing import PlanTimer
-from sparselift.runtime.tables import LocalTables, local_shard_bytes, take_local_shards
+from sparselift.runtime.tables import LocalTables, take_local_shards
 
 MODEL, ROWS, BATCH = "two-tower", 200, 8
 SHARDING = "table_wise"  # both towers exchange pooled vectors: there is something to aggregate
@@ -196,15 +196,20 @@ def test_ranks_about_to_time_different_candidates_fail_alike():
 # -- constraints, reuse and explain on 2 gloo ranks -----------------------------------------
 
 
+def _need_bytes(model, inputs, world: int) -> int:
+    """The largest rank's need under the default plan (shards, dense parameters, step buffers)."""
+    from sparselift.compiler import lift_pass
+    from sparselift.memory_budget import memory_need
+    from sparselift.optim import SGD
+
+    program = sparselift.export(model, inputs, world_size=world, sharding=SHARDING)
+    return max(n.total for n in memory_need(program, lift_pass(SGD(lr=0.01)), world, "sgd"))
+
+
 def _compile_worker(rank, world, cache, kw):
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
-    if kw.get("memory_cap_bytes") == "shards+1":  # the shards fit, 1 byte left for buffers
-        program = sparselift.export(model, inputs, world_size=world, sharding=SHARDING)
-        kw = {
-            **kw,
-            "memory_cap_bytes": 1
-            + max(sum(local_shard_bytes(describe_tables(program.module), r, "sgd").values()) for r in range(world)),
-        }
+    if kw.get("memory_cap_bytes") == "need+1":  # the default plan fits, 1 byte left for what candidates add
+        kw = {**kw, "memory_cap_bytes": 1 + _need_bytes(model, inputs, world)}
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     n = planner.CALIBRATIONS
     first = sparselift.compile(model, inputs, sharding=SHARDING, options=_options(cache, **kw))
@@ -226,7 +231,7 @@ def _compile_worker(rank, world, cache, kw):
 
 def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
     results = sparselift.launch(
-        _compile_worker, 2, str(tmp_path), {"memory_cap_bytes": "shards+1", "calibration_budget_s": 20}, timeout_s=120
+        _compile_worker, 2, str(tmp_path), {"memory_cap_bytes": "need+1", "calibration_budget_s": 20}, timeout_s=120
     )
     r0, r1 = results
     assert r0["record"] == r1["record"]  # rank 0 decided for both (F is combined over the ranks)
@@ -256,11 +261,7 @@ def test_memory_cap_plan_reuse_and_explain(tmp_path, caplog):
 
     # The same model at world size 1 re-plans, and says which key field changed.
     model, inputs = build(MODEL, rows_cap=ROWS, batch_size=BATCH)
-    cap = 1 + sum(
-        local_shard_bytes(
-            describe_tables(sparselift.export(model, inputs, world_size=1, sharding=SHARDING).module), 0, "sgd"
-        ).values()
-    )
+    cap = 1 + _need_bytes(model, inputs, 1)
     with pytest.raises(RuntimeError, match=r"plan='reuse-only' but .*differs in world_size \(2 -> 1\)"):
         sparselift.compile(
             model, inputs, sharding=SHARDING, options=_options(tmp_path, plan="reuse-only", memory_cap_bytes=cap)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 import weakref
 
 import pytest
@@ -256,8 +257,8 @@ def test_meta_table_without_initializer_and_shards_over_the_cap_fail_on_every_ra
     no_init, cap = results[0]
     assert "table 'table' is on the meta device" in no_init and "CompileOptions(table_init=" in no_init
     # table-wise over 2 ranks: 2 tables of 10000 x 16 f32 (640000 bytes each) per rank
-    assert cap.startswith("MemoryError: ") and "sparselift: rank 0's local table shards need 1.2 MiB" in cap
-    assert "'emb.0' 640000 bytes" in cap
+    assert cap.startswith("MemoryError: ") and re.search(r"sparselift: rank 0 needs 1\.\d MiB", cap)
+    assert "table 'emb.0' 640000 bytes" in cap
     assert "memory_cap_bytes=500000" in cap and "nothing was allocated" in cap
 
 
