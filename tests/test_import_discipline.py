@@ -36,6 +36,7 @@ FORBIDDEN_FOR_MODULE = {
     # `Confirmer` from the planner: one way only.
     "planner.py": {"sparselift.compiler", "sparselift.frontend"},
     "plan_timing.py": {"sparselift.compiler", "sparselift.planner", "sparselift.frontend"},
+    "memory_budget.py": {"sparselift.compiler", "sparselift.planner", "sparselift.frontend"},
     "plan_lookahead.py": {"sparselift.compiler", "sparselift.planner", "sparselift.frontend"},
     # The kernels' argument records: shared by the runtime's backends and codegen's Triton
     # wrappers (which may not import the runtime); torch only inside its checks.

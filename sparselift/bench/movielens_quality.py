@@ -239,7 +239,7 @@ def quality_worker(rank: int, world: int, cfg: MovieLensQualityConfig) -> dict[s
 
 
 def summarize(cfg: MovieLensQualityConfig, per_model: dict[str, Any]) -> dict[str, Any]:
-    from sparselift.bench.quality import log_loss, roc_auc
+    from sparselift.bench.metrics import log_loss, roc_auc
 
     models: dict[str, Any] = {}
     for name, r in per_model.items():
