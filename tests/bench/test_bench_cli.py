@@ -82,7 +82,13 @@ def test_dlrm_bench_json_has_every_key(dlrm_run):
     assert result["config"]["plan_cache"].endswith("plans")
     assert list(Path(result["config"]["plan_cache"]).glob("plan_record_*.json"))
     # Memory by category and by phase (rank 0's compile; every system's build and first steps).
-    assert set(plan["footprint_mb"]) == {"tables", "optimizer_state", "dense_parameters", "exchange_buffers"}
+    assert set(plan["footprint_mb"]) == {
+        "tables",
+        "optimizer_state",
+        "dense_parameters",
+        "exchange_buffers",
+        "step_buffers",
+    }
     assert plan["footprint_mb"]["tables"] > 0
     assert [p["phase"] for p in plan["compile_memory_mb"]] == ["export", "shards", "plan", "build"]
     for s in result["systems"].values():

@@ -10,7 +10,7 @@ from pathlib import Path
 from sparselift.bench import quality
 
 
-def write_ratings(directory: Path, users: int = 40, items: int = 30, per_user: int = 40, seed: int = 0) -> Path:
+def write_ratings(directory: Path, users: int = 30, items: int = 30, per_user: int = 30, seed: int = 0) -> Path:
     """Ratings with a signal: every user likes the Action films (rated 4-5) and rates the others
     1-3, with 10% noise; the item and user files as the real ones."""
     rng = random.Random(seed)

@@ -66,15 +66,6 @@ def test_movielens_dlrm_two_ranks_checkpoint_and_resume(env, movielens_data, tmp
     assert epoch_lines(resumed)[2] == lines[2], (resumed, full)
 
 
-def test_movielens_dlrm_one_process_rowwise_adagrad(env, movielens_data):
-    out = run(
-        env, "movielens_dlrm", "--data-dir", movielens_data, "--batch-size", 32, "--epochs", 1,
-        "--train-rows", 400, "--sparse-optimizer", "rowwise-adagrad",
-    )  # fmt: skip
-    assert sorted(epoch_lines(out)) == [1], out
-    assert aucs(out)[0] > 0.5, out
-
-
 def test_movielens_dlrm_without_data_says_make_data(env, tmp_path):
     cmd = [sys.executable, "examples/movielens_dlrm.py", "--data-dir", str(tmp_path / "absent")]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -84,8 +75,8 @@ def test_movielens_dlrm_without_data_says_make_data(env, tmp_path):
 
 
 def test_torchrec_model_two_ranks(env):
-    out = run(env, "torchrec_model", "--steps", 60, "--batch-size", 64, ranks=2)
-    assert "step 60: loss" in out, out
+    out = run(env, "torchrec_model", "--steps", 40, "--batch-size", 64, ranks=2)
+    assert "step 40: loss" in out, out
     assert aucs(out)[0] > 0.7, out
 
 
