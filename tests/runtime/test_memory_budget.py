@@ -70,3 +70,64 @@ def test_a_cap_the_shards_fit_but_the_buffers_do_not_is_refused_on_every_rank(tm
         assert "step buffers: exchanges" in r["error"] and "nothing was allocated" in r["error"], r
     fits = sparselift.launch(_capped_worker, world, str(tmp_path), 0, timeout_s=120)
     assert all(r["error"] is None and r["step_buffers"] > 0 for r in fits), fits
+
+
+# -- a rank's resident set, phase by phase, against its declared need -------------------------
+
+ROWS_300MB = 1_200_000  # 4 tables x 1.2M x 16 x 4 bytes = 307 MB, 154 MB a rank table-wise
+ALLOWANCE_MIB = 80  # measured here: export keeps ~15 MiB, calibration's plan cache ~11, the rest small
+
+
+def _phases_worker(rank, world, cache):
+    import gc
+
+    from test_real_size import BagsWithInit, _inputs, _train  # tests/runtime is on sys.path
+
+    from sparselift.passes.step_buffers import declared_buffers
+    from sparselift.runtime.allocator import release_freed_memory
+    from sparselift.runtime.footprint import MemoryPhases, rss_bytes
+
+    torch.set_num_threads(1)
+    gc.collect()
+    release_freed_memory()
+    base = rss_bytes()
+    compiled = sparselift.compile(
+        BagsWithInit(rows=ROWS_300MB, device="meta"),  # each rank materializes only its shards
+        _inputs(ROWS_300MB, 1024, rank),
+        sharding="table_wise",
+        options=sparselift.CompileOptions(plan="replan", cache_dir=cache, calibration_budget_s=10),
+    )
+    steps = MemoryPhases()
+    with steps.phase("first steps"):
+        _train(compiled, ROWS_300MB, 1024, rank, 3)
+    with steps.phase("steady steps"):
+        _train(compiled, ROWS_300MB, 1024, rank, 3)
+    need = sum(t.numel() * t.element_size() for t in (*compiled.tables.values(), *compiled.states.values()))
+    need += sum(p.numel() * p.element_size() for p in compiled.regions.parameters())
+    need += declared_buffers(compiled.program.module, rank).total
+    phases = [(p.phase, p.peak_added_mb, p.held_mb) for p in (*compiled.plan.memory_phases.phases, *steps.phases)]
+    return {
+        "phases": phases,
+        "need_mib": need / 2**20,
+        "end_mib": (rss_bytes() - base) / 2**20,
+        "calibrated": bool(compiled.plan.record.measurements),
+    }
+
+
+def test_every_phase_stays_within_the_declared_need_plus_a_small_allowance(tmp_path):
+    """Export, shard taking, planning (calibration), the build and the first and steady steps:
+    at no phase's peak does a rank hold more above where it started than its shards, optimizer
+    state, dense parameters and declared step buffers, plus a small fixed allowance. A copy of
+    the tables per candidate, the model's tables kept, or a second copy of a shard breaks it,
+    and the assertion names the phase."""
+    for rank, r in enumerate(sparselift.launch(_phases_worker, 2, str(tmp_path), timeout_s=300)):
+        assert r["calibrated"], r
+        bound = r["need_mib"] + ALLOWANCE_MIB
+        resident = 0.0  # MiB above the rank's start when each phase begins
+        for phase, peak_added, held in r["phases"]:
+            assert resident + peak_added <= bound, (
+                f"rank {rank}: phase '{phase}' peaked at {resident + peak_added:.0f} MiB above the start, over "
+                f"{bound:.0f} MiB (need {r['need_mib']:.0f} + {ALLOWANCE_MIB} allowance): {r['phases']}"
+            )
+            resident += held
+        assert r["end_mib"] <= bound, (rank, r)
