@@ -5,7 +5,8 @@ batch's) and its features' pooling factors, kept apart from the passes that rewr
 
 - `exchanges`: every collective's send and receive buffers on this rank (the bytes it sends to
   the other ranks of the group, and receives from them);
-- `gathered_rows`: the rows the lookups of the tables this rank owns gather;
+- `gathered_rows`: the rows the unpooled lookups of the tables this rank owns gather (a pooled
+  lookup sums rows as it reads them: it holds no gathered rows);
 - `outputs`: those lookups' pooled (or unpooled) outputs, one slot per feature served.
 
 The sizes are upper-bound readings of one step's transient buffers (they assume every buffer is
@@ -58,7 +59,7 @@ def step_buffers(srsv: SRSV, rank: int) -> StepBuffers:
     owned = [t for t in srsv.tables if rank in t.owner_ranks]
     return StepBuffers(
         exchanges=exchanges,
-        gathered_rows=round(sum(t.bytes_gathered for t in owned)),
+        gathered_rows=round(sum(t.bytes_gathered for t in owned if t.pooling == "none")),
         outputs=sum(t.workspace_bytes for t in owned),
     )
 

@@ -56,8 +56,12 @@ def test_a_compile_records_its_phases_and_explains_its_footprint(tmp_path):
     assert compiled.plan.footprint["tables"] == pytest.approx(tables, abs=0.06)
     assert compiled.plan.footprint["dense_parameters"] == pytest.approx(dense, abs=0.06)
     assert compiled.plan.footprint["optimizer_state"] == 0.0  # SGD keeps none
-    # At world size 1 no exchange: the buffers are the lookups' gathered rows and outputs.
-    assert compiled.plan.footprint["step_buffers"] > 0
+    # At world size 1 no exchange: the declared buffers are the lookups' outputs.
+    from sparselift.passes.step_buffers import declared_buffers
+
+    declared = declared_buffers(compiled.program.module, 0)
+    assert declared.exchanges == 0 and declared.outputs > 0
+    assert compiled.plan.footprint["step_buffers"] == round(declared.total / MIB, 1)
     text = compiled.plan.explain()
     assert f"memory (this rank, MiB): tables {compiled.plan.footprint['tables']:.1f}" in text
     assert "compile memory by phase (this rank, MiB above the phase's start): export +" in text

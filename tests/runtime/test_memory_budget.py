@@ -30,7 +30,7 @@ def test_the_need_counts_every_consumer():
     assert sum(sum(n.tables.values()) for n in needs) == table_bytes  # table-wise: each table once
     for n in needs:
         assert all(n.states[t] == b // 16 for t, b in n.tables.items())  # one float per row of dim 16
-        assert n.dense > 0 and n.buffers.exchanges > 0 and n.buffers.gathered_rows > 0
+        assert n.dense > 0 and n.buffers.exchanges > 0 and n.buffers.outputs > 0
         assert n.total == sum(n.tables.values()) + sum(n.states.values()) + n.dense + n.buffers.total
         assert [b for _, b in n.consumers()] == sorted((b for _, b in n.consumers()), reverse=True)
 
