@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import types
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -96,7 +97,10 @@ __all__ = [
     *_rows.__all__,
 ]
 
-_PLANS: dict[int, PlanBase] = {}
+# The live plans by handle, for the custom ops (which take the handle, an int). Weak: a plan
+# nothing else holds (a calibration candidate dropped, a compiled model deleted) goes, with its
+# buffers and its started exchanges, instead of living for the rest of the process.
+_PLANS: weakref.WeakValueDictionary[int, PlanBase] = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
 
 

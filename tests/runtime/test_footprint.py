@@ -77,3 +77,24 @@ def test_a_stateful_optimizers_state_is_its_own_category(tmp_path):
     )
     # Adam: m and v per element, as much again as the tables twice.
     assert compiled.plan.footprint["optimizer_state"] == pytest.approx(2 * compiled.plan.footprint["tables"], rel=0.01)
+
+
+def test_calibration_candidates_and_a_deleted_compiled_model_leave_no_plan_behind(tmp_path):
+    """Every built plan registers itself for the custom ops (`plan_ops._PLANS`); the registry
+    holds them weakly, so the planner's candidates (with their buffers and started exchanges)
+    and a compiled model the user deletes are freed, not kept for the rest of the process."""
+    import gc
+
+    from sparselift.runtime import plan_ops
+
+    gc.collect()
+    before = set(plan_ops._PLANS)
+    model, inputs = build("two-tower", rows_cap=2000, batch_size=64)
+    options = sparselift.CompileOptions(plan="replan", cache_dir=str(tmp_path), calibration_budget_s=3)
+    compiled = sparselift.compile(model, inputs, options=options)
+    assert compiled.plan.record.measurements, "the planner built and timed candidates"
+    gc.collect()
+    assert set(plan_ops._PLANS) - before == {compiled.runner.handle}  # the candidates are gone
+    del compiled
+    gc.collect()
+    assert set(plan_ops._PLANS) == before
