@@ -4,6 +4,8 @@
 * :mod:`~sparselift.data.synthetic` - deterministic, rank-sliceable synthetic Criteo-shaped data with
   Zipf-skewed ids and a planted learnable click signal.
 * :mod:`~sparselift.data.criteo_tsv` - streaming reader for the real Criteo Kaggle/Terabyte TSV files.
+* :mod:`~sparselift.data.movielens` - MovieLens-100k as a CTR task (real data, fetched by `make data`
+  through :mod:`~sparselift.data.movielens_fetch`); imported by name, not from here.
 """
 
 from sparselift.data.batch import Batch

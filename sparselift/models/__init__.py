@@ -8,6 +8,9 @@
 - ``din``: a DIN-style sequence model, unpooled ``nn.Embedding`` lookups of a jagged history
   (:mod:`sparselift.models.din`; `sparselift bench seq`).
 
+Not in the registry: :mod:`sparselift.models.movielens`, the two MovieLens-100k models on TorchRec
+modules (`bench quality --data movielens-100k`, `examples/movielens_dlrm.py`), sized by the data.
+
 Each factory returns ``(model, example_inputs)``; see :func:`build` and ``docs/export-notes.md``
 for how they export.
 """
