@@ -259,9 +259,11 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
     inits = table_initializers(model, facts, options.table_init, seed)
     _check_inits(facts, model_tables, inits)
     lift = lift_pass(optimizer, options)
+    needs = None
     with same_outcome(process_group, world):  # the whole need against the cap, before any allocation
         if options.memory_cap_bytes:
-            check_memory_need(memory_need(program, lift, world, optimizer), options.memory_cap_bytes)
+            needs = memory_need(program, lift, world, optimizer)
+            check_memory_need(needs, options.memory_cap_bytes)
     take = functools.partial(
         _take_shards,
         model_tables,
@@ -285,7 +287,16 @@ def compile(  # noqa: A001 - the public API mirrors torch.compile
             compiled = _build_on_every_rank(program, local, _explicit_pipeline(options, lift), **common)
     else:
         compiled = _compile_planned(
-            model, example_inputs, program, local, take, sharding=sharding, lift=lift, memory=memory, **common
+            model,
+            example_inputs,
+            program,
+            local,
+            take,
+            sharding=sharding,
+            lift=lift,
+            memory=memory,
+            needs=needs,
+            **common,
         )
     compiled.plan.memory_phases = memory
     if world > 1:
@@ -385,6 +396,7 @@ def _compile_planned(
     optimizer,
     options: CompileOptions,
     memory: MemoryPhases,
+    needs=None,
 ) -> CompiledModel:
     """The planner's plan (reused or planned now, `resolve_plan`), built on every rank; `memory`
     records the planning (calibration included) and the build as two phases."""
@@ -411,6 +423,7 @@ def _compile_planned(
             process_group=process_group,
             optimizer=optimizer,
             options=options,
+            needs=needs,
         )
     record = outcome.record
     if sharding_plan(outcome.program.module) != sharding_plan(program.module):

@@ -61,7 +61,7 @@ from xdsl.passes import ModulePass
 from sparselift import cache as cache_files
 from sparselift.codegen.table_facts import sharding_plan
 from sparselift.cost_fit import fit_profile
-from sparselift.memory_budget import headroom, memory_need
+from sparselift.memory_budget import RankMemory, headroom, memory_need
 from sparselift.optim import TableOptimizers
 from sparselift.passes.pipeline import Pipeline, find_pass, run_pipeline
 from sparselift.passes.plan_candidates import FAMILIES, Decision, PlanOptions, start_plan
@@ -251,15 +251,18 @@ def resolve_plan(
     optimizer,
     options: CompileOptions,
     measure: Measure | None = None,
+    needs: Sequence[RankMemory] | None = None,
 ) -> PlanOutcome:
     """The plan for this compile: reused from the cache (or a file) or planned now, same on every rank.
 
     Each stretch of local work between two collectives is a `same_outcome` block, so an error on
-    one rank (the cache directory, the lookup on rank 0, ...) is raised on every rank."""
+    one rank (the cache directory, the lookup on rank 0, ...) is raised on every rank. `needs`:
+    each rank's memory need under a cap (`memory_budget.memory_need`), when the caller has it."""
     with same_outcome(process_group, world):
         device = device_kind(local.tables, example_inputs)
         cap = options.memory_cap_bytes
-        needs = memory_need(program, lift, world, TableOptimizers.of(optimizer)) if cap else []
+        if cap and needs is None:
+            needs = memory_need(program, lift, world, TableOptimizers.of(optimizer))
         popts = planner_options(options, device, headroom(needs, cap))
         fields = key_fields(
             program, lift=lift, plan_options=popts, device=device, sharding_family=options.optimizations

@@ -283,7 +283,7 @@ def _summary(runner) -> dict | None:
         **runner.plan_summary,
         "exchange_buffers_mib": None if shm is None else round(shm.reserved / 2**20, 1),
         # rank 0's steady-state footprint by category, and its compile's memory by phase (MiB)
-        "footprint_mb": {**plan.footprint, "exchange_buffers": round((getattr(shm, "reserved", 0) or 0) / 2**20, 1)},
+        "footprint_mb": plan.footprint_now(),
         "compile_memory_mb": phases.to_list() if phases is not None else [],
     }
 

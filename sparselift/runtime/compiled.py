@@ -150,10 +150,17 @@ class Plan:
     footprint: dict[str, float] = attrs.field(factory=dict)
     memory_phases: Any = None
 
+    def footprint_now(self) -> dict[str, float]:
+        """`footprint` with the shared-memory arena as reserved now (it grows to the largest
+        exchanges in flight), MiB by category."""
+        if not self.footprint:
+            return {}
+        return {**self.footprint, "exchange_buffers": round((getattr(self.shm, "reserved", 0) or 0) / 2**20, 1)}
+
     def _memory_lines(self) -> list[str]:
         lines = []
         if self.footprint:
-            held = {**self.footprint, "exchange_buffers": round((getattr(self.shm, "reserved", 0) or 0) / 2**20, 1)}
+            held = self.footprint_now()
             parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in held.items())
             lines.append(f"memory (this rank, MiB): {parts}; total {sum(held.values()):.1f}")
         if self.memory_phases is not None and self.memory_phases.phases:
